@@ -1,0 +1,69 @@
+"""Measure the local CPU's figures that the epyc-zen4-2vcpu spec cites: DRAM bandwidth, eager
+dispatch cost per op, and the call overhead of a torch.compile'd function.
+
+Run:  python benchmarks/cpu_probe.py [--json out/cpu_probe.json]
+Prints a table and writes JSON. Needs torch (pip install torch==2.13.0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import sys
+from pathlib import Path
+
+import torch
+import torch.utils.benchmark as benchmark
+
+BYTES_PER_FP32 = 4
+ARRAY_BYTES = 256 * 1024 * 1024
+MIN_RUN_TIME_S = 1.0
+
+
+def _median_s(statement: str, **variables) -> tuple[float, float]:
+    measurement = benchmark.Timer(statement, globals=variables).blocked_autorange(min_run_time=MIN_RUN_TIME_S)
+    return measurement.median, measurement.iqr
+
+
+def probe() -> dict:
+    elements = ARRAY_BYTES // BYTES_PER_FP32
+    source, destination = torch.ones(elements), torch.empty(elements)
+    copy_s, copy_iqr = _median_s("destination.copy_(source)", destination=destination, source=source)
+    sum_s, sum_iqr = _median_s("source.sum()", source=source)
+    small_a, small_b = torch.ones(1024), torch.ones(1024)
+    add_s, add_iqr = _median_s("torch.add(a, b)", torch=torch, a=small_a, b=small_b)
+
+    def chain(x):
+        return torch.relu(x + 1) * 2
+
+    compiled = torch.compile(chain)
+    tiny = torch.ones(4)
+    compiled(tiny)
+    compiled_s, compiled_iqr = _median_s("compiled(tiny)", compiled=compiled, tiny=tiny)
+    return {
+        "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
+        "copy_read_write_bytes_per_s": 2 * ARRAY_BYTES / copy_s, "copy_iqr_s": copy_iqr,
+        "sum_read_bytes_per_s": ARRAY_BYTES / sum_s, "sum_iqr_s": sum_iqr,
+        "eager_add_1024_s": add_s, "eager_add_iqr_s": add_iqr,
+        "compiled_call_s": compiled_s, "compiled_call_iqr_s": compiled_iqr,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=Path("out/cpu_probe.json"))
+    args = parser.parse_args(argv)
+    result = probe()
+    print(f"{'quantity':<36} {'value':>14}")
+    print(f"{'copy (read+write)':<36} {result['copy_read_write_bytes_per_s'] / 1e9:>10.1f} GB/s")
+    print(f"{'sum (read)':<36} {result['sum_read_bytes_per_s'] / 1e9:>10.1f} GB/s")
+    print(f"{'eager torch.add, 1024 elements':<36} {result['eager_add_1024_s'] * 1e6:>10.2f} us")
+    print(f"{'torch.compile call, 3 ops':<36} {result['compiled_call_s'] * 1e6:>10.2f} us")
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(result, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,51 @@
+"""The ``perfmodel`` command: one subcommand per verb, ``--help`` everywhere.
+
+Bad input (a spec error, a missing file, a bad option) prints a one-paragraph message to stderr
+and returns exit code 2, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence
+
+from perfmodel import __version__
+from perfmodel.errors import PerfmodelError
+
+
+class UsageError(PerfmodelError):
+    """A command-line usage mistake."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # argparse would print usage and exit; we report like every other error
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from perfmodel.cli import specs_command
+
+    parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
+                                                   "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
+    parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    specs_command.register(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        if not getattr(args, "handler", None):
+            parser.print_help()
+            return 2
+        return int(args.handler(args) or 0)
+    except (PerfmodelError, FileNotFoundError, IsADirectoryError, PermissionError) as error:
+        print(f"perfmodel: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("perfmodel: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,69 @@
+"""Numeric data types: their names, aliases and storage sizes.
+
+Storage sizes are in bits so that sub-byte formats (int4, fp4) are exact; ``bytes_per_element`` is a
+float (0.5 for int4). ``tf32`` is a compute format stored as fp32 (4 bytes).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.errors import PerfmodelError
+
+BITS_PER_BYTE = 8
+
+
+@dataclass(frozen=True, kw_only=True)
+class DType:
+    """A numeric format: canonical name, storage bits and whether it is a float or an integer."""
+
+    name: str
+    bits: int
+    kind: str  # "float", "int" or "bool"
+
+    @property
+    def bytes_per_element(self) -> float:
+        return self.bits / BITS_PER_BYTE
+
+
+_DTYPES = (
+    DType(name="fp64", bits=64, kind="float"),
+    DType(name="fp32", bits=32, kind="float"),
+    DType(name="tf32", bits=32, kind="float"),
+    DType(name="bf16", bits=16, kind="float"),
+    DType(name="fp16", bits=16, kind="float"),
+    DType(name="fp8", bits=8, kind="float"),
+    DType(name="fp6", bits=6, kind="float"),
+    DType(name="fp4", bits=4, kind="float"),
+    DType(name="int64", bits=64, kind="int"),
+    DType(name="int32", bits=32, kind="int"),
+    DType(name="int16", bits=16, kind="int"),
+    DType(name="int8", bits=8, kind="int"),
+    DType(name="uint8", bits=8, kind="int"),
+    DType(name="int4", bits=4, kind="int"),
+    DType(name="bool", bits=8, kind="bool"),
+)
+DTYPES: dict[str, DType] = {dtype.name: dtype for dtype in _DTYPES}
+
+# Spellings from PyTorch, NumPy and vendor documents mapped to the canonical names above.
+ALIASES: dict[str, str] = {
+    "float64": "fp64", "double": "fp64",
+    "float32": "fp32", "float": "fp32",
+    "bfloat16": "bf16",
+    "float16": "fp16", "half": "fp16", "dl16": "fp16",
+    "fp8_e4m3": "fp8", "fp8_e5m2": "fp8", "float8_e4m3fn": "fp8", "float8_e5m2": "fp8",
+    "e4m3": "fp8", "e5m2": "fp8",
+    "long": "int64", "int": "int32", "short": "int16",
+}
+
+
+def get_dtype(name: str) -> DType:
+    """Return the :class:`DType` for a canonical name or an alias; raise a clear error otherwise."""
+    if not isinstance(name, str):
+        raise PerfmodelError(f"dtype must be a string such as 'bf16', got {name!r}")
+    key = name.strip().lower().removeprefix("torch.")
+    key = ALIASES.get(key, key)
+    if key not in DTYPES:
+        raise PerfmodelError(f"unknown dtype {name!r}; known: {', '.join(DTYPES)} (and aliases such as "
+                             "'bfloat16', 'float16', 'float32')")
+    return DTYPES[key]

@@ -1,0 +1,311 @@
+"""Load hardware specs from YAML into :class:`~perfmodel.hardware.model.Hardware` (edge module).
+
+* ``load_hardware(name_or_path, overrides=None)``: a catalog name (``h100-sxm``) or a path.
+* ``extends: other`` resolves a catalog name or a file beside the spec (no other directories),
+  then merges this file over it key by key (mappings merge, everything else is replaced).
+* ``overrides`` (``{"memory.hbm.bandwidth": "6.4 TB/s"}``) are applied last, for what-if studies;
+  each overridden number is attributed to a ``what-if`` source.
+* Every problem in a spec is collected and raised at once as one :class:`SpecError` naming file,
+  line, dotted field path and what is allowed.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Mapping
+
+from pydantic import ValidationError
+
+from perfmodel.errors import Problem, SpecError
+from perfmodel.hardware import model
+from perfmodel.hardware.schema import SCHEMA_VERSION, HardwareSpec, _numeric_field_paths
+from perfmodel.paths import spec_directories
+from perfmodel.yaml_source import YamlDocument, join_path, read_yaml
+
+WHAT_IF_SOURCE = "what-if"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CatalogEntry:
+    name: str
+    family: str
+    vendor: str
+    description: str
+    path: Path
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Merged:
+    data: dict
+    origins: dict[str, tuple[str, int | None]]  # dotted path -> (file, line)
+
+
+def spec_files() -> list[Path]:
+    """Every YAML spec file in the catalog directories, sorted by family folder then name."""
+    files: list[Path] = []
+    for directory in spec_directories():
+        files.extend(sorted(directory.rglob("*.yaml")))
+    return files
+
+
+@lru_cache(maxsize=1)
+def _catalog_index() -> dict[str, Path]:
+    index: dict[str, Path] = {}
+    for path in spec_files():
+        document = read_yaml(path)
+        name = document.data.get("name") if isinstance(document.data, dict) else None
+        index.setdefault(str(name) if name else path.stem, path)
+    return index
+
+
+def catalog() -> list[CatalogEntry]:
+    """The shipped specs (and any in ``$PERFMODEL_SPEC_PATH``), each loaded and validated."""
+    entries = []
+    for name, path in _catalog_index().items():
+        hardware = load_hardware(path)
+        entries.append(CatalogEntry(name=name, family=hardware.family, vendor=hardware.vendor,
+                                    description=hardware.description, path=path))
+    return entries
+
+
+def resolve_spec(name_or_path: str | Path, *, beside: Path | None = None) -> Path:
+    """A catalog name, or a path to a file; with ``beside``, only files in that directory."""
+    text = str(name_or_path)
+    index = _catalog_index()
+    if text in index:
+        return index[text]
+    if beside is not None:
+        candidate = (beside / text)
+        if "/" in text or "\\" in text or text.startswith(".") or not candidate.is_file():
+            known = ", ".join(sorted(index))
+            raise FileNotFoundError(f"'extends: {text}' must name a catalog spec ({known}) or a file in "
+                                    f"the same directory as the spec ({beside})")
+        return candidate
+    path = Path(text)
+    if path.is_file():
+        return path
+    raise FileNotFoundError(f"no spec named {text!r}: not a catalog name ({', '.join(sorted(index))}) "
+                            "and not a file; run 'perfmodel specs list' to see the catalog")
+
+
+def _origins(document: YamlDocument) -> dict[str, tuple[str, int | None]]:
+    return {path: (document.file, line) for path, line in document.lines.items()}
+
+
+def _merge(base: dict, top: dict, prefix: str, origins: dict, top_origins: dict) -> dict:
+    merged = dict(base)
+    for key, value in top.items():
+        path = join_path(prefix, key)
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value, path, origins, top_origins)
+        else:
+            merged[key] = copy.deepcopy(value)
+            for dotted in [p for p in origins if p == path or p.startswith(path + ".")]:
+                del origins[dotted]
+        for dotted, origin in top_origins.items():
+            if dotted == path or dotted.startswith(path + "."):
+                origins[dotted] = origin
+    return merged
+
+
+def _read_merged(path: Path, chain: tuple[Path, ...], problems: list[Problem]) -> _Merged | None:
+    document = read_yaml(path)
+    problems.extend(document.problems)
+    if document.data is None:
+        return None
+    if not isinstance(document.data, dict):
+        problems.append(Problem(file=str(path), line=1, field="", message="a spec must be a YAML mapping"))
+        return None
+    data, origins = document.data, _origins(document)
+    parent_name = data.get("extends")
+    if parent_name is None:
+        return _Merged(data=data, origins=origins)
+    line = document.lines.get("extends")
+    try:
+        parent_path = resolve_spec(str(parent_name), beside=path.parent)
+    except FileNotFoundError as error:
+        problems.append(Problem(file=str(path), line=line, field="extends", message=str(error)))
+        return None
+    if parent_path.resolve() in chain:
+        cycle = " -> ".join(p.name for p in (*chain, parent_path.resolve()))
+        problems.append(Problem(file=str(path), line=line, field="extends", message=f"extends cycle: {cycle}"))
+        return None
+    parent = _read_merged(parent_path, (*chain, parent_path.resolve()), problems)
+    if parent is None:
+        return None
+    child = {key: value for key, value in data.items() if key != "extends"}
+    for inherited in ("alternatives", "notes"):
+        # A variant's own caveats replace the parent's, which may not apply to it.
+        parent.data.pop(inherited, None)
+    merged_origins = dict(parent.origins)
+    merged = _merge(parent.data, child, "", merged_origins, origins)
+    merged_origins["extends"] = (str(path), line)
+    return _Merged(data=merged, origins=merged_origins)
+
+
+def _set_path(data: dict, dotted: str, value: Any) -> None:
+    keys = dotted.split(".")
+    node = data
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            raise KeyError(dotted)
+        node = node[key]
+    if keys[-1] not in node and keys[-1] not in _OPTIONAL_LEAVES:
+        raise KeyError(dotted)
+    node[keys[-1]] = value
+
+
+_OPTIONAL_LEAVES = {"latency", "usable_capacity", "transfer_granule", "clock", "kernel_launch", "program_launch",
+                    "per_node", "dma_setup", "sync", "idle", "max_chips"}
+
+
+def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: list[Problem]) -> None:
+    data = merged.data
+    if overrides:
+        data.setdefault("sources", {})[WHAT_IF_SOURCE] = {
+            "url": "repo:perfmodel/hardware/loader.py", "kind": "what-if",
+            "note": "value set by the user for a what-if study (--set / overrides)",
+        }
+    for dotted, value in overrides.items():
+        try:
+            _set_path(data, dotted, value)
+        except KeyError:
+            problems.append(Problem(file="--set", line=None, field=dotted,
+                                    message="no such field in the spec; use a dotted path such as "
+                                            "'memory.hbm.bandwidth' (see 'perfmodel specs show NAME')"))
+            continue
+        merged.origins[dotted] = ("--set", None)
+        owner_path, _, leaf = dotted.rpartition(".")
+        owner, tail = _find_sourced_owner(data, owner_path)
+        if owner is not None:
+            owner.setdefault("field_sources", {})[join_path(tail, leaf)] = WHAT_IF_SOURCE
+
+
+def _find_sourced_owner(data: dict, dotted: str) -> tuple[dict | None, str]:
+    """The innermost mapping on ``dotted`` that has a ``source`` key, and the rest of the path."""
+    keys = dotted.split(".") if dotted else []
+    owner, rest, node = None, keys, data
+    for index, key in enumerate(keys):
+        node = node.get(key) if isinstance(node, dict) else None
+        if isinstance(node, dict) and "source" in node:
+            owner, rest = node, keys[index + 1:]
+    return owner, ".".join(rest)
+
+
+def _problems_from_validation(error: ValidationError, merged: _Merged, file: str) -> list[Problem]:
+    problems = []
+    for item in error.errors():
+        dotted = ".".join(str(part) for part in item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden":
+            message = "unknown key; check the spelling against hardware_specs/README.md"
+        elif item["type"] == "missing":
+            message = "required field is missing"
+        elif item["type"] == "literal_error" and dotted == "schema_version":
+            message = f"must be {SCHEMA_VERSION} (the schema this perfmodel reads)"
+        origin_path = dotted
+        while origin_path and origin_path not in merged.origins:
+            origin_path = origin_path.rpartition(".")[0]
+        origin_file, line = merged.origins.get(origin_path, (file, None))
+        problems.append(Problem(file=origin_file, line=line, field=dotted, message=message))
+    return problems
+
+
+def load_hardware(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> model.Hardware:
+    """Load and validate a spec by catalog name or path; raise :class:`SpecError` listing every problem."""
+    try:
+        path = resolve_spec(name_or_path)
+    except FileNotFoundError as error:
+        raise SpecError([Problem(file=str(name_or_path), line=None, field="", message=str(error))]) from None
+    if not overrides:
+        return _load_cached(path.resolve())
+    return _load(path, dict(overrides))
+
+
+@lru_cache(maxsize=64)
+def _load_cached(path: Path) -> model.Hardware:
+    return _load(path, {})
+
+
+def _load(path: Path, overrides: dict[str, Any]) -> model.Hardware:
+    problems: list[Problem] = []
+    merged = _read_merged(path, (path.resolve(),), problems)
+    if merged is None:
+        raise SpecError(problems)
+    _apply_overrides(merged, overrides, problems)
+    sources = merged.data.get("sources")
+    source_ids = set(sources) if isinstance(sources, dict) else set()
+    spec = None
+    try:
+        spec = HardwareSpec.model_validate(merged.data, context={"source_ids": source_ids})
+    except ValidationError as error:
+        problems.extend(_problems_from_validation(error, merged, str(path)))
+    if problems or spec is None:
+        raise SpecError(problems)
+    return to_hardware(spec, origin=str(path))
+
+
+def validate_spec_file(path: str | Path) -> list[Problem]:
+    """The problems of one spec file (empty when it is valid)."""
+    try:
+        _load(Path(path), {})
+    except SpecError as error:
+        return list(error.problems)
+    return []
+
+
+def _collect_field_sources(prefix: str, spec: Any, out: dict[str, str]) -> None:
+    for path in _numeric_field_paths(spec):
+        out[f"{prefix}.{path}"] = spec.field_sources.get(path, spec.source)
+
+
+def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
+    """Convert a validated spec into the core record."""
+    field_sources: dict[str, str] = {}
+    compute = {}
+    for name, engine in spec.compute.items():
+        _collect_field_sources(f"compute.{name}", engine, field_sources)
+        tile = None if engine.tile is None else model.Tile(m=engine.tile.m, n=engine.tile.n, k=engine.tile.k)
+        compute[name] = model.ComputeEngine(name=name, kind=engine.kind, units=engine.units,
+                                            peak_flops_per_s=engine.peak, clock_hz=engine.clock, tile=tile)
+    memory = []
+    for name, level in spec.memory.items():
+        _collect_field_sources(f"memory.{name}", level, field_sources)
+        memory.append(model.MemoryLevel(
+            name=name, kind=level.kind, managed=level.managed, capacity_bytes=level.capacity,
+            instances=level.instances, bandwidth_bytes_per_s=level.bandwidth, latency_s=level.latency,
+            usable_capacity_bytes=level.usable_capacity, transfer_granule_bytes=level.transfer_granule,
+            off_device=level.off_device))
+    links = {}
+    for name, link in spec.links.items():
+        _collect_field_sources(f"links.{name}", link, field_sources)
+        links[name] = model.Link(name=name, kind=link.kind,
+                                 bandwidth_bytes_per_s_per_direction=link.bandwidth_per_direction,
+                                 topology=link.topology, links_per_chip=link.links_per_chip,
+                                 latency_s=link.latency, max_chips=link.max_chips)
+    modes = {}
+    for name, mode in spec.scheduling.modes.items():
+        _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)
+        modes[name] = model.ExecutionMode(
+            name=name, kernel_launch_s=mode.kernel_launch or 0.0, program_launch_s=mode.program_launch or 0.0,
+            per_node_s=mode.per_node or 0.0, dma_setup_s=mode.dma_setup or 0.0, sync_s=mode.sync or 0.0)
+    _collect_field_sources("power", spec.power, field_sources)
+    price = None
+    if spec.price is not None:
+        _collect_field_sources("price", spec.price, field_sources)
+        price = spec.price.per_hour
+    sources = {key: model.Source(url=value.url, kind=value.kind, note=value.note) for key, value in spec.sources.items()}
+    alternatives = tuple(
+        model.Alternative(field=item.field, used=item.used, reason=item.reason,
+                          others=tuple((other.value, other.source) for other in item.others))
+        for item in spec.alternatives)
+    return model.Hardware(
+        name=spec.name, family=spec.family, vendor=spec.vendor, description=spec.description,
+        compute=compute, memory=tuple(memory), links=links,
+        scheduling=model.Scheduling(default_mode=spec.scheduling.default_mode, modes=modes),
+        power=model.Power(tdp_watts=spec.power.tdp, idle_watts=spec.power.idle),
+        price_usd_per_hour=price, sources=sources, field_sources=field_sources,
+        alternatives=alternatives, notes=spec.notes, origin=origin)

@@ -1,0 +1,203 @@
+"""The hardware model: frozen records of one device, in SI units.
+
+Built by :mod:`perfmodel.hardware.loader` from a YAML spec; the core reads only these records.
+
+Conventions
+-----------
+* Memory levels are ordered innermost first (registers/scratchpad ... DRAM, external store).
+* ``MemoryLevel.capacity_bytes`` is per instance; ``bandwidth_bytes_per_s`` is the aggregate over
+  all instances (the rate at which the compute engines can move data through that level).
+* A ``Link`` bandwidth is per direction and per link; ``links_per_chip`` links leave each chip.
+* Scheduling overheads are in seconds; an overhead that the spec does not give is 0 (not charged),
+  and the spec says so in its notes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Mapping
+
+Family = Literal["gpu", "tpu", "wafer", "lpu", "spyre", "cpu"]
+FAMILIES: tuple[str, ...] = ("gpu", "tpu", "wafer", "lpu", "spyre", "cpu")
+EngineKind = Literal["matrix", "vector", "scalar"]
+LevelKind = Literal["registers", "cache", "scratchpad", "sram", "dram", "external"]
+Management = Literal["hardware", "software"]
+Topology = Literal["switch", "ring", "torus2d", "torus3d", "mesh2d", "fully_connected", "dragonfly",
+                   "point_to_point"]
+LinkKind = Literal["chip_to_chip", "host", "network", "external_store"]
+ModeName = Literal["dynamic", "graph", "static"]
+SourceKind = Literal["datasheet", "datasheet-secondary", "measured", "vendor-code", "dev-measured",
+                     "estimate", "detected", "what-if"]
+
+
+def _frozen_mapping(mapping: Mapping) -> Mapping:
+    return MappingProxyType(dict(mapping))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Source:
+    """Where a number comes from: a URL (or a repo path for the project's own measurements)."""
+
+    url: str
+    kind: SourceKind
+    note: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Tile:
+    """Native work granularity of an engine: matmul dimensions are padded to multiples of these."""
+
+    m: int
+    n: int
+    k: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ComputeEngine:
+    """A compute engine (tensor cores, MXUs, PE arrays, vector units) and its dense peaks."""
+
+    name: str
+    kind: EngineKind
+    units: int
+    peak_flops_per_s: Mapping[str, float]
+    clock_hz: float | None = None
+    tile: Tile | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "peak_flops_per_s", _frozen_mapping(self.peak_flops_per_s))
+
+
+@dataclass(frozen=True, kw_only=True)
+class MemoryLevel:
+    """One level of the memory hierarchy."""
+
+    name: str
+    kind: LevelKind
+    managed: Management
+    capacity_bytes: float
+    instances: int
+    bandwidth_bytes_per_s: float
+    latency_s: float | None = None
+    usable_capacity_bytes: float | None = None
+    transfer_granule_bytes: float | None = None
+    off_device: bool = False
+
+    @property
+    def total_capacity_bytes(self) -> float:
+        return self.capacity_bytes * self.instances
+
+    @property
+    def usable_bytes_per_instance(self) -> float:
+        return self.capacity_bytes if self.usable_capacity_bytes is None else self.usable_capacity_bytes
+
+
+@dataclass(frozen=True, kw_only=True)
+class Link:
+    """A chip-to-chip, host or network link."""
+
+    name: str
+    kind: LinkKind
+    bandwidth_bytes_per_s_per_direction: float
+    topology: Topology
+    links_per_chip: int = 1
+    latency_s: float | None = None
+    max_chips: int | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExecutionMode:
+    """How the host drives the device in one execution mode, and what that costs.
+
+    * ``kernel_launch_s``: host cost of dispatching one kernel (``dynamic`` mode: per op);
+    * ``program_launch_s``: cost of launching one compiled program or captured graph;
+    * ``per_node_s``: cost of each node inside a program or graph (device-side gaps);
+    * ``dma_setup_s``: runtime cost of setting up one orchestrated DMA transfer;
+    * ``sync_s``: cost of one synchronization/barrier.
+    """
+
+    name: ModeName
+    kernel_launch_s: float = 0.0
+    program_launch_s: float = 0.0
+    per_node_s: float = 0.0
+    dma_setup_s: float = 0.0
+    sync_s: float = 0.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scheduling:
+    """The execution modes the device's software stack offers, and which one is the default."""
+
+    default_mode: ModeName
+    modes: Mapping[str, ExecutionMode]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "modes", _frozen_mapping(self.modes))
+
+    def mode(self, name: str | None = None) -> ExecutionMode:
+        return self.modes[self.default_mode if name is None else name]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Power:
+    tdp_watts: float
+    idle_watts: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Alternative:
+    """A figure on which sources disagree: the value used, the others, and why."""
+
+    field: str
+    used: str
+    others: tuple[tuple[str, str], ...]  # (value, source id)
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Hardware:
+    """One device: compute engines, memory hierarchy, links, scheduling, power and sources.
+
+    ``field_sources`` maps the dotted path of every numeric field to its source id in ``sources``.
+    """
+
+    name: str
+    family: Family
+    vendor: str
+    description: str
+    compute: Mapping[str, ComputeEngine]
+    memory: tuple[MemoryLevel, ...]
+    links: Mapping[str, Link]
+    scheduling: Scheduling
+    power: Power
+    price_usd_per_hour: float | None = None
+    sources: Mapping[str, Source] = field(default_factory=dict)
+    field_sources: Mapping[str, str] = field(default_factory=dict)
+    alternatives: tuple[Alternative, ...] = ()
+    notes: str = ""
+    origin: str = ""
+
+    def __post_init__(self) -> None:
+        for name in ("compute", "links", "sources", "field_sources"):
+            object.__setattr__(self, name, _frozen_mapping(getattr(self, name)))
+
+    def level(self, name: str) -> MemoryLevel:
+        for level in self.memory:
+            if level.name == name:
+                return level
+        raise KeyError(f"{self.name} has no memory level {name!r}; levels: {[lv.name for lv in self.memory]}")
+
+    @property
+    def outermost_on_device(self) -> MemoryLevel:
+        """The largest memory on the device itself (HBM, LPDDR, or SRAM on SRAM-only designs)."""
+        on_device = [level for level in self.memory if not level.off_device]
+        return on_device[-1]
+
+    def peak_flops_per_s(self, dtype: str, kind: EngineKind | None = None) -> float:
+        """The highest dense peak for ``dtype`` over the engines (of ``kind`` if given); 0 if none."""
+        rates = [engine.peak_flops_per_s.get(dtype, 0.0) for engine in self.compute.values()
+                 if kind is None or engine.kind == kind]
+        return max(rates, default=0.0)
+
+    def source_of(self, dotted_field: str) -> Source:
+        return self.sources[self.field_sources[dotted_field]]

@@ -1,0 +1,249 @@
+"""The hardware spec schema, strict, in pydantic v2 (edge module).
+
+Every quantity is a string with a unit (``"3.35 TB/s"``); a bare number on a dimensional field is
+an error. Every object that carries numbers names its ``source`` (an id of the top-level
+``sources`` table), and may name other sources for single fields in ``field_sources``.
+Unknown keys are errors. See ``hardware_specs/README.md`` for a commented example.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from perfmodel.dtypes import DTYPES
+from perfmodel.hardware.model import (
+    EngineKind,
+    Family,
+    LevelKind,
+    LinkKind,
+    Management,
+    ModeName,
+    SourceKind,
+    Topology,
+)
+from perfmodel.units import parse_quantity
+
+SCHEMA_VERSION = 1
+
+
+def _quantity(dimension: str, *, allow_zero: bool = False):
+    def parse(value: object) -> float:
+        return parse_quantity(value, dimension)
+
+    def check_sign(value: float) -> float:
+        if value < 0 or (value == 0 and not allow_zero):
+            allowed = "zero or more" if allow_zero else "more than zero"
+            raise ValueError(f"must be {allowed}, got {value!r} (in SI units)")
+        return value
+
+    return Annotated[float, BeforeValidator(parse), AfterValidator(check_sign)]
+
+
+Bytes = _quantity("bytes")
+BytesPerSecond = _quantity("bytes_per_s")
+FlopsPerSecond = _quantity("flops_per_s")
+Hertz = _quantity("hertz")
+Watts = _quantity("watts")
+Seconds = _quantity("seconds")
+Overhead = _quantity("seconds", allow_zero=True)
+UsdPerHour = _quantity("usd_per_hour", allow_zero=True)
+Count = Annotated[int, Field(strict=True, gt=0)]
+Text = Annotated[str, Field(strict=True, min_length=1)]
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class SourceSpec(Strict):
+    url: Text
+    kind: SourceKind
+    note: str = ""
+
+    @field_validator("url")
+    @classmethod
+    def _url_form(cls, url: str) -> str:
+        if not re.match(r"^(https?://\S+|repo:\S+|file://\S+)$", url):
+            raise ValueError("must be an http(s):// URL, or 'repo:PATH' for a measurement made by this "
+                             "project, or 'file://PATH' for a detected value")
+        return url
+
+
+class Sourced(Strict):
+    """An object whose numbers come from ``source``, except fields named in ``field_sources``."""
+
+    source: Text
+    field_sources: dict[str, Text] = {}
+
+    @field_validator("source")
+    @classmethod
+    def _source_known(cls, source: str, info: ValidationInfo) -> str:
+        return _check_source_id(source, info)
+
+    @field_validator("field_sources")
+    @classmethod
+    def _field_sources_known(cls, field_sources: dict[str, str], info: ValidationInfo) -> dict[str, str]:
+        for source in field_sources.values():
+            _check_source_id(source, info)
+        return field_sources
+
+    @model_validator(mode="after")
+    def _field_sources_name_fields(self):
+        present = _numeric_field_paths(self)
+        unknown = sorted(set(self.field_sources) - set(present))
+        if unknown:
+            raise ValueError(f"field_sources names {unknown}, which are not numeric fields of this object; "
+                             f"its numeric fields are {sorted(present)}")
+        return self
+
+
+def _check_source_id(source: str, info: ValidationInfo) -> str:
+    known = (info.context or {}).get("source_ids")
+    if known is not None and source not in known:
+        raise ValueError(f"source {source!r} is not defined in the top-level 'sources' table "
+                         f"(defined: {', '.join(sorted(known)) or 'none'})")
+    return source
+
+
+def _numeric_field_paths(model: BaseModel, prefix: str = "") -> list[str]:
+    """Dotted paths of the numeric fields set on ``model`` (nested dicts of numbers included)."""
+    paths = []
+    for name in model.model_fields_set:
+        value = getattr(model, name)
+        path = f"{prefix}{name}"
+        if isinstance(value, bool) or name in ("source", "field_sources"):
+            continue
+        if isinstance(value, (int, float)):
+            paths.append(path)
+        elif isinstance(value, dict) and all(isinstance(item, (int, float)) for item in value.values()):
+            paths.extend(f"{path}.{key}" for key in value)
+        elif isinstance(value, BaseModel):
+            paths.extend(_numeric_field_paths(value, f"{path}."))
+    return paths
+
+
+class TileSpec(Strict):
+    m: Count
+    n: Count
+    k: Count
+
+
+class EngineSpec(Sourced):
+    kind: EngineKind
+    units: Count
+    peak: dict[str, FlopsPerSecond]
+    clock: Hertz | None = None
+    tile: TileSpec | None = None
+
+    @field_validator("peak")
+    @classmethod
+    def _known_dtypes(cls, peak: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(peak) - set(DTYPES))
+        if unknown:
+            raise ValueError(f"unknown dtype(s) {unknown}; allowed: {', '.join(DTYPES)}")
+        if not peak:
+            raise ValueError("give at least one dense peak, for example 'bf16: 989 TFLOP/s'")
+        return peak
+
+
+class LevelSpec(Sourced):
+    kind: LevelKind
+    managed: Management
+    capacity: Bytes
+    bandwidth: BytesPerSecond
+    instances: Count = 1
+    latency: Seconds | None = None
+    usable_capacity: Bytes | None = None
+    transfer_granule: Bytes | None = None
+    off_device: bool = False
+
+    @model_validator(mode="after")
+    def _usable_within_capacity(self):
+        if self.usable_capacity is not None and self.usable_capacity > self.capacity:
+            raise ValueError("usable_capacity is larger than capacity")
+        return self
+
+
+class LinkSpec(Sourced):
+    kind: LinkKind
+    bandwidth_per_direction: BytesPerSecond
+    topology: Topology
+    links_per_chip: Count = 1
+    latency: Seconds | None = None
+    max_chips: Count | None = None
+
+
+class ModeSpec(Sourced):
+    kernel_launch: Overhead | None = None
+    program_launch: Overhead | None = None
+    per_node: Overhead | None = None
+    dma_setup: Overhead | None = None
+    sync: Overhead | None = None
+
+
+class SchedulingSpec(Strict):
+    default_mode: ModeName
+    modes: dict[ModeName, ModeSpec]
+
+    @model_validator(mode="after")
+    def _default_is_a_mode(self):
+        if self.default_mode not in self.modes:
+            raise ValueError(f"default_mode {self.default_mode!r} is not one of the modes given "
+                             f"({', '.join(self.modes) or 'none'})")
+        return self
+
+
+class PowerSpec(Sourced):
+    tdp: Watts
+    idle: Watts | None = None
+
+
+class PriceSpec(Sourced):
+    per_hour: UsdPerHour
+
+
+class OtherValue(Strict):
+    value: Text
+    source: Text
+
+    @field_validator("source")
+    @classmethod
+    def _source_known(cls, source: str, info: ValidationInfo) -> str:
+        return _check_source_id(source, info)
+
+
+class AlternativeSpec(Strict):
+    field: Text
+    used: Text
+    others: list[OtherValue] = Field(min_length=1)
+    reason: Text
+
+
+class HardwareSpec(Strict):
+    schema_version: Literal[1]
+    name: Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9._-]*$")]
+    family: Family
+    vendor: Text
+    description: Text
+    sources: dict[str, SourceSpec] = Field(min_length=1)
+    compute: dict[str, EngineSpec] = Field(min_length=1)
+    memory: dict[str, LevelSpec] = Field(min_length=1)
+    scheduling: SchedulingSpec
+    power: PowerSpec
+    links: dict[str, LinkSpec] = {}
+    price: PriceSpec | None = None
+    alternatives: list[AlternativeSpec] = []
+    notes: str = ""
+    extends: str | None = None

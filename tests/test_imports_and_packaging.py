@@ -1,0 +1,36 @@
+"""``import perfmodel`` stays light; the wheel carries the specs and workloads."""
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_import_perfmodel_imports_no_heavy_modules():
+    code = ("import sys, perfmodel, perfmodel.units, perfmodel.hardware.model; "
+            "print(__import__('json').dumps(sorted(m for m in ('torch','matplotlib','scipy','pandas','pydantic') "
+            "if m in sys.modules)))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == []
+
+
+def test_loading_a_spec_does_not_import_torch_or_matplotlib():
+    code = ("import sys, perfmodel; perfmodel.load_hardware('h100-sxm'); "
+            "print(__import__('json').dumps([m for m in ('torch','matplotlib','scipy') if m in sys.modules]))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(result.stdout) == []
+
+
+def test_wheel_contains_specs_and_workloads(tmp_path):
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                    str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    [wheel] = tmp_path.glob("perfmodel-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    shipped = {Path(name).name for name in names if name.startswith("perfmodel/data/hardware_specs/")}
+    expected = {path.name for path in (ROOT / "hardware_specs").rglob("*.yaml")}
+    assert expected and expected <= shipped
+    assert any(name.startswith("perfmodel/data/workloads/") for name in names)
+    assert any(name.startswith("calibration/") for name in names)
