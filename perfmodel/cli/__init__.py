@@ -24,13 +24,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from perfmodel.cli import specs_command
+    from perfmodel.cli import predict_command, specs_command
 
     parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
                                                    "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
     parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     specs_command.register(commands)
+    predict_command.register(commands)
     return parser
 
 

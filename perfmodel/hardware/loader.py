@@ -278,7 +278,7 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
             name=name, kind=level.kind, managed=level.managed, capacity_bytes=level.capacity,
             instances=level.instances, bandwidth_bytes_per_s=level.bandwidth, latency_s=level.latency,
             usable_capacity_bytes=level.usable_capacity, transfer_granule_bytes=level.transfer_granule,
-            off_device=level.off_device))
+            off_device=level.off_device, pooled=level.pooled))
     links = {}
     for name, link in spec.links.items():
         _collect_field_sources(f"links.{name}", link, field_sources)

@@ -7,6 +7,7 @@ Conventions
 * Memory levels are ordered innermost first (registers/scratchpad ... DRAM, external store).
 * ``MemoryLevel.capacity_bytes`` is per instance; ``bandwidth_bytes_per_s`` is the aggregate over
   all instances (the rate at which the compute engines can move data through that level).
+* ``pooled`` marks a level whose instances the compiler uses as one partitioned memory.
 * A ``Link`` bandwidth is per direction and per link; ``links_per_chip`` links leave each chip.
 * Scheduling overheads are in seconds; an overhead that the spec does not give is 0 (not charged),
   and the spec says so in its notes.
@@ -82,6 +83,7 @@ class MemoryLevel:
     usable_capacity_bytes: float | None = None
     transfer_granule_bytes: float | None = None
     off_device: bool = False
+    pooled: bool = False
 
     @property
     def total_capacity_bytes(self) -> float:
@@ -90,6 +92,15 @@ class MemoryLevel:
     @property
     def usable_bytes_per_instance(self) -> float:
         return self.capacity_bytes if self.usable_capacity_bytes is None else self.usable_capacity_bytes
+
+    @property
+    def reuse_capacity_bytes(self) -> float:
+        """Capacity available to hold one tile for reuse: one instance, or all of them when pooled.
+
+        ``pooled`` levels are partitioned by the compiler across instances without duplication
+        (Cerebras' per-core SRAM holds one slice of each operand), so they act as one memory.
+        """
+        return self.usable_bytes_per_instance * (self.instances if self.pooled else 1)
 
 
 @dataclass(frozen=True, kw_only=True)

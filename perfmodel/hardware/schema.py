@@ -168,6 +168,7 @@ class LevelSpec(Sourced):
     usable_capacity: Bytes | None = None
     transfer_granule: Bytes | None = None
     off_device: bool = False
+    pooled: bool = False
 
     @model_validator(mode="after")
     def _usable_within_capacity(self):

@@ -1,0 +1,155 @@
+"""``perfmodel predict`` and ``perfmodel sweep``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from perfmodel.cli.tables import format_table
+from perfmodel.errors import PerfmodelError
+from perfmodel.units import format_quantity, parse_quantity
+
+
+def register(commands) -> None:
+    predict = commands.add_parser("predict", help="predict a workload on one or more specs")
+    predict.add_argument("workload", help="a workload file (YAML/JSON) or a shipped workload name")
+    predict.add_argument("--on", required=True, help="spec names or paths, comma-separated")
+    predict.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
+                         help="what-if override, e.g. memory.hbm.bandwidth=6.4TB/s (repeatable)")
+    predict.add_argument("--mode", choices=["dynamic", "graph", "static"], help="execution mode (default: the spec's)")
+    predict.add_argument("--overlap", choices=["max", "sum"], default="max")
+    predict.add_argument("--top", type=int, default=20, help="ops to list per spec in the table (default 20)")
+    output = predict.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print the JSON contract")
+    output.add_argument("--csv", action="store_true", help="print one CSV row per op and spec")
+    predict.set_defaults(handler=_predict)
+
+    sweep = commands.add_parser("sweep", help="evaluate a transformer block over a grid of scenario and spec values")
+    sweep.add_argument("--on", required=True, help="one spec")
+    sweep.add_argument("--grid", action="append", default=[], metavar="AXIS=V1,V2,...",
+                       help="scenario axis (batch, seq, kv_len, hidden, heads, kv_heads, ffn, layers) or spec field "
+                            "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
+    sweep.add_argument("--mode", choices=["dynamic", "graph", "static"])
+    sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet)")
+    sweep.add_argument("--json", action="store_true")
+    sweep.set_defaults(handler=_sweep)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    overrides = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field or not value:
+            raise PerfmodelError(f"--set {item!r}: expected FIELD=VALUE, e.g. memory.hbm.bandwidth=6.4TB/s")
+        overrides[field.strip()] = value.strip()
+    return overrides
+
+
+def _predict(args) -> int:
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline import evaluate
+    from perfmodel.workload.io import load_graph
+
+    graph = load_graph(args.workload)
+    overrides = parse_overrides(args.set)
+    evaluations = [evaluate(graph, load_hardware(name.strip(), overrides=overrides or None), mode=args.mode,
+                            overlap=args.overlap) for name in args.on.split(",") if name.strip()]
+    if args.json:
+        data = [evaluation.to_dict() for evaluation in evaluations]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=1))
+        return 0
+    if args.csv:
+        import pandas as pd
+
+        frames = [evaluation.to_frame().assign(hardware=evaluation.hardware) for evaluation in evaluations]
+        pd.concat(frames).to_csv(sys.stdout, index=False)
+        return 0
+    summary = []
+    for evaluation in evaluations:
+        print(f"\n{graph.name} on {evaluation.hardware} ({evaluation.mode} mode, overlap {evaluation.overlap})")
+        ops = sorted(evaluation.ops, key=lambda op: -op.total_s)[: args.top]
+        rows = [[op.name, op.kind, op.count, format_quantity(op.flops, "flops_per_s").replace("/s", ""),
+                 format_quantity(op.compute_s, "seconds"), format_quantity(max(op.memory_s.values(), default=0), "seconds"),
+                 format_quantity(op.scheduling_s, "seconds"), format_quantity(op.total_s, "seconds"),
+                 f"{100 * op.total_s / evaluation.total_s:.1f}%", op.bound] for op in ops]
+        print(format_table(["op", "kind", "count", "FLOP", "compute", "memory (max level)", "scheduling", "total",
+                            "share", "bound"], rows))
+        if len(evaluation.ops) > args.top:
+            print(f"... {len(evaluation.ops) - args.top} more ops (--top N, --csv)")
+        bounds = ", ".join(f"{bound} {100 * time / evaluation.total_s:.0f}%"
+                           for bound, time in evaluation.time_by_bound.items())
+        print(f"total {format_quantity(evaluation.total_s, 'seconds')}; by bound: {bounds}")
+        if evaluation.unsupported:
+            print(f"estimated without a cost rule: {evaluation.unsupported}")
+        summary.append([evaluation.hardware, evaluation.mode, format_quantity(evaluation.total_s, "seconds"),
+                        f"{evaluation.flops_total / evaluation.total_s / 1e12:.2f}", evaluation.bound, evaluation.kernels])
+    if len(evaluations) > 1:
+        print()
+        print(format_table(["spec", "mode", "total", "achieved TFLOP/s", "main bound", "kernels"], summary))
+    return 0
+
+
+SCENARIO_AXES = ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "ffn", "layers")
+
+
+def parse_grid(items: list[str]) -> tuple[dict, dict]:
+    from perfmodel.roofline.sweep import spec_axis_dimension
+
+    scenario, spec = {}, {}
+    for item in items:
+        axis, sep, values = item.partition("=")
+        if not sep or not values:
+            raise PerfmodelError(f"--grid {item!r}: expected AXIS=V1,V2,..., e.g. batch=1,8,64")
+        parts = [value.strip() for value in values.split(",") if value.strip()]
+        if axis in SCENARIO_AXES:
+            try:
+                scenario[axis] = [int(value) for value in parts]
+            except ValueError:
+                raise PerfmodelError(f"--grid {axis}: values must be integers, got {values!r}") from None
+            if any(value <= 0 for value in scenario[axis]):
+                raise PerfmodelError(f"--grid {axis}: values must be more than zero")
+        else:
+            dimension = spec_axis_dimension(axis)
+            spec[axis] = [parse_quantity(value, dimension) for value in parts]
+    return scenario, spec
+
+
+def _sweep(args) -> int:
+    import numpy as np
+
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline.sweep import grid_size, sweep
+    from perfmodel.workload.builders import transformer_block
+    from perfmodel.yaml_source import write_text_atomically
+
+    scenario, spec = parse_grid(args.grid)
+    hardware = load_hardware(args.on)
+    total = grid_size({**scenario, **spec})
+    if total == 0:
+        raise PerfmodelError("give at least one --grid axis, e.g. --grid batch=1,8,64")
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit="pt", disable=args.json or total < 100_000, file=sys.stderr) as bar:
+        result = sweep(lambda **axes: transformer_block(**{k: np.asarray(v) for k, v in axes.items()}), hardware,
+                       scenario={k: np.asarray(v) for k, v in scenario.items()}, spec=spec, mode=args.mode,
+                       progress=lambda done, _: bar.update(done - bar.n))
+    frame = result.to_frame()
+    if args.output:
+        if args.output.suffix == ".parquet":
+            import os
+            import tempfile
+
+            handle, temporary = tempfile.mkstemp(dir=args.output.parent or ".", suffix=".parquet")
+            os.close(handle)
+            frame.to_parquet(temporary)
+            os.replace(temporary, args.output)
+        else:
+            write_text_atomically(args.output, frame.to_csv(index=False))
+    if args.json:
+        print(frame.to_json(orient="records"))
+    else:
+        print(frame.head(50).to_string(index=False))
+        if len(frame) > 50:
+            print(f"... {len(frame) - 50} more rows (-o FILE.csv)")
+    return 0

@@ -1,0 +1,61 @@
+"""Fusion as a compiler does it (XLA, torch.compile/Inductor, Spyre's and Groq's compilers).
+
+Element-wise, normalization, softmax, reduction and copy ops that consume the output of the
+previous op of their group join that group (chains and epilogues); any other op starts a group.
+A group is one kernel: one launch, and its intermediates stay on chip, so at every level but the
+innermost it moves only its external inputs and outputs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from perfmodel.workload.ir import Graph
+
+FUSIBLE_KINDS = frozenset({"elementwise", "norm", "softmax", "reduction", "copy"})
+
+
+@dataclass(frozen=True, kw_only=True)
+class FusionPlan:
+    """``group_of[i]`` is the index of the op that anchors op i's kernel; the internal bytes are
+    traffic that fusion keeps on chip (inputs read from, or outputs consumed only inside, the group)."""
+
+    group_of: tuple[int, ...]
+    internal_input_bytes: tuple  # floats, or arrays for sweeps
+    internal_output_bytes: tuple
+
+    @property
+    def kernels(self) -> int:
+        return len(set(self.group_of))
+
+
+def no_fusion(graph: Graph) -> FusionPlan:
+    count = len(graph.ops)
+    return FusionPlan(group_of=tuple(range(count)), internal_input_bytes=(0.0,) * count,
+                      internal_output_bytes=(0.0,) * count)
+
+
+def plan_fusion(graph: Graph) -> FusionPlan:
+    index = graph.index
+    producers: dict[int, list[int]] = {i: [] for i in range(len(graph.ops))}
+    consumers: dict[int, list[int]] = {i: [] for i in range(len(graph.ops))}
+    for producer, consumer in graph.edges:
+        producers[index[consumer]].append(index[producer])
+        consumers[index[producer]].append(index[consumer])
+    group_of: list[int] = []
+    for position, op in enumerate(graph.ops):
+        previous = position - 1
+        joins = (position > 0 and op.kind in FUSIBLE_KINDS and previous in producers[position]
+                 and op.count == graph.ops[previous].count)
+        group_of.append(group_of[previous] if joins else position)
+    internal_in, internal_out = [], []
+    for position, op in enumerate(graph.ops):
+        group = group_of[position]
+        inside = [p for p in producers[position] if group_of[p] == group]
+        # An input produced inside the group never leaves the chip: count the producer's output size.
+        internal_in.append(sum((graph.ops[p].output_bytes for p in inside), 0.0))
+        outside_consumers = [c for c in consumers[position] if group_of[c] != group]
+        only_inside = consumers[position] and not outside_consumers
+        internal_out.append(op.output_bytes if only_inside else 0.0)
+    return FusionPlan(group_of=tuple(group_of), internal_input_bytes=tuple(internal_in),
+                      internal_output_bytes=tuple(internal_out))

@@ -1,0 +1,383 @@
+"""Cost rules: one small pure function per op kind, in a registry (pure core).
+
+A rule maps an op on a device to an :class:`OpCost`: useful and executed FLOPs (after padding to
+the engine's native tile and quantization into waves over its units), the engine and dtype that do
+the work, bytes at every memory level (innermost first), launches, runtime DMAs, barriers, and link
+traffic for collectives. Rules broadcast over numpy arrays in attributes (sweeps).
+
+Engines: matmul, conv and attention run on a ``matrix`` engine, the rest on a ``vector`` engine;
+if the device has none of that kind with the op's dtype, any engine with the dtype serves; bf16
+and fp16 stand in for each other (same width; a device that lists one runs the other at that rate
+for lack of a separate figure); floating-point vector work may fall back to the fp32 rate (upcast).
+An op whose dtype no engine supports is an error.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import numpy as np
+
+from perfmodel.costs import conventions as C
+from perfmodel.costs.traffic import flash_attention_elements_moved, matmul_elements_moved, padded_bytes
+from perfmodel.dtypes import get_dtype
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.model import ComputeEngine, Hardware, Link
+from perfmodel.workload.ir import Op
+
+MATRIX_KINDS = ("matmul", "conv", "attention")
+EQUIVALENT_DTYPES = {"bf16": ("fp16",), "fp16": ("bf16",)}
+ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
+
+
+@dataclass(frozen=True, kw_only=True)
+class OpCost:
+    """What one op asks of a device. Array-valued fields broadcast over sweep points."""
+
+    flops: Any
+    executed_flops: Any
+    engine: str
+    peak_dtype: str
+    bytes_by_level: tuple[Any, ...]
+    launches: int = 1
+    dmas: int = 0
+    barriers: int = 0
+    link: str | None = None
+    link_bytes: Any = 0.0
+    link_latency_s: Any = 0.0
+    estimated: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class CostContext:
+    """Device facts a rule needs beyond the op: the device, and whether weights stay on the device."""
+
+    hardware: Hardware
+    weights_resident: bool = True
+
+
+CostRule = Callable[[Op, CostContext], OpCost]
+COST_RULES: dict[str, CostRule] = {}
+
+
+def cost_rule(kind: str) -> Callable[[CostRule], CostRule]:
+    def register(rule: CostRule) -> CostRule:
+        if kind in COST_RULES:
+            raise ValueError(f"a cost rule for {kind!r} is already registered ({COST_RULES[kind].__name__})")
+        COST_RULES[kind] = rule
+        return rule
+
+    return register
+
+
+def op_cost(op: Op, context: CostContext) -> OpCost:
+    """The cost of ``op`` (one instance; the caller multiplies by ``op.count``)."""
+    rule = COST_RULES.get(op.kind, COST_RULES["other"])
+    return rule(op, context)
+
+
+# ----------------------------------------------------------------------------------------- engines
+def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[ComputeEngine, str]:
+    """The engine that runs an op of ``op_kind`` in ``dtype``, and the dtype whose peak applies."""
+    preferred = "matrix" if op_kind in MATRIX_KINDS else "vector"
+    engines = list(hardware.compute.values())
+    candidates = [dtype, *EQUIVALENT_DTYPES.get(dtype, ())]
+    for wanted in candidates:
+        for engine in sorted(engines, key=lambda e: e.kind != preferred):
+            if engine.peak_flops_per_s.get(wanted, 0) > 0:
+                return engine, wanted
+    if get_dtype(dtype).kind == "float" and op_kind not in MATRIX_KINDS:
+        for engine in sorted(engines, key=lambda e: e.kind != preferred):
+            if engine.peak_flops_per_s.get("fp32", 0) > 0:
+                return engine, "fp32"
+    offered = sorted({f"{e.name}:{d}" for e in engines for d in e.peak_flops_per_s})
+    raise PerfmodelError(f"{hardware.name} has no engine for a {op_kind} op in {dtype}; its engines offer "
+                         f"{', '.join(offered)}. Choose another dtype (for example --dtype bf16) or device.")
+
+
+# ----------------------------------------------------------------------------------------- traffic
+def inner_capacity_bytes(hardware: Hardware, level_index: int, engine: ComputeEngine) -> float | None:
+    """Capacity that tiles at ``level_index`` can be reused from: the next level inward, or, for the
+    innermost level, the engine's accumulator tile (None when the engine declares no tile)."""
+    if level_index > 0:
+        return hardware.memory[level_index - 1].reuse_capacity_bytes
+    if engine.tile is None:
+        return None
+    return engine.tile.m * engine.tile.n * ACCUMULATOR_BYTES / C.OUTPUT_BLOCK_SHARE
+
+
+def _granule(hardware: Hardware, level_index: int) -> float | None:
+    return hardware.memory[level_index].transfer_granule_bytes
+
+
+def streaming_bytes(op: Op, context: CostContext) -> tuple[Any, ...]:
+    """Compulsory traffic: every input read and every output written once at every level; an
+    off-device store serves only weights, and only when they do not stay on the device."""
+    hardware = context.hardware
+    result = []
+    for index, level in enumerate(hardware.memory):
+        if level.off_device:
+            weights = sum(t.bytes for t in op.inputs if t.role == "weight")
+            result.append(0.0 if context.weights_resident else weights)
+            continue
+        granule = _granule(hardware, index)
+        result.append(sum(padded_bytes(t.shape, get_dtype(t.dtype).bytes_per_element, granule)
+                          for t in (*op.inputs, *op.outputs)))
+    return tuple(result)
+
+
+def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, batch,
+                 a_bytes_per_element: float, b_bytes_per_element: float, c_bytes_per_element: float,
+                 a_compulsory_elements=None) -> tuple[Any, ...]:
+    """Bytes per level for a (batched) tiled product; ``a_compulsory_elements`` replaces m*k for
+    convolutions, whose im2col matrix re-reads each input element kernel-size times from on chip."""
+    hardware = context.hardware
+    result = []
+    for index, level in enumerate(hardware.memory):
+        if level.off_device:
+            weights = sum(t.bytes for t in op.inputs if t.role == "weight")
+            result.append(0.0 if context.weights_resident else weights)
+            continue
+        capacity = inner_capacity_bytes(hardware, index, engine)
+        if capacity is None:
+            reads_a, reads_b, writes_c = m * k, k * n, m * n
+        else:
+            element_bytes = max(a_bytes_per_element, b_bytes_per_element, c_bytes_per_element)
+            reads_a, reads_b, writes_c = matmul_elements_moved(m, n, k, capacity / element_bytes)
+        if a_compulsory_elements is not None:
+            reads_a = reads_a * (a_compulsory_elements / (np.asarray(m, dtype=float) * k))
+        moved = (reads_a * a_bytes_per_element + reads_b * b_bytes_per_element + writes_c * c_bytes_per_element)
+        result.append(batch * moved * _granule_factor(hardware, index, k, a_bytes_per_element))
+    return tuple(result)
+
+
+def _granule_factor(hardware: Hardware, level_index: int, inner_dim, bytes_per_element: float):
+    """Rows padded to the transfer granule (sticks) inflate traffic by padded/actual row bytes."""
+    granule = _granule(hardware, level_index)
+    if not granule:
+        return 1.0
+    row_bytes = np.asarray(inner_dim, dtype=float) * bytes_per_element
+    return np.ceil(row_bytes / granule) * granule / row_bytes
+
+
+# -------------------------------------------------------------------------------------- padding
+def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch):
+    """FLOPs the engine actually performs: dims padded to its tile, tiles quantized into waves."""
+    if engine.tile is None:
+        return C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
+    tile = engine.tile
+    tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / tile.m), np.ceil(np.asarray(n, dtype=float) / tile.n)
+    padded_k = np.ceil(np.asarray(k, dtype=float) / tile.k) * tile.k
+    tiles = batch * tiles_m * tiles_n
+    waves = np.ceil(tiles / engine.units)
+    return C.FLOPS_PER_FMA * waves * engine.units * tile.m * tile.n * padded_k
+
+
+def _attr(op: Op, name: str, default=None):
+    value = op.attrs.get(name, default)
+    if value is None:
+        raise PerfmodelError(f"op {op.name!r} ({op.kind}) needs attribute {name!r}")
+    return value
+
+
+# ----------------------------------------------------------------------------------------- rules
+def _matmul_dims(op: Op):
+    if "m" in op.attrs:
+        return _attr(op, "m"), _attr(op, "n"), _attr(op, "k"), op.attrs.get("batch", 1)
+    if len(op.inputs) < 2:
+        raise PerfmodelError(f"matmul {op.name!r} needs attrs m, n, k or two inputs")
+    a, b = op.inputs[0].shape, op.inputs[1].shape
+    batch = int(np.prod(a[:-2], dtype=np.int64)) if len(a) > 2 else 1
+    return a[-2] if len(a) > 1 else 1, b[-1], a[-1], batch
+
+
+def _bytes_per_element(op: Op, slot: int, group: str = "inputs") -> float:
+    tensors = getattr(op, group)
+    tensor = tensors[slot] if slot < len(tensors) else (op.inputs or op.outputs)[0]
+    return get_dtype(tensor.dtype).bytes_per_element
+
+
+@cost_rule("matmul")
+def matmul_cost(op: Op, context: CostContext) -> OpCost:
+    """2*m*n*k FLOPs per batch; tiled traffic at every level (see costs.traffic)."""
+    m, n, k, batch = _matmul_dims(op)
+    engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
+    flops = C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
+    traffic = _tiled_bytes(op, context, engine, m, n, k, batch, _bytes_per_element(op, 0),
+                           _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs"))
+    return OpCost(flops=flops, executed_flops=executed_matmul_flops(engine, m, n, k, batch), engine=engine.name,
+                  peak_dtype=peak_dtype, bytes_by_level=traffic)
+
+
+@cost_rule("conv")
+def conv_cost(op: Op, context: CostContext) -> OpCost:
+    """Implicit GEMM: m = batch x output positions, n = out channels, k = in channels/groups x kernel."""
+    m, n, k = _attr(op, "m"), _attr(op, "n"), _attr(op, "k")
+    engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
+    input_elements = op.inputs[0].numel if op.inputs else np.asarray(m, dtype=float) * k
+    flops = C.FLOPS_PER_FMA * np.asarray(m, dtype=float) * n * k
+    traffic = _tiled_bytes(op, context, engine, m, n, k, 1, _bytes_per_element(op, 0), _bytes_per_element(op, 1),
+                           _bytes_per_element(op, 0, "outputs"), a_compulsory_elements=input_elements)
+    return OpCost(flops=flops, executed_flops=executed_matmul_flops(engine, m, n, k, 1), engine=engine.name,
+                  peak_dtype=peak_dtype, bytes_by_level=traffic)
+
+
+@cost_rule("attention")
+def attention_cost(op: Op, context: CostContext) -> OpCost:
+    """Scaled dot-product attention, ``implementation`` 'flash' (fused, scores stay on chip, causal
+    blocks skipped) or 'naive' (three kernels; the b*h*s_q*s_kv score matrix goes through memory)."""
+    batch, heads = _attr(op, "batch"), _attr(op, "heads")
+    seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
+    causal = bool(op.attrs.get("causal", False))
+    flash = op.attrs.get("implementation", "flash") == "flash"
+    engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
+    scores = np.asarray(batch, dtype=float) * heads * seq_q * seq_kv
+    matmul_flops = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * scores * head_dim
+    useful = matmul_flops * (C.CAUSAL_FRACTION if causal else 1.0) + C.FLOPS_PER_SOFTMAX_ELEMENT * scores
+    executed = (matmul_flops * (C.CAUSAL_FRACTION if causal and flash else 1.0)
+                + C.FLOPS_PER_SOFTMAX_ELEMENT * scores)
+    element_bytes = get_dtype(op.dtype).bytes_per_element
+    hardware = context.hardware
+    traffic = []
+    for index, level in enumerate(hardware.memory):
+        if level.off_device:
+            traffic.append(0.0)
+            continue
+        compulsory = sum(t.bytes for t in (*op.inputs, *op.outputs))
+        capacity = inner_capacity_bytes(hardware, index, engine)
+        if flash and capacity is not None:
+            moved = batch * heads * flash_attention_elements_moved(seq_q, seq_kv, head_dim, capacity / element_bytes)
+            traffic.append(np.maximum(moved * element_bytes, compulsory))
+        elif flash:
+            traffic.append(compulsory)
+        else:
+            # QK^T writes the scores, softmax reads and writes them, PV reads them.
+            traffic.append(compulsory + 4 * scores * element_bytes)
+    return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=tuple(traffic), launches=1 if flash else 3)
+
+
+def _vector_cost(op: Op, context: CostContext, flops) -> OpCost:
+    engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
+    return OpCost(flops=flops, executed_flops=flops, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=streaming_bytes(op, context))
+
+
+def _output_elements(op: Op):
+    if "elements" in op.attrs:
+        return np.asarray(op.attrs["elements"], dtype=float)
+    tensors = op.outputs or op.inputs
+    return np.asarray(sum(t.numel for t in tensors), dtype=float)
+
+
+@cost_rule("elementwise")
+def elementwise_cost(op: Op, context: CostContext) -> OpCost:
+    per_element = op.attrs.get("flops_per_element", C.FLOPS_PER_ELEMENTWISE)
+    return _vector_cost(op, context, per_element * _output_elements(op))
+
+
+@cost_rule("reduction")
+def reduction_cost(op: Op, context: CostContext) -> OpCost:
+    elements = np.asarray(sum(t.numel for t in op.inputs), dtype=float) if op.inputs else _output_elements(op)
+    return _vector_cost(op, context, C.FLOPS_PER_REDUCED_ELEMENT * elements)
+
+
+@cost_rule("softmax")
+def softmax_cost(op: Op, context: CostContext) -> OpCost:
+    return _vector_cost(op, context, C.FLOPS_PER_SOFTMAX_ELEMENT * _output_elements(op))
+
+
+@cost_rule("norm")
+def norm_cost(op: Op, context: CostContext) -> OpCost:
+    per_element = C.FLOPS_PER_RMSNORM_ELEMENT if op.attrs.get("norm") == "rms" else C.FLOPS_PER_LAYERNORM_ELEMENT
+    return _vector_cost(op, context, per_element * _output_elements(op))
+
+
+@cost_rule("embedding")
+def embedding_cost(op: Op, context: CostContext) -> OpCost:
+    """A gather: reads the indices and the selected rows, writes them; no FLOPs. The table itself
+    is not read whole, so the rows read equal the output."""
+    engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype if op.outputs else "fp32")
+    rows = sum(t.bytes for t in op.outputs)
+    indices = sum(t.bytes for t in op.inputs if t.role != "weight")
+    traffic = tuple(0.0 if level.off_device else 2 * rows + indices for level in context.hardware.memory)
+    return OpCost(flops=0.0, executed_flops=0.0, engine=engine.name, peak_dtype=peak_dtype, bytes_by_level=traffic)
+
+
+@cost_rule("copy")
+def copy_cost(op: Op, context: CostContext) -> OpCost:
+    return _vector_cost(op, context, 0.0)
+
+
+# ------------------------------------------------------------------------------------ collectives
+COLLECTIVE_TRAFFIC = {  # bytes each chip sends per byte of payload, as a function of group size p
+    "all_reduce": lambda p: 2 * (p - 1) / p,
+    "all_gather": lambda p: (p - 1) / p,
+    "reduce_scatter": lambda p: (p - 1) / p,
+    "all_to_all": lambda p: (p - 1) / p,
+    "send": lambda p: 1.0,
+}
+
+
+def collective_steps(collective: str, topology: str, group_size: int) -> float:
+    """Latency-bound steps of a collective: a ring takes p-1 steps per phase; a d-dimensional torus
+    d*(p**(1/d) - 1); a switch or full mesh one hop per phase; a dragonfly at most 3 hops."""
+    p = max(group_size, 1)
+    phases = 2 if collective == "all_reduce" else 1
+    if collective == "send":
+        return 1.0
+    per_phase = {
+        "ring": p - 1, "torus2d": 2 * (math.sqrt(p) - 1), "torus3d": 3 * (p ** (1 / 3) - 1),
+        "mesh2d": 2 * (math.sqrt(p) - 1), "switch": 1, "fully_connected": 1, "dragonfly": 3, "point_to_point": p - 1,
+    }[topology]
+    return phases * max(per_phase, 1 if p > 1 else 0)
+
+
+def links_in_use(link: Link) -> int:
+    """Links a chip drives at once in a collective: both directions of each torus or ring dimension,
+    every port on a switch, full mesh or dragonfly."""
+    per_topology = {"ring": 2, "torus2d": 4, "torus3d": 6, "mesh2d": 4, "point_to_point": 1}
+    return min(link.links_per_chip, per_topology.get(link.topology, link.links_per_chip))
+
+
+def choose_link(hardware: Hardware, name: str | None) -> Link:
+    if name is not None:
+        if name not in hardware.links:
+            raise PerfmodelError(f"{hardware.name} has no link {name!r}; links: {', '.join(hardware.links) or 'none'}")
+        return hardware.links[name]
+    for kind in ("chip_to_chip", "network", "host"):
+        for link in hardware.links.values():
+            if link.kind == kind:
+                return link
+    raise PerfmodelError(f"{hardware.name} has no links, so it cannot run a collective; add one to its spec")
+
+
+@cost_rule("collective")
+def collective_cost(op: Op, context: CostContext) -> OpCost:
+    """Ring-style collectives priced on a link: bytes on the wire per chip over the bandwidth of the
+    links in use, plus per-step latency (topology-aware); the payload is read and written in memory."""
+    collective = op.attrs.get("collective", "all_reduce")
+    if collective not in COLLECTIVE_TRAFFIC:
+        raise PerfmodelError(f"op {op.name!r}: unknown collective {collective!r}; known: {', '.join(COLLECTIVE_TRAFFIC)}")
+    group = int(_attr(op, "group_size"))
+    payload = np.asarray(op.attrs.get("bytes", op.input_bytes), dtype=float)
+    link = choose_link(context.hardware, op.attrs.get("link"))
+    wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link)
+    latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)
+    engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)
+    reduce_flops = payload / get_dtype(op.dtype).bytes_per_element * (collective in ("all_reduce", "reduce_scatter"))
+    memory = tuple(0.0 if level.off_device else 2 * payload for level in context.hardware.memory)
+    return OpCost(flops=reduce_flops, executed_flops=reduce_flops, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=memory, barriers=1, link=link.name, link_bytes=wire_bytes, link_latency_s=latency)
+
+
+@cost_rule("other")
+def unknown_op_cost(op: Op, context: CostContext) -> OpCost:
+    """An op without a rule: estimated from its tensors (read inputs, write outputs, one FLOP per
+    output element), marked ``estimated`` and listed in the evaluation's unsupported ops."""
+    engine, peak_dtype = select_engine(context.hardware, "other", op.dtype)
+    flops = _output_elements(op)
+    return OpCost(flops=flops, executed_flops=flops, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=streaming_bytes(op, context), estimated=True)

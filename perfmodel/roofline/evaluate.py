@@ -1,0 +1,186 @@
+"""The three-bottleneck evaluation, vectorized with numpy over ops and sweep points.
+
+For each op (or fused kernel) on a device with parameters p::
+
+    compute_s    = executed_flops / (peak[engine, dtype] * compute_efficiency)
+    memory_s[L]  = bytes[L] / (bandwidth[L] * memory_efficiency[L])          for every level L
+    link_s       = link_bytes / link_bandwidth + steps * link_latency         (collectives)
+    busy_s       = max(compute_s, memory_s..., link_s)    overlap "max"   (or their sum: "sum")
+
+and the scheduling cost comes from the execution mode in the spec (never from the family name):
+
+* ``dynamic`` (GPU eager, CPU): the host dispatches every kernel, overlapping device work, so an op
+  takes ``max(busy_s, launches * kernel_launch_s)``: a stream of small kernels is host-bound.
+* ``graph`` (CUDA graphs, torch.compile, XLA): chains are fused; the program pays one
+  ``program_launch_s``, and each kernel ``per_node_s`` of device-side gap: ``busy_s + per_node_s``.
+* ``static`` (Groq, Cerebras, Spyre): the compiler fixed the schedule and fused the chains; no
+  per-op dispatch, but each program pays ``program_launch_s`` and its runtime DMAs, and barriers
+  and runtime-orchestrated DMAs inside cost ``sync_s`` and ``dma_setup_s``.
+
+The program-level costs appear as one extra row named ``<program launch>`` (kind ``launch``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import numpy as np
+
+from perfmodel.costs.fusion import FusionPlan, no_fusion, plan_fusion
+from perfmodel.costs.rules import CostContext, OpCost, op_cost
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.model import Hardware
+from perfmodel.workload.ir import Graph
+
+Overlap = Literal["max", "sum"]
+PROGRAM_LAUNCH_NAME = "<program launch>"
+# A launched program moves its inputs in and outputs out, plus (Spyre) a host-built correction blob:
+# torch-spyre runtime docs, "launch_jobplan: HostCompute -> H2D DMA of correction blob -> Compute;
+# H2D/D2H DMA steps for graph inputs/outputs".
+RUNTIME_DMAS_PER_PROGRAM = 3
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parameters:
+    """Efficiencies and overhead scales applied to the datasheet spec (1.0 = ideal datasheet).
+
+    ``compute_efficiency`` keys: ``"engine:dtype"``, ``"engine"`` or ``"*"``; ``memory_efficiency``
+    keys: a level name or ``"*"``; ``scheduling_scale`` multiplies every overhead.
+    """
+
+    name: str = "datasheet"
+    compute_efficiency: Mapping[str, float] = field(default_factory=dict)
+    memory_efficiency: Mapping[str, float] = field(default_factory=dict)
+    scheduling_scale: float = 1.0
+
+    def compute(self, engine: str, dtype: str) -> float:
+        table = self.compute_efficiency
+        return table.get(f"{engine}:{dtype}", table.get(engine, table.get("*", 1.0)))
+
+    def memory(self, level: str) -> float:
+        return self.memory_efficiency.get(level, self.memory_efficiency.get("*", 1.0))
+
+
+DATASHEET = Parameters()
+
+
+@dataclass(frozen=True, kw_only=True)
+class ArrayEvaluation:
+    """Per-op arrays, shape (ops,) or (ops, points) for sweeps; times already multiplied by count."""
+
+    hardware: Hardware
+    mode: str
+    overlap: str
+    level_names: tuple[str, ...]
+    costs: tuple[OpCost, ...]
+    fusion: FusionPlan
+    counts: np.ndarray
+    flops: np.ndarray
+    executed_flops: np.ndarray
+    bytes_by_level: np.ndarray          # (levels, ops[, points])
+    compute_s: np.ndarray
+    memory_s: np.ndarray                # (levels, ops[, points])
+    link_s: np.ndarray
+    scheduling_s: np.ndarray
+    total_s: np.ndarray
+    bound_index: np.ndarray             # 0 compute, 1..L memory levels, L+1 link, L+2 scheduling
+    program_s: Any                      # program-level scheduling (scalar or (points,))
+    weights_resident: bool
+
+
+def bound_labels(level_names, link_name: str = "link") -> list[str]:
+    return ["compute", *[f"memory:{name}" for name in level_names], link_name, "scheduling"]
+
+
+def _as_float(value) -> np.ndarray:
+    return np.asarray(value, dtype=float)
+
+
+def weight_bytes(graph: Graph):
+    return sum(tensor.bytes * op.count for op in graph.ops for tensor in op.inputs if tensor.role == "weight")
+
+
+def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None, overlap: Overlap = "max",
+                    parameters: Parameters = DATASHEET, fuse: bool | None = None) -> ArrayEvaluation:
+    """Evaluate every op of ``graph`` on ``hardware``; see the module docstring for the model."""
+    if overlap not in ("max", "sum"):
+        raise PerfmodelError(f"overlap must be 'max' or 'sum', got {overlap!r}")
+    mode_name = hardware.scheduling.default_mode if mode is None else mode
+    if mode_name not in hardware.scheduling.modes:
+        raise PerfmodelError(f"{hardware.name} offers execution modes {', '.join(hardware.scheduling.modes)}; "
+                             f"not {mode_name!r}")
+    execution = hardware.scheduling.modes[mode_name]
+    if not graph.ops:
+        raise PerfmodelError(f"workload {graph.name!r} has no ops")
+    on_device = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
+    resident = bool(np.all(_as_float(weight_bytes(graph)) <= on_device))
+    context = CostContext(hardware=hardware, weights_resident=resident)
+    costs = tuple(op_cost(op, context) for op in graph.ops)
+    fused = mode_name in ("graph", "static") if fuse is None else fuse
+    plan = plan_fusion(graph) if fused else no_fusion(graph)
+
+    levels = hardware.memory
+    counts = _as_float([op.count for op in graph.ops])
+    spec_values = [level.bandwidth_bytes_per_s for level in levels]
+    spec_values += [rate for engine in hardware.compute.values() for rate in engine.peak_flops_per_s.values()]
+    spec_values += [execution.kernel_launch_s, execution.program_launch_s, execution.per_node_s]
+    shape = np.broadcast_shapes(*[np.shape(value) for cost in costs
+                                  for value in (cost.flops, cost.executed_flops, cost.link_bytes, *cost.bytes_by_level)],
+                                *[np.shape(value) for value in spec_values])
+
+    def stack(values) -> np.ndarray:
+        return np.stack([np.broadcast_to(_as_float(value), shape) for value in values])
+
+    count_column = counts.reshape((-1,) + (1,) * len(shape))
+    flops = stack([c.flops for c in costs])
+    executed = stack([c.executed_flops for c in costs])
+    bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
+    # Fusion keeps a group's intermediates on chip: only the innermost level still sees them.
+    if len(levels) > 1:
+        kept = stack([inside + outside for inside, outside in
+                      zip(plan.internal_input_bytes, plan.internal_output_bytes, strict=True)])
+        bytes_by_level[1:] = np.maximum(bytes_by_level[1:] - kept, 0.0)
+
+    peaks = stack([hardware.compute[c.engine].peak_flops_per_s[c.peak_dtype] * parameters.compute(c.engine, c.peak_dtype)
+                   for c in costs])
+    compute_s = executed / peaks
+    memory_s = np.stack([bytes_by_level[index] / (_as_float(level.bandwidth_bytes_per_s) * parameters.memory(level.name))
+                         for index, level in enumerate(levels)])
+    link_s = np.zeros_like(compute_s)
+    for position, cost in enumerate(costs):
+        if cost.link is not None:
+            link = hardware.links[cost.link]
+            link_s[position] = (_as_float(cost.link_bytes) / link.bandwidth_bytes_per_s_per_direction
+                                + _as_float(cost.link_latency_s))
+
+    anchors = _as_float([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
+    launches = _as_float([c.launches for c in costs]).reshape(count_column.shape) * anchors
+    dmas = _as_float([c.dmas for c in costs]).reshape(count_column.shape)
+    barriers = _as_float([c.barriers for c in costs]).reshape(count_column.shape)
+    scale = parameters.scheduling_scale
+    sync_and_dma = (dmas * execution.dma_setup_s + barriers * execution.sync_s) * scale
+    if mode_name == "dynamic":
+        scheduling_s = launches * execution.kernel_launch_s * scale + sync_and_dma
+    elif mode_name == "graph":
+        scheduling_s = launches * execution.per_node_s * scale + sync_and_dma
+    else:
+        scheduling_s = sync_and_dma
+    scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
+
+    components = np.concatenate([compute_s[None], memory_s, link_s[None]])
+    busy = components.max(axis=0) if overlap == "max" else components.sum(axis=0)
+    per_instance = np.maximum(busy, scheduling_s) if mode_name == "dynamic" else busy + scheduling_s
+    total_s = per_instance * count_column
+    bound_index = np.concatenate([components, scheduling_s[None]]).argmax(axis=0)
+
+    program_s = 0.0
+    if mode_name in ("graph", "static"):
+        program_s = (execution.program_launch_s + RUNTIME_DMAS_PER_PROGRAM * execution.dma_setup_s
+                     * (mode_name == "static")) * scale
+    return ArrayEvaluation(
+        hardware=hardware, mode=mode_name, overlap=overlap, level_names=tuple(level.name for level in levels),
+        costs=costs, fusion=plan, counts=counts, flops=flops * count_column, executed_flops=executed * count_column,
+        bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
+        memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
+        total_s=total_s, bound_index=bound_index, program_s=program_s, weights_resident=resident)

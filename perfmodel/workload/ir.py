@@ -1,0 +1,187 @@
+"""The workload IR: tensors, ops and graphs (pure core).
+
+* ``TensorSpec``: shape, dtype and role (``activation``, ``weight`` or ``kv_cache``: where the data
+  lives decides which memory level serves it, e.g. weights streamed from Cerebras MemoryX).
+* ``Op``: a stable hierarchical name (``layers.3.attn.q_proj``), a kind, input/output tensors,
+  canonical attributes (``m``, ``n``, ``k``, ``batch``, ``causal``...), a provenance (the aten
+  target it came from) and a repeat ``count`` (an op with ``count=n`` costs the same as n copies).
+* ``Graph``: ops in execution order plus producer->consumer edges between op names. Edges must
+  point forward (a producer runs before its consumer); a backward edge is a cycle.
+
+Attribute values may be numpy arrays: the cost rules broadcast, so one graph whose ``m`` is an
+array of 10^6 values is a sweep of 10^6 scenarios evaluated at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Literal, Mapping
+
+import numpy as np
+
+from perfmodel.dtypes import DTYPES, get_dtype
+from perfmodel.errors import PerfmodelError, Problem, WorkloadError
+
+OpKind = Literal["matmul", "conv", "attention", "elementwise", "reduction", "norm", "softmax", "embedding",
+                 "collective", "copy", "other"]
+OP_KINDS: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "reduction", "norm", "softmax",
+                             "embedding", "collective", "copy", "other")
+TensorRole = Literal["activation", "weight", "kv_cache"]
+TENSOR_ROLES: tuple[str, ...] = ("activation", "weight", "kv_cache")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TensorSpec:
+    """A tensor's shape and dtype (no data)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    role: TensorRole = "activation"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "shape", tuple(self.shape))
+
+    @property
+    def numel(self):
+        """Element count; an array when a dimension is an array of sweep values."""
+        total = 1
+        for dim in self.shape:
+            total = total * (dim if isinstance(dim, np.ndarray) else int(dim))
+        return total
+
+    @property
+    def bytes(self) -> float:
+        return self.numel * get_dtype(self.dtype).bytes_per_element
+
+
+@dataclass(frozen=True, kw_only=True)
+class Op:
+    """One operation of a workload (or a group of identical ones, with ``count``)."""
+
+    name: str
+    kind: OpKind
+    inputs: tuple[TensorSpec, ...] = ()
+    outputs: tuple[TensorSpec, ...] = ()
+    attrs: Mapping[str, object] = field(default_factory=dict)
+    count: int = 1
+    provenance: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "inputs", tuple(self.inputs))
+        object.__setattr__(self, "outputs", tuple(self.outputs))
+        object.__setattr__(self, "attrs", MappingProxyType(dict(self.attrs)))
+
+    @property
+    def module(self) -> str:
+        """The module path of the op (its name without the last component)."""
+        return self.name.rpartition(".")[0] or self.name
+
+    @property
+    def dtype(self) -> str:
+        """The compute dtype: ``attrs['dtype']`` if given, else the first input's (or output's)."""
+        if "dtype" in self.attrs:
+            return str(self.attrs["dtype"])
+        tensors = self.inputs or self.outputs
+        return tensors[0].dtype if tensors else "fp32"
+
+    @property
+    def input_bytes(self) -> float:
+        return sum(tensor.bytes for tensor in self.inputs)
+
+    @property
+    def output_bytes(self) -> float:
+        return sum(tensor.bytes for tensor in self.outputs)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Graph:
+    """Ops in execution order and producer->consumer edges (pairs of op names)."""
+
+    name: str
+    ops: tuple[Op, ...]
+    edges: tuple[tuple[str, str], ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "ops", tuple(self.ops))
+        object.__setattr__(self, "edges", tuple(tuple(edge) for edge in self.edges))
+        problems = graph_problems(self)
+        if problems:
+            raise WorkloadError(problems)
+
+    def op(self, name: str) -> Op:
+        for op in self.ops:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+    @property
+    def index(self) -> dict[str, int]:
+        return {op.name: position for position, op in enumerate(self.ops)}
+
+
+def _is_positive_dimension(dim) -> bool:
+    if isinstance(dim, np.ndarray):
+        return dim.dtype.kind in "iu" and bool(np.all(dim > 0))
+    return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and dim > 0
+
+
+def _positive_dims(value) -> bool:
+    array = np.asarray(value)
+    return bool(np.all(array > 0))
+
+
+DIMENSION_ATTRS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "elements",
+                   "groups", "group_size", "bytes")
+
+
+def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
+    """Everything wrong with a graph: bad kinds, dtypes, dimensions, counts, names, edges, cycles."""
+    problems: list[Problem] = []
+
+    def add(field_path: str, message: str) -> None:
+        problems.append(Problem(file=file, line=None, field=field_path, message=message))
+
+    seen: dict[str, int] = {}
+    for position, op in enumerate(graph.ops):
+        where = f"ops.{position}({op.name})"
+        if not op.name:
+            add(f"ops.{position}.name", "every op needs a name")
+        elif op.name in seen:
+            add(f"{where}.name", f"duplicate op name {op.name!r} (also op {seen[op.name]}); names must be unique")
+        seen.setdefault(op.name, position)
+        if op.kind not in OP_KINDS:
+            add(f"{where}.kind", f"unknown kind {op.kind!r}; allowed: {', '.join(OP_KINDS)}")
+        if not isinstance(op.count, int) or isinstance(op.count, bool) or op.count < 1:
+            add(f"{where}.count", f"count must be a positive integer, got {op.count!r}")
+        for group, tensors in (("inputs", op.inputs), ("outputs", op.outputs)):
+            for slot, tensor in enumerate(tensors):
+                path = f"{where}.{group}.{slot}"
+                if tensor.dtype not in DTYPES:
+                    add(f"{path}.dtype", f"unknown dtype {tensor.dtype!r}; allowed: {', '.join(DTYPES)}")
+                if any(not _is_positive_dimension(dim) for dim in tensor.shape):
+                    add(f"{path}.shape", f"every dimension must be a positive integer, got {list(tensor.shape)}")
+                if tensor.role not in TENSOR_ROLES:
+                    add(f"{path}.role", f"unknown role {tensor.role!r}; allowed: {', '.join(TENSOR_ROLES)}")
+        if "dtype" in op.attrs and op.attrs["dtype"] not in DTYPES:
+            add(f"{where}.attrs.dtype", f"unknown dtype {op.attrs['dtype']!r}; allowed: {', '.join(DTYPES)}")
+        for attr in DIMENSION_ATTRS:
+            if attr in op.attrs and not _positive_dims(op.attrs[attr]):
+                add(f"{where}.attrs.{attr}", f"must be more than zero, got {op.attrs[attr]!r}")
+    for number, edge in enumerate(graph.edges):
+        if len(edge) != 2:
+            add(f"edges.{number}", f"an edge is [producer, consumer], got {list(edge)}")
+            continue
+        producer, consumer = edge
+        missing = [name for name in edge if name not in seen]
+        if missing:
+            add(f"edges.{number}", f"edge names unknown op(s) {missing}")
+        elif seen[producer] >= seen[consumer]:
+            add(f"edges.{number}", f"edge {producer} -> {consumer} points backwards: ops are in execution order, "
+                                   "so this makes a cycle (a consumer must come after its producer)")
+    return problems
+
+
+def require(condition: bool, message: str) -> None:
+    if not condition:
+        raise PerfmodelError(message)
