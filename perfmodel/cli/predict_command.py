@@ -134,7 +134,9 @@ def _sweep(args) -> int:
         result = sweep(lambda **axes: transformer_block(**{k: np.asarray(v) for k, v in axes.items()}), hardware,
                        scenario={k: np.asarray(v) for k, v in scenario.items()}, spec=spec, mode=args.mode,
                        progress=lambda done, _: bar.update(done - bar.n))
-    frame = result.to_frame()
+    import pandas as pd
+
+    frame = pd.DataFrame(result.to_columns())
     if args.output:
         if args.output.suffix == ".parquet":
             import os

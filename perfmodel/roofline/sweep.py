@@ -87,14 +87,12 @@ class SweepResult:
         names = list(self.time_by_bound)
         return np.asarray(names)[np.argmax(np.stack([self.time_by_bound[name] for name in names]), axis=0)]
 
-    def to_frame(self):
-        import pandas as pd
-
-        frame = pd.DataFrame({**self.points, "total_s": self.total_s})
-        for name, values in self.time_by_bound.items():
-            frame[f"time_s:{name}"] = values
-        frame["bound"] = self.bound
-        return frame
+    def to_columns(self) -> dict[str, np.ndarray]:
+        """Column name -> array, ready for ``pandas.DataFrame(result.to_columns())``."""
+        columns = {**self.points, "total_s": self.total_s}
+        columns.update({f"time_s:{name}": values for name, values in self.time_by_bound.items()})
+        columns["bound"] = self.bound
+        return columns
 
 
 def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, Sequence] | None = None,
