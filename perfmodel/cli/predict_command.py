@@ -80,6 +80,10 @@ def _predict(args) -> int:
         bounds = ", ".join(f"{bound} {100 * time / evaluation.total_s:.0f}%"
                            for bound, time in evaluation.time_by_bound.items())
         print(f"total {format_quantity(evaluation.total_s, 'seconds')}; by bound: {bounds}")
+        if not evaluation.fits:
+            print(f"warning: the weights ({format_quantity(evaluation.weight_bytes, 'bytes')}) do not fit in "
+                  f"{evaluation.hardware}'s memory ({format_quantity(evaluation.on_device_bytes, 'bytes')}): "
+                  "the time assumes they are spread over enough chips (see perfmodel llm / size)")
         if evaluation.unsupported:
             print(f"estimated without a cost rule: {evaluation.unsupported}")
         summary.append([evaluation.hardware, evaluation.mode, format_quantity(evaluation.total_s, "seconds"),

@@ -87,6 +87,8 @@ class ArrayEvaluation:
     bound_index: np.ndarray             # 0 compute, 1..L memory levels, L+1 link, L+2 scheduling
     program_s: Any                      # program-level scheduling (scalar or (points,))
     weights_resident: bool
+    weight_bytes: Any
+    on_device_bytes: float
 
 
 def bound_labels(level_names, link_name: str = "link") -> list[str]:
@@ -130,6 +132,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
                                 *[np.shape(value) for value in spec_values])
 
     def stack(values) -> np.ndarray:
+        if not shape:  # scalar workload: a plain float array is ~10x cheaper than broadcasting each value
+            return np.array([float(value) for value in values])
         return np.stack([np.broadcast_to(_as_float(value), shape) for value in values])
 
     count_column = counts.reshape((-1,) + (1,) * len(shape))
@@ -183,4 +187,5 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         costs=costs, fusion=plan, counts=counts, flops=flops * count_column, executed_flops=executed * count_column,
         bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
         memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
-        total_s=total_s, bound_index=bound_index, program_s=program_s, weights_resident=resident)
+        total_s=total_s, bound_index=bound_index, program_s=program_s, weights_resident=resident,
+        weight_bytes=weight_bytes(graph), on_device_bytes=on_device)

@@ -72,6 +72,9 @@ class Evaluation:
     parameters: str
     ops: tuple[OpTiming, ...]
     weights_resident: bool
+    weight_bytes: float = 0.0
+    on_device_bytes: float = 0.0
+    has_external_store: bool = False
 
     @property
     def total_s(self) -> float:
@@ -110,6 +113,11 @@ class Evaluation:
         return result
 
     @property
+    def fits(self) -> bool:
+        """Whether the weights fit on the device, or can be streamed from an external store."""
+        return self.weights_resident or self.has_external_store
+
+    @property
     def bound(self) -> str:
         """The bound that accounts for most of the time."""
         return next(iter(self.time_by_bound))
@@ -124,7 +132,8 @@ class Evaluation:
             "workload": self.workload, "hardware": self.hardware, "mode": self.mode, "overlap": self.overlap,
             "parameters": self.parameters, "total_s": self.total_s, "flops_total": self.flops_total,
             "time_by_bound": self.time_by_bound, "time_by_module": self.time_by_module,
-            "unsupported": self.unsupported, "weights_resident": self.weights_resident,
+            "unsupported": self.unsupported, "weights_resident": self.weights_resident, "fits": self.fits,
+            "weight_bytes": self.weight_bytes, "on_device_bytes": self.on_device_bytes,
             "ops": [to_jsonable(op) for op in self.ops],
         }
 
@@ -181,4 +190,6 @@ def to_evaluation(graph: Graph, arrays: ArrayEvaluation, parameters_name: str) -
             memory_s={level: 0.0 for level in levels}, link_s=0.0, scheduling_s=program_s, total_s=program_s,
             bound="scheduling", kernel=PROGRAM_LAUNCH_NAME, launches=1.0))
     return Evaluation(workload=graph.name, hardware=arrays.hardware.name, mode=arrays.mode, overlap=arrays.overlap,
-                      parameters=parameters_name, ops=tuple(timings), weights_resident=arrays.weights_resident)
+                      parameters=parameters_name, ops=tuple(timings), weights_resident=arrays.weights_resident,
+                      weight_bytes=float(arrays.weight_bytes), on_device_bytes=float(arrays.on_device_bytes),
+                      has_external_store=any(level.off_device for level in arrays.hardware.memory))
