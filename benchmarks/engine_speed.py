@@ -45,8 +45,8 @@ def thousand_op_graph() -> Graph:
     ops = []
     for index in range(500):
         ops.append(linear(f"blocks.{index}.proj", 64 + index, 1024, 1024, "bf16"))
-        ops.append(Op(name=f"blocks.{index}.act", kind="elementwise", inputs=(TensorSpec(shape=(64 + index, 1024), dtype="bf16"),),
-                      outputs=(TensorSpec(shape=(64 + index, 1024), dtype="bf16"),)))
+        tensor = TensorSpec(shape=(64 + index, 1024), dtype="bf16")
+        ops.append(Op(name=f"blocks.{index}.act", kind="elementwise", inputs=(tensor,), outputs=(tensor,)))
     return Graph(name="thousand_ops", ops=ops)
 
 
