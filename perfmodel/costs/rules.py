@@ -164,15 +164,19 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim, bytes_per_e
 
 # -------------------------------------------------------------------------------------- padding
 def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch):
-    """FLOPs the engine actually performs: dims padded to its tile, tiles quantized into waves."""
+    """FLOPs the engine actually performs: dims padded to its tile, tiles quantized into waves over
+    its units. When there are fewer output tiles than units, k is split across units (split-K, as
+    cuBLAS/CUTLASS and XLA do for skinny products) so the units share the work; the partial-sum
+    reduction is small for such shapes and is not charged."""
     if engine.tile is None:
         return C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
     tile = engine.tile
     tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / tile.m), np.ceil(np.asarray(n, dtype=float) / tile.n)
-    padded_k = np.ceil(np.asarray(k, dtype=float) / tile.k) * tile.k
+    k_blocks = np.ceil(np.asarray(k, dtype=float) / tile.k)
     tiles = batch * tiles_m * tiles_n
-    waves = np.ceil(tiles / engine.units)
-    return C.FLOPS_PER_FMA * waves * engine.units * tile.m * tile.n * padded_k
+    split = np.clip(np.floor(engine.units / tiles), 1.0, k_blocks)
+    waves = np.ceil(tiles * split / engine.units)
+    return C.FLOPS_PER_FMA * waves * engine.units * tile.m * tile.n * np.ceil(k_blocks / split) * tile.k
 
 
 def _attr(op: Op, name: str, default=None):
@@ -299,7 +303,8 @@ def norm_cost(op: Op, context: CostContext) -> OpCost:
 def embedding_cost(op: Op, context: CostContext) -> OpCost:
     """A gather: reads the indices and the selected rows, writes them; no FLOPs. The table itself
     is not read whole, so the rows read equal the output."""
-    engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype if op.outputs else "fp32")
+    # No FLOPs: the engine only matters for the record; use the table's dtype, not the indices'.
+    engine, peak_dtype = select_engine(context.hardware, op.kind, op.outputs[0].dtype if op.outputs else op.dtype)
     rows = sum(t.bytes for t in op.outputs)
     indices = sum(t.bytes for t in op.inputs if t.role != "weight")
     traffic = tuple(0.0 if level.off_device else 2 * rows + indices for level in context.hardware.memory)

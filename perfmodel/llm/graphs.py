@@ -1,0 +1,172 @@
+"""Prefill and decode graphs of one pipeline stage on one chip (pure core).
+
+Tensor parallelism (``tp``) splits heads and the MLP's intermediate dimension (Megatron style: two
+all-reduces of the activations per layer); pipeline parallelism (``pp``) gives each chip
+``ceil(layers / pp)`` layers; expert parallelism (``ep``) gives each chip ``experts / ep`` whole
+experts and adds two all-to-alls per MoE layer. KV heads are split by ``tp`` while ``tp`` <= kv
+heads and replicated beyond (as vLLM does). The same engine prices these graphs as any other: there
+is no second set of formulas for LLMs.
+
+Dimensions may be numpy arrays (batch sweeps for sizing).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from perfmodel.dtypes import DTYPES
+from perfmodel.errors import PerfmodelError
+from perfmodel.llm.architecture import Architecture
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+
+@dataclass(frozen=True, kw_only=True)
+class Scenario:
+    """One inference request shape: ``batch`` sequences of ``prompt_tokens`` generating ``generated_tokens``."""
+
+    batch: int
+    prompt_tokens: int
+    generated_tokens: int
+    weight_dtype: str = "bf16"
+    kv_dtype: str = "bf16"
+    activation_dtype: str = "bf16"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parallelism:
+    tp: int = 1
+    pp: int = 1
+    ep: int = 1
+
+    @property
+    def chips(self) -> int:
+        return self.tp * self.pp
+
+
+def check(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> None:
+    """Raise a clear error for a scenario or a parallelism the model cannot run."""
+    problems = []
+    batch = np.asarray(scenario.batch)
+    if np.any(batch < 1) or scenario.prompt_tokens < 1 or scenario.generated_tokens < 1:
+        problems.append("batch, prompt and generated tokens must each be at least 1")
+    total = scenario.prompt_tokens + scenario.generated_tokens
+    if total > architecture.max_positions:
+        problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
+                        f"{architecture.max_positions} positions (max_position_embeddings)")
+    for role in ("weight_dtype", "kv_dtype", "activation_dtype"):
+        if getattr(scenario, role) not in DTYPES:
+            problems.append(f"{role} {getattr(scenario, role)!r} is unknown; allowed: {', '.join(DTYPES)}")
+    tp, pp, ep = parallelism.tp, parallelism.pp, parallelism.ep
+    if min(tp, pp, ep) < 1:
+        problems.append("tp, pp and ep must be at least 1")
+    elif architecture.heads % tp:
+        problems.append(f"tp={tp} does not divide {architecture.heads} attention heads")
+    elif architecture.kv_heads % tp and tp % architecture.kv_heads:
+        problems.append(f"tp={tp} neither divides nor is a multiple of {architecture.kv_heads} KV heads")
+    if pp > architecture.layers:
+        problems.append(f"pp={pp} is more than the {architecture.layers} layers")
+    if ep > 1 and (architecture.experts % ep or ep > tp):
+        problems.append(f"ep={ep} must divide the {architecture.experts} experts and be at most tp={tp}")
+    if problems:
+        raise PerfmodelError("; ".join(problems))
+
+
+def _t(shape, dtype, role="activation") -> TensorSpec:
+    return TensorSpec(shape=tuple(shape), dtype=dtype, role=role)
+
+
+def _linear(name, tokens, k, n, scenario: Scenario, count, batch=1) -> Op:
+    act, weight = scenario.activation_dtype, scenario.weight_dtype
+    return Op(name=name, kind="matmul", count=count, provenance="aten.mm",
+              inputs=(_t((tokens, k), act), _t((batch, k, n) if batch != 1 else (k, n), weight, "weight")),
+              outputs=(_t((tokens, n), act),), attrs={"m": tokens, "n": n, "k": k, "batch": batch, "dtype": act})
+
+
+def _elementwise(name, tokens, width, dtype, count, inputs=1, flops_per_element=1, kind="elementwise", **attrs) -> Op:
+    tensor = _t((tokens, width), dtype)
+    return Op(name=name, kind=kind, count=count, inputs=(tensor,) * inputs, outputs=(tensor,),
+              attrs={"flops_per_element": flops_per_element, **attrs})
+
+
+def _collective(name, collective, payload_bytes, group, dtype, count) -> Op:
+    return Op(name=name, kind="collective", count=count, provenance=f"c10d.{collective}",
+              attrs={"collective": collective, "bytes": payload_bytes, "group_size": group, "dtype": dtype})
+
+
+def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
+                context) -> Graph:
+    """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt) or 'decode' (one new
+    token per sequence attending to ``context`` tokens). Embedding and LM head are included."""
+    a, s, p = architecture, scenario, parallelism
+    batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
+    seq = s.prompt_tokens if phase == "prefill" else 1
+    tokens = batch * seq
+    layers = math.ceil(a.layers / p.pp)
+    heads = a.heads // p.tp
+    kv_heads = max(a.kv_heads // p.tp, 1)
+    act, act_bytes = s.activation_dtype, DTYPES[s.activation_dtype].bytes_per_element
+    hidden = a.hidden
+    residual_bytes = tokens * hidden * act_bytes
+    ops = [
+        Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
+           inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
+           outputs=(_t((tokens, hidden), act),)),
+        _elementwise("layers.input_norm", tokens, hidden, act, layers, kind="norm", norm="rms"),
+        _linear("layers.attn.q_proj", tokens, hidden, heads * a.head_dim, s, layers),
+        _linear("layers.attn.k_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
+        _linear("layers.attn.v_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
+        Op(name="layers.attn.sdpa", kind="attention", count=layers, provenance="aten._scaled_dot_product_flash_attention",
+           inputs=(_t((batch, heads, seq, a.head_dim), act),
+                   _t((batch, kv_heads, context, a.head_dim), s.kv_dtype, "kv_cache"),
+                   _t((batch, kv_heads, context, a.head_dim), s.kv_dtype, "kv_cache")),
+           outputs=(_t((batch, heads, seq, a.head_dim), act),),
+           attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq, "seq_kv": context,
+                  "head_dim": a.head_dim, "causal": phase == "prefill", "implementation": "flash", "dtype": act}),
+        _linear("layers.attn.o_proj", tokens, heads * a.head_dim, hidden, s, layers),
+    ]
+    if p.tp > 1:
+        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
+    ops += [_elementwise("layers.attn.residual", tokens, hidden, act, layers, inputs=2),
+            _elementwise("layers.post_norm", tokens, hidden, act, layers, kind="norm", norm="rms")]
+    if a.experts > 1:
+        local_experts = a.experts // p.ep
+        routed = tokens * a.experts_per_token / p.ep
+        touched = np.minimum(local_experts, np.maximum(routed, 1))
+        per_expert = np.maximum(np.ceil(routed / touched), 1).astype(np.int64)
+        width = a.intermediate // (p.tp // p.ep)
+        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, layers))
+        if p.ep > 1:
+            ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
+        touched = touched.astype(np.int64) if isinstance(touched, np.ndarray) else int(touched)
+        ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, layers, batch=touched),
+                _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, layers, inputs=2,
+                             flops_per_element=5),
+                _linear("layers.moe.experts.down", per_expert, width, hidden, s, layers, batch=touched)]
+        if p.ep > 1:
+            ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
+    else:
+        width = a.intermediate // p.tp
+        if a.gated_mlp:
+            ops += [_linear("layers.mlp.gate_up_proj", tokens, hidden, 2 * width, s, layers),
+                    _elementwise("layers.mlp.act", tokens, width, act, layers, inputs=2, flops_per_element=5)]
+        else:
+            ops += [_linear("layers.mlp.fc_in", tokens, hidden, width, s, layers),
+                    _elementwise("layers.mlp.act", tokens, width, act, layers, flops_per_element=8)]
+        ops.append(_linear("layers.mlp.down_proj", tokens, width, hidden, s, layers))
+    if p.tp > 1:
+        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
+    ops += [_elementwise("layers.mlp.residual", tokens, hidden, act, layers, inputs=2),
+            _elementwise("final_norm", batch, hidden, act, 1, kind="norm", norm="rms"),
+            _linear("lm_head", batch, hidden, a.vocab // p.tp, s, 1)]
+    names = [op.name for op in ops]
+    return Graph(name=f"{a.name}.{phase}", ops=ops, edges=list(zip(names, names[1:], strict=False)))
+
+
+def pipeline_send(scenario: Scenario, architecture: Architecture, phase: str) -> Op:
+    """The activations one stage hands to the next."""
+    tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens if phase == "prefill" else 1)
+    payload = tokens * architecture.hidden * DTYPES[scenario.activation_dtype].bytes_per_element
+    return _collective("pipeline.send", "send", payload, 2, scenario.activation_dtype, 1)
