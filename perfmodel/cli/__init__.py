@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from perfmodel.cli import predict_command, specs_command
+    from perfmodel.cli import llm_command, predict_command, specs_command, validate_command
 
     parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
                                                    "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
@@ -32,6 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     specs_command.register(commands)
     predict_command.register(commands)
+    llm_command.register(commands)
+    validate_command.register(commands)
     return parser
 
 
@@ -47,6 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PerfmodelError, FileNotFoundError, IsADirectoryError, PermissionError) as error:
         print(f"perfmodel: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # output piped into head or less that closed early: not an error
+        sys.stderr.close()
+        return 0
     except KeyboardInterrupt:
         print("perfmodel: interrupted", file=sys.stderr)
         return 130

@@ -29,4 +29,4 @@ def load_config(name_or_path: str | Path) -> dict:
 
 def load_architecture(name_or_path: str | Path) -> Architecture:
     config = load_config(name_or_path)
-    return from_hf_config(config, name=Path(str(name_or_path)).stem)
+    return from_hf_config(config, name=Path(str(name_or_path)).name.removesuffix(".json"))

@@ -1,0 +1,169 @@
+"""``perfmodel llm`` (one prediction) and ``perfmodel size`` (deployment sizing)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from perfmodel.cli.tables import format_table
+from perfmodel.errors import PerfmodelError
+from perfmodel.units import format_quantity, parse_quantity
+
+DEFAULT_SYSTEMS = "h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre"
+
+
+def register(commands) -> None:
+    llm = commands.add_parser("llm", help="predict LLM inference (TTFT, TPOT, throughput, memory) on a system")
+    llm.add_argument("--model", required=True, help="a shipped model (perfmodel llm --list) or a config.json path")
+    llm.add_argument("--on", required=True, help="spec name or path")
+    llm.add_argument("--batch", type=int, default=1)
+    llm.add_argument("--prompt", type=int, default=1024, help="prompt tokens")
+    llm.add_argument("--gen", type=int, default=256, help="generated tokens")
+    llm.add_argument("--chips", type=int, help="chips (default tp x pp; with only --chips, tp = chips)")
+    llm.add_argument("--tp", type=int)
+    llm.add_argument("--pp", type=int)
+    llm.add_argument("--ep", type=int, default=1)
+    llm.add_argument("--weights", default="bf16", help="weight dtype (bf16, fp16, fp8, int8, int4...)")
+    llm.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
+    llm.add_argument("--activations", default="bf16", help="activation dtype")
+    llm.add_argument("--mode", choices=["eager", "graph"], help="host drives kernels one by one, or graphs/programs")
+    llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
+    llm.add_argument("--json", action="store_true")
+    llm.set_defaults(handler=_llm)
+
+    size = commands.add_parser("size", help="fewest chips per system that meet TTFT/TPOT targets at a request rate")
+    size.add_argument("--model", required=True)
+    size.add_argument("--on", default=DEFAULT_SYSTEMS, help=f"specs, comma-separated (default {DEFAULT_SYSTEMS})")
+    size.add_argument("--ttft", required=True, help="target time to first token, e.g. 500ms")
+    size.add_argument("--tpot", required=True, help="target time per output token, e.g. 50ms")
+    size.add_argument("--rate", required=True, help="requests per second, e.g. 10/s")
+    size.add_argument("--prompt", type=int, default=1024)
+    size.add_argument("--gen", type=int, default=256)
+    size.add_argument("--weights", default="bf16")
+    size.add_argument("--kv", default=None)
+    size.add_argument("--mode", choices=["eager", "graph"])
+    size.add_argument("--json", action="store_true")
+    size.set_defaults(handler=_size)
+
+
+def _parallelism(args):
+    from perfmodel.llm import Parallelism
+
+    tp, pp, chips = args.tp, args.pp, args.chips
+    if chips is not None and tp is None and pp is None:
+        tp, pp = chips, 1
+    tp, pp = tp or 1, pp or 1
+    if chips is not None and chips != tp * pp:
+        raise PerfmodelError(f"--chips {chips} must equal tp x pp = {tp} x {pp}")
+    return Parallelism(tp=tp, pp=pp, ep=args.ep)
+
+
+def _llm(args) -> int:
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.llm import Scenario, continuous_batching_throughput, llm_predict, max_batch
+    from perfmodel.llm.catalog import load_architecture
+
+    architecture = load_architecture(args.model)
+    hardware = load_hardware(args.on)
+    scenario = Scenario(batch=args.batch, prompt_tokens=args.prompt, generated_tokens=args.gen,
+                        weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
+                        activation_dtype=args.activations)
+    parallelism = _parallelism(args)
+    result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode)
+    data = result.to_dict()
+    data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
+    if args.concurrency:
+        data["continuous_batching"] = {"concurrency": args.concurrency, "tokens_per_s": continuous_batching_throughput(
+            architecture, hardware, scenario, parallelism, args.concurrency, mode=args.mode)}
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return 0
+    mib = {key: format_quantity(value, "bytes", binary=True) for key, value in data["memory_bytes"].items()}
+    rows = [
+        ["TTFT", format_quantity(result.ttft_s, "seconds")],
+        ["TPOT (mean over generation)", format_quantity(result.tpot_s, "seconds")],
+        ["end-to-end", format_quantity(result.e2e_s, "seconds")],
+        ["tokens/s per user", f"{result.tokens_per_s_per_user:.1f}"],
+        ["tokens/s (batch)", f"{result.tokens_per_s:.1f}"],
+        ["tokens/s per chip", f"{result.tokens_per_s_per_chip:.1f}"],
+        ["memory per chip", ", ".join(f"{key} {value}" for key, value in mib.items())],
+        ["capacity per chip", format_quantity(result.capacity_bytes, "bytes", binary=True)],
+        ["fits", ("yes" if result.fits else "NO") + (" (weights streamed from the external store)"
+                                                     if result.weights_streamed else "")],
+        ["largest batch that fits", str(data["max_batch"])],
+        ["bound (prefill / decode)", f"{result.bound_by_phase['prefill']} / {result.bound_by_phase['decode']}"],
+        ["power", format_quantity(result.power_watts, "watts")],
+    ]
+    if args.concurrency:
+        rows.append([f"continuous batching at {args.concurrency}",
+                     f"{data['continuous_batching']['tokens_per_s']:.1f} tokens/s"])
+    print(f"{architecture.name} on {result.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
+          f"{result.mode} mode), batch {args.batch}, prompt {args.prompt}, gen {args.gen}, weights {args.weights}")
+    print(format_table(["metric", "value"], rows))
+    for phase, shares in result.time_by_bound_by_phase.items():
+        total = sum(shares.values())
+        print(f"{phase}: " + ", ".join(f"{bound} {100 * time / total:.0f}%" for bound, time in shares.items()))
+    return 0
+
+
+def _rate(text: str) -> float:
+    match = re.match(r"^\s*([\d.]+)\s*(/s|/min|rps)?\s*$", text)
+    if not match:
+        raise PerfmodelError(f"--rate {text!r}: expected requests per second such as '10/s' or '600/min'")
+    value = float(match.group(1))
+    return value / 60 if match.group(2) == "/min" else value
+
+
+def _size(args) -> int:
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.sizing import Targets, pareto, size_system
+
+    architecture = load_architecture(args.model)
+    targets = Targets(ttft_s=parse_quantity(args.ttft, "seconds"), tpot_s=parse_quantity(args.tpot, "seconds"),
+                      rate_per_s=_rate(args.rate), prompt_tokens=args.prompt, generated_tokens=args.gen)
+    results = {}
+    for name in [item.strip() for item in args.on.split(",") if item.strip()]:
+        hardware = load_hardware(name)
+        weights = args.weights
+        options = size_system(architecture, hardware, targets, weight_dtype=weights, kv_dtype=args.kv or "bf16",
+                              mode=args.mode) if _supports(hardware, weights) else []
+        if not options and weights in ("bf16", "fp16"):
+            alternative = "fp16" if weights == "bf16" else "bf16"
+            options = size_system(architecture, hardware, targets, weight_dtype=alternative, kv_dtype=alternative,
+                                  activation_dtype=alternative, mode=args.mode)
+        results[hardware.name] = options
+    if args.json:
+        print(json.dumps({name: {"best": options[0].to_dict() if options and options[0].meets_targets else None,
+                                 "pareto": [o.to_dict() for o in pareto(options)],
+                                 "closest": min(options, key=lambda o: o.tpot_s).to_dict() if options else None}
+                          for name, options in results.items()}, indent=1))
+        return 0
+    rows, front = [], []
+    for name, options in results.items():
+        best = options[0] if options and options[0].meets_targets else None
+        if best is None:
+            closest = min(options, key=lambda o: o.tpot_s) if options else None
+            note = "no option fits" if closest is None else (
+                f"misses the targets; fastest: TPOT {format_quantity(closest.tpot_s, 'seconds')}, "
+                f"TTFT {format_quantity(closest.ttft_s, 'seconds')} on {closest.parallelism.chips} chips")
+            rows.append([name, "-", "-", "-", "-", "-", "-", "-", note])
+            continue
+        rows.append([name, best.chips, f"{best.replicas} x (tp {best.parallelism.tp}, pp {best.parallelism.pp})",
+                     format_quantity(best.ttft_s, "seconds"), format_quantity(best.tpot_s, "seconds"),
+                     f"{best.tokens_per_s:.0f}", format_quantity(best.power_watts, "watts"),
+                     "n/a" if best.cost_usd_per_hour is None else f"{best.cost_usd_per_hour:.2f}", "meets the targets"])
+        front += [[name, o.chips, f"{o.replicas} x (tp {o.parallelism.tp}, pp {o.parallelism.pp})",
+                   format_quantity(o.tpot_s, "seconds"), o.concurrency] for o in pareto(options)]
+    print(f"{architecture.name}: TTFT <= {args.ttft}, TPOT <= {args.tpot}, {args.rate} requests, prompt {args.prompt}, "
+          f"gen {args.gen}")
+    print(format_table(["system", "chips", "replicas x parallelism", "TTFT", "TPOT", "tokens/s", "power",
+                        "USD/h", "note"], rows))
+    if front:
+        print("\nPareto front (chips vs TPOT):")
+        print(format_table(["system", "chips", "replicas x parallelism", "TPOT", "concurrency"], front))
+    return 0
+
+
+def _supports(hardware, dtype: str) -> bool:
+    return any(dtype in engine.peak_flops_per_s for engine in hardware.compute.values())

@@ -1,0 +1,53 @@
+"""``perfmodel validate``: predicted vs published measurements."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from perfmodel.cli.tables import format_table
+from perfmodel.jsonable import to_jsonable
+
+
+def register(commands) -> None:
+    validate = commands.add_parser("validate", help="predict the published measurements and report the errors")
+    validate.add_argument("--csv", type=Path, help="measurements CSV (default: the shipped published_measurements.csv)")
+    validate.add_argument("--json", action="store_true")
+    validate.add_argument("--skipped", action="store_true", help="also list the skipped rows with their reasons")
+    validate.set_defaults(handler=_validate)
+
+
+def _short(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+def _validate(args) -> int:
+    from perfmodel.validation import summary, validate
+
+    rows = validate(args.csv)
+    totals = summary(rows)
+    if args.json:
+        print(json.dumps({"rows": [{**to_jsonable(row), "error": row.error} for row in rows], "summary": totals},
+                         indent=1))
+        return 0
+    predicted = [row for row in rows if row.predicted is not None]
+    table = [[row.line, row.group, row.hardware, _short(row.workload, 34), _short(row.metric, 28),
+              f"{row.measured:g} {_short(row.unit, 12)}", f"{row.predicted:.4g}", f"{100 * row.error:+.0f}%",
+              _short(row.how, 60)] for row in predicted]
+    print(format_table(["line", "group", "spec", "workload", "metric", "measured", "predicted", "error", "how"], table))
+    print(f"\n{totals['predicted']} rows predicted, {totals['skipped']} skipped; median |error| "
+          f"{100 * totals['all']:.0f}%" if totals["all"] is not None else "no row predicted")
+    print("median |error| by group:  " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in totals["group"].items()))
+    print("median |error| by family: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in totals["family"].items()))
+    skipped = [row for row in rows if row.skipped]
+    if args.skipped:
+        print("\nskipped:")
+        print(format_table(["line", "group", "system", "workload", "reason"],
+                           [[row.line, row.group, _short(row.system, 30), _short(row.workload, 34), row.skipped]
+                            for row in skipped]))
+    else:
+        reasons: dict[str, int] = {}
+        for row in skipped:
+            reasons[row.skipped] = reasons.get(row.skipped, 0) + 1
+        print("skipped (use --skipped for each row): " + "; ".join(f"{n} x {r}" for r, n in reasons.items()))
+    return 0

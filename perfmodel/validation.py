@@ -1,0 +1,296 @@
+"""``perfmodel validate``: predict the published measurements the model can reproduce (edge module).
+
+Every row of ``workloads/validation/published_measurements.csv`` is either predicted, with the
+assumptions needed to reproduce it stated in ``how``, or skipped with a reason. The same datasheet
+specs serve every row; nothing is tuned to a row.
+
+Conventions for reproducing rows:
+* TensorRT-LLM and gpt-fast runs use CUDA graphs (``graph`` mode); a row marked eager uses ``eager``.
+* Static-batching throughput = batch x output tokens / (TTFT + (output - 1) x TPOT), per GPU when
+  the row says so; in-flight-batching "max-load" rows run at the largest batch that fits (capped at
+  TensorRT-LLM's default ``max_batch_size`` of 2048) with continuous batching.
+* FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute.
+* Single-user API speeds (Groq, Cerebras) are 1 / TPOT at batch 1 for a 512-token prompt and 256
+  generated tokens, on the fewest chips that hold the weights (Groq: tp 8, pp as needed) or the
+  stated system count (Cerebras: one wafer per pipeline stage).
+* Kernel rows (GEMM TFLOP/s, HBM bandwidth) compare the op's device time (max of compute and memory
+  time), not host launch costs, as the benchmarks time back-to-back kernels.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.paths import data_directory
+
+TRT_MAX_BATCH = 2048
+API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
+SINGLE_STREAM_GENERATED_TOKENS = 128
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidationRow:
+    line: int
+    group: str
+    system: str
+    workload: str
+    metric: str
+    measured: float | None
+    unit: str
+    predicted: float | None = None
+    hardware: str = ""
+    family: str = ""
+    how: str = ""
+    skipped: str = ""
+
+    @property
+    def error(self) -> float | None:
+        """(predicted - measured) / measured."""
+        if self.predicted is None or not self.measured:
+            return None
+        return (self.predicted - self.measured) / self.measured
+
+
+SYSTEMS = [  # (pattern, spec); first match wins; PCIe cards and GH200 have no spec here
+    (r"PCIe|GH200|variant unstated|H20\b", None),
+    (r"H200", "h200-sxm"), (r"H100", "h100-sxm"), (r"A100", "a100-sxm-80gb"),
+    (r"Groq LPU", "groq-lpu-v1"), (r"Cerebras CS-3", "cerebras-wse-3"),
+]
+MODELS = [
+    (r"Llama-2-7B|LLaMA-7B", "llama-2-7b"), (r"Llama-2-70B|LLaMA-70B", "llama-2-70b"), (r"GPT-J", "gpt-j-6b"),
+    (r"Llama-3(\.1)?-8B", "llama-3.1-8b"), (r"Llama-3(\.[13])?-70B", "llama-3.1-70b"),
+    (r"Llama-3(\.1)?-405B", "llama-3.1-405b"), (r"Mixtral-8x7B", "mixtral-8x7b"),
+]
+
+
+def _first(patterns, text):
+    for pattern, value in patterns:
+        if re.search(pattern, text):
+            return value, True
+    return None, False
+
+
+def _number(text: str) -> float | None:
+    text = text.replace(",", "").strip()
+    span = re.match(r"^[~>]?\s*([\d.]+)\s*-\s*([\d.]+)$", text)
+    if span:
+        return (float(span.group(1)) + float(span.group(2))) / 2
+    match = re.match(r"^[~>]?\s*([\d.]+)", text)
+    return float(match.group(1)) if match else None
+
+
+def _int(text: str) -> int | None:
+    match = re.match(r"^\s*(\d+)", text or "")
+    return int(match.group(1)) if match else None
+
+
+def _dtypes(precision: str, system: str) -> dict | None:
+    p = precision.upper()
+    if "INT8 WEIGHT" in p:
+        return {"weight_dtype": "int8", "kv_dtype": "bf16", "activation_dtype": "bf16"}
+    if "FP8" in p:
+        return {"weight_dtype": "fp8", "kv_dtype": "fp8", "activation_dtype": "fp8"}
+    if "BF16" in p:
+        return {"weight_dtype": "bf16", "kv_dtype": "bf16", "activation_dtype": "bf16"}
+    if "FP16" in p or "16-BIT" in p:
+        dtype = "fp16"
+        return {"weight_dtype": dtype, "kv_dtype": dtype, "activation_dtype": dtype}
+    if "UNSTATED" in p and "Groq" in system:
+        return {"weight_dtype": "fp16", "kv_dtype": "fp16", "activation_dtype": "fp16"}
+    return None
+
+
+def _llm_row(row: dict, spec: str, model: str) -> tuple[float, str]:
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.llm import Parallelism, Scenario, continuous_batching_throughput, llm_predict, max_batch
+    from perfmodel.llm.catalog import load_architecture
+
+    hardware, architecture = load_hardware(spec), load_architecture(model)
+    dtypes = _dtypes(row["precision"], row["system"])
+    if dtypes is None:
+        raise _Skip(f"precision {row['precision']!r} cannot be mapped to dtypes")
+    metric = row["metric"].lower()
+    mode = "eager" if "eager" in row["workload"].lower() else "graph"
+    if spec in ("groq-lpu-v1", "cerebras-wse-3"):
+        mode = None
+    chips = _int(row["chips"])
+    api = "user" in row["batch"].lower() or "per user" in metric
+    prompt = _int(row["input_len"]) or (API_PROMPT_TOKENS if api else None)
+    gen = _int(row["output_len"]) or (API_GENERATED_TOKENS if api else SINGLE_STREAM_GENERATED_TOKENS)
+    if prompt is None:
+        raise _Skip("prompt length not stated")
+    if spec == "cerebras-wse-3":
+        parallelism = Parallelism(pp=chips or 1)
+    elif spec == "groq-lpu-v1":
+        parallelism = _groq_parallelism(architecture, hardware, Scenario(batch=1, prompt_tokens=prompt,
+                                                                         generated_tokens=gen, **dtypes))
+    else:
+        parallelism = Parallelism(tp=chips or 1)
+    batch_text = row["batch"].lower()
+    base = Scenario(batch=1, prompt_tokens=prompt, generated_tokens=gen, **dtypes)
+    how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
+          f"{mode or 'static'}; prompt {prompt}, gen {gen}"
+    if "ifb" in batch_text or "max-load" in batch_text:
+        concurrency = min(max_batch(architecture, hardware, base, parallelism), TRT_MAX_BATCH)
+        if concurrency < 1:
+            raise _Skip("the model does not fit in this configuration")
+        throughput = continuous_batching_throughput(architecture, hardware, base, parallelism, concurrency, mode=mode)
+        return throughput, how + f"; continuous batching at the largest batch that fits ({concurrency})"
+    if "max" in batch_text or "sweep" in batch_text:
+        raise _Skip("batch size of the sweep's maximum not stated")
+    batch = _int(row["batch"]) or 1
+    result = llm_predict(architecture, hardware, Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=gen,
+                                                         **dtypes), parallelism, mode=mode)
+    if not result.fits:
+        raise _Skip(f"the model does not fit on {parallelism.chips} x {spec} at batch {batch}")
+    how += f"; batch {batch}"
+    if "ttft" in metric or "first token" in metric or "time to first" in metric:
+        return result.ttft_s * 1e3, how
+    if "per user" in metric or (batch == 1 and "throughput" in metric and "-" == row["output_len"].strip()):
+        return result.tokens_per_s_per_user, how
+    if "throughput" in metric or "tokens per second" in metric:
+        total = batch * gen / (result.ttft_s + (gen - 1) * result.tpot_s)
+        per_gpu = "per gpu" in metric or "/gpu" in row["unit"].lower() or "per gpu" in row["unit"].lower()
+        return (total / parallelism.chips if per_gpu else total), how + ("; per GPU" if per_gpu else "; total")
+    if "decode tokens/s" in metric:
+        return result.tokens_per_s_per_user, how
+    if "per-token" in metric:
+        return result.tpot_s * 1e3, how
+    raise _Skip(f"metric {row['metric']!r} is not an LLM metric the model predicts")
+
+
+def _groq_parallelism(architecture, hardware, scenario):
+    """The fewest chips that hold the model: tp 8 (growing while the heads allow), then the
+    smallest pp whose weights, KV cache and activations fit in each chip's SRAM."""
+    from perfmodel.llm import Parallelism
+    from perfmodel.llm.metrics import memory_per_chip
+
+    capacity = hardware.outermost_on_device.total_capacity_bytes
+    tp = 8
+    while tp <= architecture.heads:
+        for pp in range(1, architecture.layers + 1):
+            parallelism = Parallelism(tp=tp, pp=pp)
+            if sum(float(v) for v in memory_per_chip(architecture, scenario, parallelism).values()) <= capacity:
+                return parallelism
+        tp *= 2
+    raise _Skip("the model does not fit on any tp x pp of this system")
+
+
+def _kernel_row(row: dict, spec: str) -> tuple[float, str]:
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline import evaluate
+    from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+    hardware = load_hardware(spec)
+    workload, metric = row["workload"], row["metric"].lower()
+    shape = re.search(r"(\d+)\s*x\s*(\d+)\s*x\s*(\d+)", workload)
+    if "gemm" in workload.lower() and shape and "tflop" in row["unit"].lower():
+        m, n, k = (int(value) for value in shape.groups())
+        dtype = "fp8" if "FP8" in row["precision"].upper() else "bf16"
+        operands = (TensorSpec(shape=(m, k), dtype=dtype), TensorSpec(shape=(k, n), dtype=dtype))
+        op = Op(name="gemm", kind="matmul", inputs=operands,
+                outputs=(TensorSpec(shape=(m, n), dtype="bf16"),), attrs={"m": m, "n": n, "k": k})
+        timing = evaluate(Graph(name="gemm", ops=[op]), hardware, mode="graph").ops[0]
+        device_s = max(timing.compute_s, *timing.memory_s.values())
+        return timing.flops / device_s / 1e12, f"one {m}x{n}x{k} {dtype} matmul, device time"
+    lowered = workload.lower()
+    if "bandwidth" in metric and any(word in lowered for word in ("hbm", "stream", "roofline", "triad")):
+        elements = 1 << 28
+        streams = {"copy": (1, 1), "triad": (2, 1), "dot": (2, 0), "sum": (1, 0)}  # (reads, writes)
+        reads, writes = next((value for key, value in streams.items() if key in lowered), (1, 1))
+        tensor = TensorSpec(shape=(elements,), dtype="fp32")
+        op = Op(name="stream", kind="elementwise", inputs=(tensor,) * reads, outputs=(tensor,) * writes)
+        timing = evaluate(Graph(name="stream", ops=[op]), hardware, mode="graph").ops[0]
+        level = hardware.outermost_on_device.name
+        scale = 1e12 if "TB/s" in row["unit"] else 1e9
+        achieved = timing.bytes[level] / timing.memory_s[level] / scale
+        return achieved, f"{reads} read(s) + {writes} write(s) of 1 GiB fp32 arrays"
+    if "allreduce" in workload.lower().replace(" ", "") and "bus bandwidth" in metric:
+        size = re.search(r"(\d+)\s*(MB|GB)", workload)
+        payload = int(size.group(1)) * (1 << 20 if size.group(2) == "MB" else 1 << 30)
+        group = _int(row["chips"]) or 8
+        op = Op(name="allreduce", kind="collective", attrs={"collective": "all_reduce", "bytes": payload,
+                                                              "group_size": group, "dtype": "bf16"})
+        timing = evaluate(Graph(name="allreduce", ops=[op]), hardware, mode="graph").ops[0]
+        bus = 2 * (group - 1) / group * payload / timing.link_s
+        return bus / 1e9, f"ring all-reduce of {size.group(0)} over {group} GPUs, busBW = 2(p-1)/p x size / time"
+    if "host-to-device" in workload.lower():
+        link = next(link for link in hardware.links.values() if link.kind == "host")
+        return link.bandwidth_bytes_per_s_per_direction / 1e9, f"{link.name} bandwidth per direction"
+    if "device-to-device" in workload.lower():
+        link = next(link for link in hardware.links.values() if link.kind == "chip_to_chip")
+        return link.bandwidth_bytes_per_s_per_direction / 1e9, f"{link.name} bandwidth per direction"
+    raise _Skip("kernel not modeled (shape, heads or flags not stated)")
+
+
+class _Skip(Exception):
+    pass
+
+
+def validate_row(line: int, row: dict) -> ValidationRow:
+    base = dict(line=line, group=row["group"], system=row["system"], workload=row["workload"], metric=row["metric"],
+                measured=_number(row["value"]), unit=row["unit"])
+    try:
+        if base["measured"] is None:
+            raise _Skip(f"value {row['value']!r} is not a number")
+        if row["value"].strip().startswith((">", "<")):
+            raise _Skip(f"value {row['value']!r} is a bound, not a measurement")
+        spec, known = _first(SYSTEMS, row["system"])
+        if spec is None:
+            detail = " (PCIe card, GH200 or unstated variant)" if known else ""
+            raise _Skip("no spec for this system in the catalog" + detail)
+        if "training" in row["workload"].lower():
+            raise _Skip("training is not modeled (inference only)")
+        if row["group"] == "F":
+            predicted, how = _kernel_row(row, spec)
+        else:
+            model, _ = _first(MODELS, row["workload"])
+            if model is None:
+                raise _Skip("no shipped config for this model")
+            if "unstated" in row["chips"].lower() and spec != "groq-lpu-v1":
+                raise _Skip("chip count not stated")
+            predicted, how = _llm_row(row, spec, model)
+        from perfmodel.hardware.loader import load_hardware
+
+        return ValidationRow(**base, predicted=predicted, hardware=spec, family=load_hardware(spec).family, how=how)
+    except _Skip as skip:
+        return ValidationRow(**base, skipped=str(skip))
+    except PerfmodelError as error:
+        return ValidationRow(**base, skipped=f"cannot reproduce: {error}")
+
+
+def default_csv() -> Path:
+    return data_directory("workloads") / "validation" / "published_measurements.csv"
+
+
+def validate(path: str | Path | None = None) -> list[ValidationRow]:
+    path = Path(path) if path else default_csv()
+    with path.open(newline="", encoding="utf-8") as stream:
+        reader = csv.DictReader(stream)
+        required = {"group", "system", "chips", "workload", "precision", "batch", "input_len", "output_len", "metric",
+                    "value", "unit"}
+        missing = required - set(reader.fieldnames or [])
+        if missing:
+            raise PerfmodelError(f"{path}: missing column(s) {sorted(missing)}")
+        return [validate_row(number, row) for number, row in enumerate(reader, start=2)]
+
+
+def summary(rows: list[ValidationRow]) -> dict:
+    """Median |error| per group and per family, over predicted rows."""
+    result: dict[str, dict[str, float]] = {"group": {}, "family": {}}
+    for key in ("group", "family"):
+        values: dict[str, list[float]] = {}
+        for row in rows:
+            if row.error is not None:
+                values.setdefault(getattr(row, key), []).append(abs(row.error))
+        result[key] = {name: statistics.median(errors) for name, errors in sorted(values.items())}
+    errors = [abs(row.error) for row in rows if row.error is not None]
+    result["all"] = statistics.median(errors) if errors else None
+    result["predicted"] = len(errors)
+    result["skipped"] = sum(1 for row in rows if row.skipped)
+    return result
