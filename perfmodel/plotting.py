@@ -1,44 +1,220 @@
 """Charts (edge module): matplotlib is imported only when a chart is drawn.
 
-Plotting functions take ``ax=None``, return the Axes and never call ``show()``.
+Plotting functions take ``ax=None``, return the Axes and never call ``show()``. The data comes from
+the pure functions of :mod:`perfmodel.roofline.charts`.
 """
 
 from __future__ import annotations
 
+import os
+import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import numpy as np
 
+from perfmodel.errors import PerfmodelError
+from perfmodel.units import format_quantity
+
 INTENSITY_RANGE_FLOP_PER_BYTE = (1e-2, 1e5)
+TERA = 1e12
+BOUND_COLOURS = {"compute": "tab:red", "scheduling": "tab:purple", "measured": "black"}
+LEVEL_COLOURS = ("tab:blue", "tab:green", "tab:orange", "tab:cyan", "tab:olive", "tab:brown")
+MARKER_AREA = (12, 400)  # points^2 for the smallest and the largest time share
 
 
 def _pyplot():
     import matplotlib
 
-    if matplotlib.get_backend().lower() not in ("agg", "pdf", "svg") and not matplotlib.is_interactive():
+    if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf", "svg", "cairo"):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     return plt
 
 
-def plot_spec_rooflines(records: Sequence[dict], ax=None):
-    """Draw the classic roofline (outermost on-device memory, dense peak) of each spec record.
+def _new_axes(ax, size=(8, 5.5)):
+    if ax is not None:
+        return ax
+    _, ax = _pyplot().subplots(figsize=size, layout="constrained")
+    return ax
 
-    Each record has ``name``, ``dtype``, ``peak_flops_per_s``, ``bandwidth_bytes_per_s`` and
-    ``memory_level`` (as printed by ``perfmodel specs compare --json``).
-    """
+
+def bound_colour(bound: str, level_names: Sequence[str] = ()) -> str:
+    if bound in BOUND_COLOURS:
+        return BOUND_COLOURS[bound]
+    name = bound.split(":", 1)[-1]
+    if name in level_names:
+        return LEVEL_COLOURS[list(level_names).index(name) % len(LEVEL_COLOURS)]
+    return "tab:gray"
+
+
+def _marker_sizes(shares) -> np.ndarray:
+    shares = np.asarray(shares, dtype=float)
+    low, high = MARKER_AREA
+    return low + (high - low) * np.sqrt(np.clip(shares, 0, 1))
+
+
+def _x_range(data, points) -> tuple[float, float]:
+    xs = [p.intensity_flop_per_byte for p in points if p.intensity_flop_per_byte > 0]
+    ridges = [roof.ridge_flop_per_byte for roof in data.roofs]
+    low = min([*xs, *ridges, 1.0]) / 10
+    high = max([*xs, *ridges, 10.0]) * 10
+    return low, high
+
+
+BOUND_MARKERS = {"compute": "^", "scheduling": "s"}
+
+
+def _scatter_points(ax, points, level_names, *, by_level=False, measured=False):
+    """Colour by bound (classic) or by memory level (hierarchical, matching the roofs; the marker
+    shape then tells the bound: triangle compute, circle memory, square scheduling)."""
+    seen = set()
+    for point in points:
+        if by_level and not measured:
+            colour = LEVEL_COLOURS[level_names.index(point.level) % len(LEVEL_COLOURS)]
+            key = f"at {point.level}"
+            marker = BOUND_MARKERS.get(point.bound, "o")
+        else:
+            colour = bound_colour(point.bound, level_names)
+            key = point.bound
+            marker = "D" if measured else BOUND_MARKERS.get(point.bound, "o")
+        label = None if key in seen else ("measured" if measured else key)
+        seen.add(key)
+        ax.scatter([point.intensity_flop_per_byte], [point.achieved_flops_per_s / TERA],
+                   s=_marker_sizes([point.time_share]), marker=marker, label=label, alpha=0.75,
+                   facecolors="none" if measured else colour, edgecolors=colour, linewidths=1.2)
+
+
+def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
+    """Classic or hierarchical roofline: one bandwidth roof per level in ``data.roofs``, the compute
+    roof, and the op points (size = time share, colour = bound); measured points as open squares."""
+    ax = _new_axes(ax)
+    points = [*data.points, *measured]
+    low, high = _x_range(data, points)
+    intensity = np.logspace(np.log10(low), np.log10(high), 400)
+    level_names = [roof.label for roof in data.roofs]
+    for index, roof in enumerate(data.roofs):
+        attainable = np.minimum(data.peak_flops_per_s, intensity * roof.bandwidth_bytes_per_s)
+        colour = LEVEL_COLOURS[index % len(LEVEL_COLOURS)]
+        ax.loglog(intensity, attainable / TERA, color=colour, linewidth=2,
+                  label=f"{roof.label} roof ({roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, ridge {roof.ridge_flop_per_byte:.3g})")
+    ax.axhline(data.peak_flops_per_s / TERA, color="tab:red", linestyle=":", linewidth=1)
+    peak_label = f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}"
+    ax.text(low * 1.3, data.peak_flops_per_s / TERA * 0.6, peak_label, fontsize="small", color="tab:red")
+    _scatter_points(ax, data.points, level_names, by_level=len(data.roofs) > 1)
+    if measured:
+        _scatter_points(ax, measured, level_names, measured=True)
+    ax.set_xlim(low, high)
+    ax.set_xlabel("arithmetic intensity (FLOP/byte at the level)" + (
+        "; marker: ^ compute-bound, o memory-bound, s scheduling-bound" if len(data.roofs) > 1 else ""))
+    ax.set_ylabel("performance (TFLOP/s)")
+    ax.set_title(title or f"{data.hardware}: {'hierarchical ' if len(data.roofs) > 1 else ''}roofline ({data.dtype})")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="lower right", markerscale=0.6)
+    return ax
+
+
+def plot_scheduling_roofline(data, ax=None, *, title: str | None = None):
+    """Achieved FLOP/s against granularity (FLOPs per launch) under the compute roof and the
+    scheduling ceiling ``granularity / launch_s``; the ridge is ``peak x launch_s`` FLOPs per launch."""
+    ax = _new_axes(ax)
+    points = [p for p in data.points if p.granularity_flops_per_launch > 0]
+    if data.launch_s <= 0:
+        raise PerfmodelError(f"{data.hardware} charges no launch cost in this mode: no scheduling ceiling to draw")
+    ridge = data.scheduling_ridge_flops_per_launch
+    xs = [p.granularity_flops_per_launch for p in points] + [ridge]
+    low, high = min(xs) / 10, max(xs) * 10
+    granularity = np.logspace(np.log10(low), np.log10(high), 400)
+    ax.loglog(granularity, np.minimum(data.peak_flops_per_s, granularity / data.launch_s) / TERA, color="tab:purple",
+              linewidth=2, label=f"scheduling ceiling ({data.launch_s * 1e6:.3g} us per launch; ridge {ridge:.3g} FLOP)")
+    ax.axhline(data.peak_flops_per_s / TERA, color="tab:red", linestyle=":", linewidth=1,
+               label=f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}")
+    seen = set()
+    for point in points:
+        colour = bound_colour(point.bound, [roof.label for roof in data.roofs])
+        label = point.bound if point.bound not in seen else None
+        seen.add(point.bound)
+        ax.scatter([point.granularity_flops_per_launch], [point.achieved_flops_per_s / TERA], color=colour, alpha=0.75,
+                   s=_marker_sizes([point.time_share]), label=label, marker="*" if point.kind == "program" else "o")
+    ax.set_xlim(low, high)
+    ax.set_xlabel("granularity (FLOPs per launch)")
+    ax.set_ylabel("performance (TFLOP/s)")
+    ax.set_title(title or f"{data.hardware}: scheduling-aware roofline")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="lower right", markerscale=0.6)
+    return ax
+
+
+def plot_side_by_side(datas, kind: str = "classic", measured=()):
+    """One panel per system (the same workload on each); returns the array of Axes."""
     plt = _pyplot()
-    if ax is None:
-        _, ax = plt.subplots(figsize=(8, 5.5), layout="constrained")
+    columns = min(len(datas), 3)
+    rows = -(-len(datas) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.2 * rows), layout="constrained", squeeze=False)
+    for ax, data in zip(axes.flat, datas, strict=False):
+        if kind == "scheduling":
+            plot_scheduling_roofline(data, ax)
+        else:
+            plot_roofline(data, ax, measured=measured)
+    for ax in list(axes.flat)[len(datas):]:
+        ax.set_visible(False)
+    return axes
+
+
+def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound"):
+    """Stacked bars: each system's predicted time split by bound (or by module), in milliseconds."""
+    ax = _new_axes(ax, size=(8, 4.5))
+    groups = [getattr(evaluation, f"time_by_{by}") for evaluation in evaluations]
+    keys = sorted({key for group in groups for key in group}, key=lambda key: -sum(g.get(key, 0) for g in groups))
+    labels = [evaluation.hardware for evaluation in evaluations]
+    bottom = np.zeros(len(evaluations))
+    cmap = _pyplot().get_cmap("tab20")
+    for index, key in enumerate(keys):
+        values = np.array([group.get(key, 0.0) for group in groups]) * 1e3
+        colour = BOUND_COLOURS.get(key, cmap(index % 20)) if by == "bound" else cmap(index % 20)
+        ax.bar(labels, values, bottom=bottom, label=key, color=colour)
+        bottom += values
+    ax.set_yscale("log" if bottom.max() / max(bottom.min(), 1e-12) > 100 else "linear")
+    ax.set_ylabel("predicted time (ms)")
+    ax.set_title(f"{evaluations[0].workload}: time by {by}")
+    ax.legend(fontsize="x-small", ncols=2)
+    ax.tick_params(axis="x", labelrotation=20)
+    return ax
+
+
+def plot_pareto(options_by_system: dict, ax=None):
+    """Sizing options: chips against TPOT per system, Pareto-optimal options joined by a line."""
+    from perfmodel.llm.sizing import pareto
+
+    ax = _new_axes(ax)
+    for name, options in options_by_system.items():
+        if not options:
+            continue
+        line = ax.scatter([o.chips for o in options], [o.tpot_s * 1e3 for o in options], alpha=0.35, label=None)
+        front = sorted(pareto(options), key=lambda o: o.chips)
+        ax.plot([o.chips for o in front], [o.tpot_s * 1e3 for o in front], marker="o", color=line.get_facecolor()[0],
+                label=f"{name} (Pareto front)")
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("chips")
+    ax.set_ylabel("TPOT (ms)")
+    ax.set_title("Sizing options: chips vs time per output token")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    return ax
+
+
+def plot_spec_rooflines(records: Sequence[dict], ax=None):
+    """The classic roofline of each spec record (``perfmodel specs compare --json`` rows)."""
+    ax = _new_axes(ax)
     intensity = np.logspace(*np.log10(INTENSITY_RANGE_FLOP_PER_BYTE), 400)
     for record in records:
         attainable = np.minimum(record["peak_flops_per_s"], intensity * record["bandwidth_bytes_per_s"])
         label = f"{record['name']} ({record['dtype']}, {record['memory_level']})"
-        line, = ax.loglog(intensity, attainable / 1e12, label=label)
+        line, = ax.loglog(intensity, attainable / TERA, label=label)
         ridge = record["peak_flops_per_s"] / record["bandwidth_bytes_per_s"]
-        ax.plot([ridge], [record["peak_flops_per_s"] / 1e12], "o", color=line.get_color(), markersize=4)
+        ax.plot([ridge], [record["peak_flops_per_s"] / TERA], "o", color=line.get_color(), markersize=4)
     ax.set_xlabel("arithmetic intensity (FLOP/byte of the outermost on-device memory)")
     ax.set_ylabel("attainable performance (TFLOP/s)")
     ax.set_title("Rooflines of the compared devices (dots: ridge points)")
@@ -47,26 +223,25 @@ def plot_spec_rooflines(records: Sequence[dict], ax=None):
     return ax
 
 
-def save_figure(ax, path: str | Path) -> None:
-    """Save the figure of ``ax`` to ``path`` (format from the suffix) through a temporary file."""
-    import os
-    import tempfile
-
+def save_figure(figure_or_ax, path: str | Path) -> None:
+    """Save a figure (or the figure of an Axes or array of Axes) through a temporary file and a rename."""
     path = Path(path)
     suffix = path.suffix.lower().lstrip(".")
     if suffix not in ("png", "svg", "pdf"):
-        from perfmodel.errors import PerfmodelError
-
         raise PerfmodelError(f"chart file {path} must end in .png, .svg or .pdf")
+    figure = figure_or_ax
+    if isinstance(figure, np.ndarray):
+        figure = figure.flat[0]
+    figure = getattr(figure, "figure", figure)
     path.parent.mkdir(parents=True, exist_ok=True)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
     os.close(handle)
     try:
-        ax.figure.savefig(temporary, format=suffix, dpi=150)
+        figure.savefig(temporary, format=suffix, dpi=150)
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)
-        _pyplot().close(ax.figure)
+        _pyplot().close(figure)
 
 
 def save_spec_rooflines(records: Sequence[dict], path: str | Path) -> None:

@@ -24,7 +24,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from perfmodel.cli import llm_command, predict_command, specs_command, validate_command
+    from perfmodel.cli import llm_command, predict_command, roofline_command, specs_command, validate_command
 
     parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
                                                    "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
@@ -34,6 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict_command.register(commands)
     llm_command.register(commands)
     validate_command.register(commands)
+    roofline_command.register(commands)
     return parser
 
 

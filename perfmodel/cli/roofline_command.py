@@ -1,0 +1,81 @@
+"""``perfmodel roofline``: classic, hierarchical and scheduling-aware roofline charts."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+
+
+def register(commands) -> None:
+    roofline = commands.add_parser("roofline", help="draw a roofline chart of a workload on one or more specs")
+    roofline.add_argument("workload", help="a workload file or a shipped workload name")
+    roofline.add_argument("--on", required=True, help="spec names, comma-separated (several: side by side)")
+    roofline.add_argument("--kind", choices=["classic", "hierarchical", "scheduling", "breakdown"], default="classic")
+    roofline.add_argument("--measured", type=Path, help="CSV of measurements: name, flops, bytes, duration_s")
+    roofline.add_argument("--dtype", help="dtype of the compute roof (default: the workload's)")
+    roofline.add_argument("--mode", choices=["dynamic", "graph", "static"])
+    roofline.add_argument("-o", "--output", type=Path, required=True, help="chart file: .png, .svg or .pdf")
+    roofline.set_defaults(handler=_roofline)
+
+
+REQUIRED_COLUMNS = ("name", "flops", "bytes", "duration_s")
+
+
+def read_measured(path: Path) -> list[dict]:
+    """Rows of ``name, flops, bytes, duration_s`` (SI units); a clear error names the row and column."""
+    try:
+        stream = path.open(newline="", encoding="utf-8")
+    except OSError as error:
+        raise PerfmodelError(f"cannot read {path}: {error}") from None
+    with stream:
+        reader = csv.DictReader(stream)
+        missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
+        if missing:
+            raise PerfmodelError(f"{path}: missing column(s) {missing}; expected {', '.join(REQUIRED_COLUMNS)}")
+        records = []
+        for number, row in enumerate(reader, start=2):
+            record = {"name": row["name"], "kind": row.get("kind") or "measured"}
+            for column in REQUIRED_COLUMNS[1:]:
+                try:
+                    value = float(row[column])
+                except (TypeError, ValueError):
+                    raise PerfmodelError(f"{path}:{number}: column {column!r}: {row[column]!r} is not a number") from None
+                if not value > 0:
+                    raise PerfmodelError(f"{path}:{number}: column {column!r} must be more than zero, got {value}")
+                record[column] = value
+            records.append(record)
+    return records
+
+
+def _roofline(args) -> int:
+    from perfmodel import plotting
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline import evaluate
+    from perfmodel.roofline.charts import classic_roofline, hierarchical_roofline, measured_points, scheduling_roofline
+    from perfmodel.workload.io import load_graph
+
+    graph = load_graph(args.workload)
+    specs = [load_hardware(name.strip()) for name in args.on.split(",") if name.strip()]
+    evaluations = [evaluate(graph, hardware, mode=args.mode) for hardware in specs]
+    if args.kind == "breakdown":
+        plotting.save_figure(plotting.plot_time_breakdown(evaluations), args.output)
+        print(f"wrote {args.output}")
+        return 0
+    builders = {"classic": classic_roofline, "hierarchical": hierarchical_roofline, "scheduling": scheduling_roofline}
+    datas = [builders[args.kind](hardware, evaluation, dtype=args.dtype)
+             for hardware, evaluation in zip(specs, evaluations, strict=True)]
+    measured = ()
+    if args.measured:
+        measured = measured_points(read_measured(args.measured), datas[0].roofs[0].label)
+    if len(datas) == 1:
+        if args.kind == "scheduling":
+            axes = plotting.plot_scheduling_roofline(datas[0])
+        else:
+            axes = plotting.plot_roofline(datas[0], measured=measured)
+    else:
+        axes = plotting.plot_side_by_side(datas, kind=args.kind, measured=measured)
+    plotting.save_figure(axes, args.output)
+    print(f"wrote {args.output}")
+    return 0

@@ -1,0 +1,110 @@
+"""Roofline chart data checked numerically; every format renders a non-empty file headless."""
+
+import pytest
+
+from perfmodel import plotting
+from perfmodel.cli import main
+from perfmodel.hardware.loader import catalog, load_hardware
+from perfmodel.roofline import evaluate
+from perfmodel.roofline.charts import classic_roofline, hierarchical_roofline, scheduling_roofline
+from perfmodel.workload import builders
+
+TOLERANCE = 1 + 1e-9
+
+
+@pytest.mark.parametrize("name", [entry.name for entry in catalog()])
+def test_ridge_point_is_peak_over_bandwidth(name):
+    hardware = load_hardware(name)
+    data = classic_roofline(hardware)
+    memory = hardware.outermost_on_device
+    assert data.ridge_flop_per_byte == pytest.approx(data.peak_flops_per_s / memory.bandwidth_bytes_per_s)
+    assert data.attainable_flops_per_s(data.ridge_flop_per_byte) == pytest.approx(data.peak_flops_per_s)
+    assert data.attainable_flops_per_s(data.ridge_flop_per_byte / 10) == pytest.approx(data.peak_flops_per_s / 10)
+
+
+@pytest.mark.parametrize("name, dtype", [("h100-sxm", "bf16"), ("tpu-v5e", "bf16"), ("ibm-spyre", "fp16"),
+                                         ("groq-lpu-v1", "fp16"), ("epyc-zen4-2vcpu", "bf16")])
+def test_predicted_points_lie_on_or_under_every_roof(name, dtype):
+    hardware = load_hardware(name)
+    evaluation = evaluate(builders.transformer_block(seq=256, dtype=dtype), hardware)
+    data = hierarchical_roofline(hardware, evaluation, dtype=dtype)
+    assert len(data.roofs) == len(hardware.memory) and data.points
+    bandwidth = {roof.label: roof.bandwidth_bytes_per_s for roof in data.roofs}
+    for point in data.points:
+        op = next(op for op in evaluation.ops if op.name == point.name)
+        peak = hardware.compute[op.engine].peak_flops_per_s[op.dtype]
+        assert point.achieved_flops_per_s <= peak * TOLERANCE
+        assert point.achieved_flops_per_s <= point.intensity_flop_per_byte * bandwidth[point.level] * TOLERANCE
+
+
+def test_scheduling_ceiling_bounds_every_launching_op():
+    h100 = load_hardware("h100-sxm")
+    evaluation = evaluate(builders.transformer_block(seq=16), h100, mode="dynamic")
+    data = scheduling_roofline(h100, evaluation)
+    assert data.launch_s == pytest.approx(20e-6)
+    assert data.scheduling_ridge_flops_per_launch == pytest.approx(989.4e12 * 20e-6)
+    launching = [p for p in data.points if p.granularity_flops_per_launch > 0]
+    assert launching
+    for point in launching:
+        assert point.achieved_flops_per_s <= point.granularity_flops_per_launch / data.launch_s * TOLERANCE
+    # Small element-wise ops sit on the ceiling: they are the scheduling-bound ones.
+    assert any(p.bound == "scheduling" for p in launching)
+
+
+def test_static_programs_get_a_whole_program_point():
+    spyre = load_hardware("ibm-spyre")
+    evaluation = evaluate(builders.elementwise_chain(), spyre)
+    data = scheduling_roofline(spyre, evaluation)
+    [program] = [p for p in data.points if p.kind == "program"]
+    assert program.achieved_flops_per_s <= program.granularity_flops_per_launch / data.launch_s * TOLERANCE
+
+
+@pytest.mark.parametrize("suffix", ["png", "svg", "pdf"])
+@pytest.mark.parametrize("kind", ["classic", "hierarchical", "scheduling", "breakdown"])
+def test_each_format_renders(tmp_path, capsys, suffix, kind):
+    target = tmp_path / f"chart.{suffix}"
+    specs = "h100-sxm" if kind != "breakdown" else "h100-sxm,ibm-spyre"
+    assert main(["roofline", "transformer_block", "--on", specs, "--kind", kind, "-o", str(target)]) == 0
+    assert target.stat().st_size > 2000
+    assert not list(tmp_path.glob(".*"))  # no temporary file left behind
+
+
+def test_side_by_side_with_measured_points(tmp_path):
+    measured = tmp_path / "measured.csv"
+    measured.write_text("name,flops,bytes,duration_s\ngemm,1.37e11,1.0e8,2.0e-4\nadd,1.0e6,6.0e6,2.5e-5\n")
+    target = tmp_path / "side.png"
+    assert main(["roofline", "transformer_block", "--on", "h100-sxm,ibm-spyre,groq-lpu-v1", "--measured",
+                 str(measured), "-o", str(target)]) == 0
+    assert target.stat().st_size > 5000
+
+
+def test_bad_measured_file_names_row_and_column(tmp_path, capsys):
+    measured = tmp_path / "measured.csv"
+    measured.write_text("name,flops,bytes,duration_s\ngemm,1e9,1e6,fast\n")
+    assert main(["roofline", "gemm_sweep", "--on", "h100-sxm", "--measured", str(measured), "-o",
+                 str(tmp_path / "x.png")]) == 2
+    assert f"{measured}:2: column 'duration_s'" in capsys.readouterr().err
+
+
+def test_pareto_chart(tmp_path):
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.sizing import Targets, size_system
+
+    targets = Targets(ttft_s=1.0, tpot_s=0.1, rate_per_s=1, prompt_tokens=256, generated_tokens=64)
+    options = {name: size_system(load_architecture("llama-3.1-8b"), load_hardware(name), targets)
+               for name in ("h100-sxm", "tpu-v5e")}
+    ax = plotting.plot_pareto(options)
+    assert ax.get_xlabel() == "chips" and ax.get_yscale() == "log"
+    plotting.save_figure(ax, tmp_path / "pareto.svg")
+    assert (tmp_path / "pareto.svg").stat().st_size > 2000
+
+
+def test_plot_functions_return_axes_and_accept_one():
+    import matplotlib.pyplot as plt
+
+    h100 = load_hardware("h100-sxm")
+    evaluation = evaluate(builders.gemm_sweep(), h100)
+    figure, ax = plt.subplots()
+    assert plotting.plot_roofline(classic_roofline(h100, evaluation), ax) is ax
+    assert "TFLOP/s" in ax.get_ylabel() and ax.get_xscale() == "log"
+    plt.close(figure)
