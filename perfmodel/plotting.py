@@ -15,6 +15,7 @@ import numpy as np
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity
+from perfmodel.yaml_source import default_file_mode
 
 INTENSITY_RANGE_FLOP_PER_BYTE = (1e-2, 1e5)
 TERA = 1e12
@@ -98,7 +99,8 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
         attainable = np.minimum(data.peak_flops_per_s, intensity * roof.bandwidth_bytes_per_s)
         colour = LEVEL_COLOURS[index % len(LEVEL_COLOURS)]
         ax.loglog(intensity, attainable / TERA, color=colour, linewidth=2,
-                  label=f"{roof.label} roof ({roof.bandwidth_bytes_per_s / 1e9:,.0f} GB/s, ridge {roof.ridge_flop_per_byte:.3g})")
+                  label=f"{roof.label} roof ({format_quantity(roof.bandwidth_bytes_per_s, 'bytes_per_s')}, "
+                        f"ridge {roof.ridge_flop_per_byte:.3g} FLOP/B)")
     ax.axhline(data.peak_flops_per_s / TERA, color="tab:red", linestyle=":", linewidth=1)
     peak_label = f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}"
     ax.text(low * 1.3, data.peak_flops_per_s / TERA * 0.6, peak_label, fontsize="small", color="tab:red")
@@ -238,6 +240,7 @@ def save_figure(figure_or_ax, path: str | Path) -> None:
     os.close(handle)
     try:
         figure.savefig(temporary, format=suffix, dpi=150)
+        os.chmod(temporary, default_file_mode())
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)

@@ -106,6 +106,13 @@ def read_yaml(path: str | Path) -> YamlDocument:
     return parse_yaml(text, str(path))
 
 
+def default_file_mode() -> int:
+    """0o666 minus the process umask: what a plain open() would create (mkstemp uses 0o600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
+
+
 def write_text_atomically(path: str | Path, text: str) -> None:
     """Write ``text`` to ``path`` through a temporary file and a rename, so nothing is half-written."""
     path = Path(path)
@@ -114,6 +121,7 @@ def write_text_atomically(path: str | Path, text: str) -> None:
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
+        os.chmod(temporary, default_file_mode())
         os.replace(temporary, path)
     except BaseException:
         Path(temporary).unlink(missing_ok=True)
