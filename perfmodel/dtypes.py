@@ -19,7 +19,7 @@ class DType:
 
     name: str
     bits: int
-    kind: str  # "float", "int" or "bool"
+    kind: str  # "float", "int", "bool" or "complex"
 
     @property
     def bytes_per_element(self) -> float:
@@ -42,6 +42,8 @@ _DTYPES = (
     DType(name="uint8", bits=8, kind="int"),
     DType(name="int4", bits=4, kind="int"),
     DType(name="bool", bits=8, kind="bool"),
+    DType(name="complex64", bits=64, kind="complex"),
+    DType(name="complex128", bits=128, kind="complex"),
 )
 DTYPES: dict[str, DType] = {dtype.name: dtype for dtype in _DTYPES}
 

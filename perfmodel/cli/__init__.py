@@ -24,7 +24,14 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from perfmodel.cli import llm_command, predict_command, roofline_command, specs_command, validate_command
+    from perfmodel.cli import (
+        capture_command,
+        llm_command,
+        predict_command,
+        roofline_command,
+        specs_command,
+        validate_command,
+    )
 
     parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
                                                    "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
@@ -32,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     specs_command.register(commands)
     predict_command.register(commands)
+    capture_command.register(commands)
     llm_command.register(commands)
     validate_command.register(commands)
     roofline_command.register(commands)

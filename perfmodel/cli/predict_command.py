@@ -19,6 +19,8 @@ def register(commands) -> None:
                          help="what-if override, e.g. memory.hbm.bandwidth=6.4TB/s (repeatable)")
     predict.add_argument("--mode", choices=["dynamic", "graph", "static"], help="execution mode (default: the spec's)")
     predict.add_argument("--overlap", choices=["max", "sum"], default="max")
+    predict.add_argument("--compiled", action="store_true",
+                         help="fuse element-wise and reduction chains as torch.compile/XLA do (in any mode)")
     predict.add_argument("--top", type=int, default=20, help="ops to list per spec in the table (default 20)")
     output = predict.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the JSON contract")
@@ -54,7 +56,8 @@ def _predict(args) -> int:
     graph = load_graph(args.workload)
     overrides = parse_overrides(args.set)
     evaluations = [evaluate(graph, load_hardware(name.strip(), overrides=overrides or None), mode=args.mode,
-                            overlap=args.overlap) for name in args.on.split(",") if name.strip()]
+                            overlap=args.overlap, fuse=True if args.compiled else None)
+                   for name in args.on.split(",") if name.strip()]
     if args.json:
         data = [evaluation.to_dict() for evaluation in evaluations]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=1))

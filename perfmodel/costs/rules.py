@@ -8,7 +8,8 @@ traffic for collectives. Rules broadcast over numpy arrays in attributes (sweeps
 Engines: matmul, conv and attention run on a ``matrix`` engine, the rest on a ``vector`` engine;
 if the device has none of that kind with the op's dtype, any engine with the dtype serves; bf16
 and fp16 stand in for each other (same width; a device that lists one runs the other at that rate
-for lack of a separate figure); floating-point vector work may fall back to the fp32 rate (upcast).
+for lack of a separate figure); non-matrix work may fall back to the fp32 rate (floats upcast;
+integer and boolean index arithmetic on the same ALUs).
 An op whose dtype no engine supports is an error.
 """
 
@@ -88,7 +89,7 @@ def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[Compute
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
             if engine.peak_flops_per_s.get(wanted, 0) > 0:
                 return engine, wanted
-    if get_dtype(dtype).kind == "float" and op_kind not in MATRIX_KINDS:
+    if op_kind not in MATRIX_KINDS:  # upcast floats; integer and boolean ALUs assumed at the fp32 rate
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
             if engine.peak_flops_per_s.get("fp32", 0) > 0:
                 return engine, "fp32"

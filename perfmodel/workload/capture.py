@@ -1,0 +1,371 @@
+"""Capture any ``torch.nn.Module`` into a workload :class:`Graph` without running it (edge module).
+
+The module's parameters and buffers become fake tensors (``FakeTensorMode``): no weight is
+materialized, nothing runs on a device, nothing is downloaded. Build big models on the meta device
+(``with torch.device("meta"): model = ...``); real modules work too, as their tensors are faked.
+
+One forward pass under a ``TorchDispatchMode`` records every dispatch-level (aten) op with its
+shapes and dtypes, the module it ran in (from forward hooks: ``layers.3.self_attn.q_proj``), and
+producer->consumer edges (from tensor identity). Views (``view``, ``transpose``, ``expand``,
+``slice``...) are free: no op, no launch, no bytes; their outputs stay linked to the producer of
+their input. ``scaled_dot_product_attention`` is caught at the torch-function level, whichever
+backend would run it, and recorded as one attention op. Ops without a rule are recorded as kind
+``other`` and listed with their counts in ``CaptureResult.unsupported``.
+
+torch is imported only here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+TORCH_DTYPES = {
+    "float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8",
+    "float8_e5m2": "fp8", "int64": "int64", "int32": "int32", "int16": "int16", "int8": "int8", "uint8": "uint8",
+    "bool": "bool", "complex64": "complex64", "complex128": "complex128",
+}
+MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_int_mm"}
+CONV_OPS = {"convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
+            "_convolution", "cudnn_convolution", "mkldnn_convolution"}
+ATTENTION_OPS = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                 "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
+                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
+                 "_scaled_dot_product_attention_math", "_flash_attention_forward", "_efficient_attention_forward"}
+SOFTMAX_OPS = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
+NORM_OPS = {"native_layer_norm": "layer", "layer_norm": "layer", "rms_norm": "rms", "_fused_rms_norm": "rms",
+            "native_group_norm": "group", "group_norm": "group", "native_batch_norm": "batch",
+            "_native_batch_norm_legit_no_training": "batch", "_native_batch_norm_legit": "batch",
+            "batch_norm": "batch", "instance_norm": "instance"}
+REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "argmax", "argmin",
+                 "prod", "norm", "linalg_vector_norm", "logsumexp", "cumsum", "cumprod", "any", "all", "max_pool2d",
+                 "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_with_indices", "_adaptive_avg_pool2d", "avg_pool1d",
+                 "adaptive_avg_pool1d", "max_pool1d", "mean_dim"}
+GATHER_OPS = {"embedding", "index_select", "gather", "index", "take", "embedding_bag", "_embedding_bag"}
+COPY_OPS = {"cat", "stack", "clone", "copy_", "copy", "_to_copy", "contiguous", "constant_pad_nd", "repeat",
+            "index_put", "index_put_", "scatter", "scatter_", "scatter_add", "masked_scatter", "roll", "flip", "tril",
+            "triu", "fill_", "zero_", "new_ones", "new_zeros", "ones_like", "zeros_like", "full_like", "fill",
+            "split_with_sizes_copy", "unbind_copy", "pad", "reflection_pad2d", "replication_pad2d", "upsample_nearest2d"}
+RANDOM_ELEMENTWISE_OPS = {"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand_like", "uniform_", "normal_",
+                          "randn_like", "exponential_"}
+FREE_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
+            "squeeze", "as_strided", "detach", "alias", "lift_fresh", "unflatten", "flatten", "split", "split_with_sizes",
+            "unbind", "chunk", "narrow", "view_as", "expand_as", "_reshape_alias", "numpy_T", "diagonal", "unfold",
+            "empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided", "scalar_tensor", "zeros",
+            "ones", "full", "arange", "lift_fresh_copy", "_local_scalar_dense", "sym_size", "sym_stride", "dim",
+            "resolve_conj", "resolve_neg", "_assert_tensor_metadata", "_assert_async", "set_", "resize_"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class CaptureResult:
+    graph: Graph
+    unsupported: dict[str, int] = field(default_factory=dict)
+    free_ops: int = 0
+
+
+def torch_dtype_name(dtype) -> str:
+    name = str(dtype).removeprefix("torch.")
+    if name not in TORCH_DTYPES:
+        raise PerfmodelError(f"tensor dtype {dtype} has no perfmodel equivalent")
+    return TORCH_DTYPES[name]
+
+
+def _prod(values) -> int:
+    result = 1
+    for value in values:
+        result *= int(value)
+    return result
+
+
+def matmul_class_flops(graph: Graph) -> float:
+    """FLOPs of matmul, conv and attention ops by ``torch.utils.flop_counter``'s convention (2 per
+    multiply-add; attention = its two matmuls, masks ignored), for cross-checking a capture."""
+    total = 0.0
+    for op in graph.ops:
+        attrs = op.attrs
+        if op.kind == "matmul":
+            total += 2 * attrs.get("batch", 1) * attrs["m"] * attrs["n"] * attrs["k"] * op.count
+        elif op.kind == "conv":
+            total += 2 * attrs["m"] * attrs["n"] * attrs["k"] * op.count
+        elif op.kind == "attention":
+            total += (4 * attrs["batch"] * attrs["heads"] * attrs["seq_q"] * attrs["seq_kv"] * attrs["head_dim"]
+                      * op.count)
+    return total
+
+
+def _classify(name: str, func, args, outputs) -> tuple[str, dict]:
+    """Kind and canonical attributes of one aten op."""
+    import torch
+
+    tensors = [a for a in args if isinstance(a, torch.Tensor)]
+    if name in MATMUL_OPS:
+        if name in ("addmm", "baddbmm"):
+            a, b = tensors[1], tensors[2]
+        else:
+            a, b = tensors[0], tensors[1]
+        batch = _prod(a.shape[:-2]) if a.dim() > 2 else 1
+        return "matmul", {"m": int(a.shape[-2]) if a.dim() > 1 else 1, "n": int(b.shape[-1]), "k": int(a.shape[-1]),
+                          "batch": batch}
+    if name in CONV_OPS:
+        x, w = tensors[0], tensors[1]
+        transposed = bool(args[6]) if name == "convolution" and len(args) > 6 else "transpose" in name
+        out = outputs[0]
+        spatial = x.shape[2:] if transposed else out.shape[2:]
+        return "conv", {"m": int(x.shape[0]) * _prod(spatial), "n": int(w.shape[0]), "k": _prod(w.shape[1:]),
+                        "transposed": transposed}
+    if name in ATTENTION_OPS:
+        return "attention", attention_attrs(tensors[0], tensors[1], _causal_flag(func, args))
+    if name in SOFTMAX_OPS:
+        return "softmax", {}
+    if name in NORM_OPS:
+        return "norm", {"norm": NORM_OPS[name]}
+    if name in REDUCTION_OPS:
+        return "reduction", {}
+    if name in GATHER_OPS:
+        return "embedding", {}
+    if name in COPY_OPS:
+        return "copy", {}
+    if torch.Tag.pointwise in getattr(func, "tags", ()) or name in RANDOM_ELEMENTWISE_OPS:
+        return "elementwise", {}
+    return "other", {}
+
+
+def _causal_flag(func, args) -> bool:
+    """The ``is_causal`` argument of an aten SDPA variant, found by name in its schema."""
+    for index, argument in enumerate(func._schema.arguments):
+        if argument.name == "is_causal" and index < len(args):
+            return bool(args[index])
+    return False
+
+
+def attention_attrs(query, key, causal: bool) -> dict:
+    batch = _prod(query.shape[:-3]) if query.dim() > 3 else 1
+    return {"batch": batch, "heads": int(query.shape[-3]) if query.dim() > 2 else 1,
+            "kv_heads": int(key.shape[-3]) if key.dim() > 2 else 1, "seq_q": int(query.shape[-2]),
+            "seq_kv": int(key.shape[-2]), "head_dim": int(query.shape[-1]), "causal": causal,
+            "implementation": "flash"}
+
+
+class _Recorder:
+    """Records ops; shared by the dispatch mode and the torch-function mode."""
+
+    def __init__(self):
+        self.module_stack: list[str] = []
+        self.ops: list[Op] = []
+        self.edges: list[tuple[str, str]] = []
+        self.producer: dict[int, tuple[Any, str]] = {}  # id(tensor) -> (tensor kept alive, op name)
+        self.names: Counter = Counter()
+        self.unsupported: Counter = Counter()
+        self.free = 0
+        self.suppress = 0
+
+    def module_path(self) -> str:
+        return self.module_stack[-1] if self.module_stack else ""
+
+    def unique_name(self, short: str) -> str:
+        base = f"{self.module_path()}.{short}" if self.module_path() else short
+        self.names[base] += 1
+        return base if self.names[base] == 1 else f"{base}_{self.names[base] - 1}"
+
+    def producers_of(self, tensors) -> list[str]:
+        found = []
+        for tensor in tensors:
+            entry = self.producer.get(id(tensor))
+            if entry is not None and entry[0] is tensor and entry[1] not in found:
+                found.append(entry[1])
+        return found
+
+    def link(self, outputs, name: str) -> None:
+        for tensor in outputs:
+            self.producer[id(tensor)] = (tensor, name)
+
+    def record(self, short: str, kind: str, attrs: dict, inputs, outputs, provenance: str) -> str:
+        name = self.unique_name(short)
+        op = Op(name=name, kind=kind, inputs=tuple(_spec(t, self) for t in inputs),
+                outputs=tuple(_spec(t, self) for t in outputs), attrs=attrs, provenance=provenance)
+        self.ops.append(op)
+        for producer in self.producers_of(inputs):
+            self.edges.append((producer, name))
+        self.link(outputs, name)
+        return name
+
+
+def _spec(tensor, recorder: _Recorder) -> TensorSpec:
+    role = "weight" if getattr(tensor, "_perfmodel_weight", False) else "activation"
+    shape = tuple(int(dim) for dim in tensor.shape) or (1,)
+    return TensorSpec(shape=shape, dtype=torch_dtype_name(tensor.dtype), role=role)
+
+
+def _flatten_tensors(value) -> list:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [tensor for item in value for tensor in _flatten_tensors(item)]
+    if isinstance(value, dict):
+        return [tensor for item in value.values() for tensor in _flatten_tensors(item)]
+    return []
+
+
+def _modes(recorder: _Recorder):
+    import torch
+    from torch.overrides import TorchFunctionMode
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class DispatchRecorder(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            result = func(*args, **kwargs)
+            if recorder.suppress:
+                return result
+            name = func.overloadpacket.__name__ if hasattr(func, "overloadpacket") else str(func)
+            # Empty tensors (an empty KV cache, say) move no bytes: leave them out.
+            inputs = [t for t in _flatten_tensors(args) + _flatten_tensors(kwargs) if t.numel() > 0]
+            outputs = [t for t in _flatten_tensors(result) if t.numel() > 0]
+            if not outputs and not name.endswith("_"):
+                return result
+            if name in FREE_OPS or getattr(func, "is_view", False) or not inputs and name not in COPY_OPS:
+                recorder.free += 1
+                if inputs and getattr(inputs[0], "_perfmodel_weight", False):
+                    for tensor in outputs:  # a transposed or reshaped weight is still a weight
+                        tensor._perfmodel_weight = True
+                producers = recorder.producers_of(inputs)
+                if producers:
+                    for tensor in outputs:
+                        recorder.producer[id(tensor)] = (tensor, producers[0])
+                return result
+            kind, attrs = _classify(name, func, list(args), outputs)
+            if kind == "attention":
+                outputs = outputs[:1]  # the attention output; logsumexp and seeds are small bookkeeping
+            if kind == "other":
+                recorder.unsupported[f"aten.{name}"] += 1
+            recorder.record(name, kind, attrs, inputs, outputs, provenance=f"aten.{name}")
+            return result
+
+    class FunctionRecorder(TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func is not torch.nn.functional.scaled_dot_product_attention or recorder.suppress:
+                return func(*args, **kwargs)
+            query, key, value = args[:3] if len(args) >= 3 else (kwargs["query"], kwargs["key"], kwargs["value"])
+            recorder.suppress += 1
+            try:
+                result = func(*args, **kwargs)
+            finally:
+                recorder.suppress -= 1
+            causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
+            attrs = attention_attrs(query, key, causal)
+            recorder.record("scaled_dot_product_attention", "attention", attrs, [query, key, value],
+                            _flatten_tensors(result), provenance="aten.scaled_dot_product_attention")
+            return result
+
+    return DispatchRecorder(), FunctionRecorder()
+
+
+def _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode):
+    import torch
+
+    if example_inputs is not None:
+        inputs = example_inputs if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+        return tuple(fake_mode.from_tensor(t) if isinstance(t, torch.Tensor) else t for t in inputs)
+    if not input_shapes:
+        raise PerfmodelError("give example_inputs or input_shapes (for example [(1, 512)])")
+    dtypes = list(input_dtypes or [])
+    inputs = []
+    with fake_mode:
+        for index, shape in enumerate(input_shapes):
+            if not shape or any(int(dim) <= 0 for dim in shape):
+                raise PerfmodelError(f"input shape {tuple(shape)} must have positive dimensions, e.g. 1x512")
+            dtype = dtypes[index] if index < len(dtypes) else torch.float32
+            if dtype in (torch.int64, torch.int32, torch.long, torch.int):
+                inputs.append(torch.zeros(tuple(int(d) for d in shape), dtype=dtype))
+            else:
+                inputs.append(torch.empty(tuple(int(d) for d in shape), dtype=dtype))
+    return tuple(inputs)
+
+
+def capture(module, example_inputs=None, *, input_shapes: Sequence[Sequence[int]] | None = None,
+            input_dtypes: Sequence[Any] | None = None, name: str | None = None,
+            forward_kwargs: dict | None = None) -> CaptureResult:
+    """Capture ``module``'s forward pass on fake tensors into a :class:`Graph`.
+
+    ``example_inputs``: tensors (real, meta or fake) or a tuple of them; or ``input_shapes`` (and
+    ``input_dtypes``, torch dtypes, default float32) to make fake inputs.
+    """
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    if not isinstance(module, torch.nn.Module):
+        raise PerfmodelError(f"capture needs a torch.nn.Module, got {type(module).__name__}")
+    fake_mode = FakeTensorMode(allow_non_fake_inputs=True)
+    state = {}
+    for key, tensor in [*module.named_parameters(), *module.named_buffers()]:
+        fake = fake_mode.from_tensor(tensor)
+        if isinstance(tensor, torch.nn.Parameter):
+            fake._perfmodel_weight = True
+        state[key] = fake
+    inputs = _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode)
+    recorder = _Recorder()
+    def enter(path):
+        def hook(_module, _args):
+            recorder.module_stack.append(path)  # a hook's return value would replace the inputs: return None
+        return hook
+
+    def leave(_module, _args, _output):
+        recorder.module_stack.pop()  # returning anything would replace the module's output
+
+    hooks = []
+    for module_name, submodule in module.named_modules():
+        if module_name:
+            hooks.append(submodule.register_forward_pre_hook(enter(module_name)))
+            hooks.append(submodule.register_forward_hook(leave))
+    dispatch_mode, function_mode = _modes(recorder)
+    # Fake-tensor kernels log a traceback before raising; the error is reported below instead.
+    fake_logger = logging.getLogger("torch._subclasses.fake_tensor")
+    previous_level = fake_logger.level
+    fake_logger.setLevel(logging.CRITICAL)
+    try:
+        with fake_mode, function_mode, dispatch_mode, torch.no_grad():
+            torch.func.functional_call(module, state, inputs, forward_kwargs or {})
+    except PerfmodelError:
+        raise
+    except Exception as error:  # the module's own failure, reported as bad input
+        raise PerfmodelError(_explain(error, recorder)) from None
+    finally:
+        fake_logger.setLevel(previous_level)
+        for hook in hooks:
+            hook.remove()
+    if not recorder.ops:
+        raise PerfmodelError("the forward pass recorded no ops (nothing to model)")
+    graph = Graph(name=name or type(module).__name__, ops=recorder.ops, edges=_dedupe(recorder.edges))
+    return CaptureResult(graph=graph, unsupported=dict(recorder.unsupported), free_ops=recorder.free)
+
+
+def _dedupe(edges):
+    seen, result = set(), []
+    for edge in edges:
+        if edge not in seen and edge[0] != edge[1]:
+            seen.add(edge)
+            result.append(edge)
+    return result
+
+
+def _explain(error: Exception, recorder: _Recorder) -> str:
+    where = recorder.module_path() or "the top-level module"
+    text = f"{type(error).__name__}: {error}".strip()
+    first_line = text.splitlines()[0][:300]
+    data_dependent = ("DataDependent" in type(error).__name__ or "data-dependent" in text.lower()
+                      or "data dependent" in text.lower() or "_local_scalar_dense" in text or "item()" in text)
+    if data_dependent:
+        return (f"the forward pass of {where} depends on tensor values (data-dependent control flow or .item()), "
+                f"which a capture without data cannot follow: {first_line}. Make the branch depend on shapes or "
+                "pass the value as a Python argument.")
+    if isinstance(error, RuntimeError) and any(word in text for word in ("shape", "size", "mat1", "dim")):
+        return f"the input shapes do not fit {where}: {first_line}. Check --input-shape against the model's inputs."
+    return f"the module raised while capturing (in {where}): {first_line}"
