@@ -13,7 +13,8 @@ from perfmodel.errors import PerfmodelError
 def register(commands) -> None:
     capture = commands.add_parser("capture",
                                   help="capture a PyTorch nn.Module into a workload file (no weights, no device)")
-    capture.add_argument("target", help="FILE.py:factory, a function that returns the nn.Module (build it on the meta device)")
+    capture.add_argument("target",
+                         help="FILE.py:factory, a function that returns the nn.Module (build it on the meta device)")
     capture.add_argument("--input-shape", action="append", required=True, metavar="1x512",
                          help="shape of each forward input, in order (repeatable)")
     capture.add_argument("--input-dtype", action="append", metavar="DTYPE",
