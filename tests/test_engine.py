@@ -125,8 +125,24 @@ def test_dynamic_small_kernels_become_host_bound_and_graph_mode_fuses():
     graphed = evaluate(chain, h100, mode="graph")
     assert eager.bound == "scheduling" and eager.total_s == pytest.approx(8 * 20e-6)
     assert graphed.kernels == 1 and graphed.total_s < eager.total_s / 5
-    # Fusion keeps intermediates on chip: HBM sees only the chain's input and output.
-    assert sum(op.bytes["hbm"] for op in graphed.ops) == pytest.approx(2 * 4096 * 2)
+    # Fusion keeps intermediates on chip: for a chain too big for L2, HBM sees only its input and output.
+    big = builders.elementwise_chain(elements=1 << 26, length=8)
+    tensor = 2**26 * 2
+    outside_l2 = 1 - 50e6 / (2 * tensor)  # an op's 2 tensors; an ideal 50 MB L2 keeps 50 MB of them
+    graphed_hbm = sum(op.bytes["hbm"] for op in evaluate(big, h100, mode="graph").ops)
+    assert graphed_hbm == pytest.approx(2 * tensor * outside_l2)
+    assert sum(op.bytes["hbm"] for op in evaluate(big, h100, mode="dynamic").ops) == pytest.approx(8 * graphed_hbm)
+
+
+def test_small_activations_are_served_from_a_warm_cache():
+    h100 = load_hardware("h100-sxm")
+    small = Op(name="add", kind="elementwise", inputs=(TensorSpec(shape=(1 << 20,), dtype="bf16"),) * 2,
+               outputs=(TensorSpec(shape=(1 << 20,), dtype="bf16"),))  # 6 MiB fits the 50 MB L2
+    [timing] = evaluate(Graph(name="g", ops=[small]), h100).ops
+    assert timing.bytes["hbm"] == 0 and timing.bytes["l2"] == 3 * 2**21
+    weights = dataclasses.replace(small, inputs=(small.inputs[0], TensorSpec(shape=(1 << 20,), dtype="bf16",
+                                                                            role="weight")))
+    assert evaluate(Graph(name="g", ops=[weights]), h100).ops[0].bytes["hbm"] == 3 * 2**21
 
 
 def test_spyre_pays_its_program_launch_and_dmas():

@@ -43,7 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
     llm_command.register(commands)
     validate_command.register(commands)
     roofline_command.register(commands)
+    _register_calibration(commands)
     return parser
+
+
+def _register_calibration(commands) -> None:
+    """``bench`` and ``calibrate`` live in the calibration package, which depends on perfmodel; it is
+    found at run time so that perfmodel never imports it."""
+    import importlib
+
+    try:
+        module = importlib.import_module("calibration.cli")
+    except ImportError:  # perfmodel installed without its calibration package
+        return
+    module.register(commands)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

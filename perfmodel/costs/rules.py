@@ -16,7 +16,7 @@ An op whose dtype no engine supports is an error.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -76,7 +76,28 @@ def cost_rule(kind: str) -> Callable[[CostRule], CostRule]:
 def op_cost(op: Op, context: CostContext) -> OpCost:
     """The cost of ``op`` (one instance; the caller multiplies by ``op.count``)."""
     rule = COST_RULES.get(op.kind, COST_RULES["other"])
-    return rule(op, context)
+    return warm_cache(op, context, rule(op, context))
+
+
+def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
+    """Activations are served from hardware-managed caches as far as they fit: their producer has
+    just written them (and a benchmark loop re-reads them). Outside a cache of capacity C, an op whose
+    activations total F bytes moves only the part that does not fit, ``bytes x max(0, 1 - C/F)``
+    (an ideal cache keeps C of them): nothing when they fit, everything when F >> C. Weights and KV
+    caches are streamed from their home level (they rarely fit, and a real model touches them once
+    per pass); software-managed scratchpads keep nothing across kernels."""
+    tensors = (*op.inputs, *op.outputs)
+    if op.kind == "collective" or not tensors or any(tensor.role != "activation" for tensor in tensors):
+        return cost
+    footprint = np.asarray(sum(tensor.bytes for tensor in tensors), dtype=float)
+    levels = context.hardware.memory
+    traffic = list(cost.bytes_by_level)
+    for index, level in enumerate(levels):
+        if level.kind == "cache" and level.managed == "hardware" and not level.off_device:
+            missing = np.clip(1.0 - level.total_capacity_bytes / np.maximum(footprint, 1.0), 0.0, 1.0)
+            for outer in range(index + 1, len(levels)):
+                traffic[outer] = traffic[outer] * missing if np.ndim(missing) else traffic[outer] * float(missing)
+    return replace(cost, bytes_by_level=tuple(traffic))
 
 
 # ----------------------------------------------------------------------------------------- engines
@@ -241,8 +262,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     scores = np.asarray(batch, dtype=float) * heads * seq_q * seq_kv
     matmul_flops = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * scores * head_dim
     useful = matmul_flops * (C.CAUSAL_FRACTION if causal else 1.0) + C.FLOPS_PER_SOFTMAX_ELEMENT * scores
-    executed = (matmul_flops * (C.CAUSAL_FRACTION if causal and flash else 1.0)
-                + C.FLOPS_PER_SOFTMAX_ELEMENT * scores)
+    executed = matmul_flops * _causal_work_fraction(engine, seq_q, seq_kv, causal and flash) + (
+        C.FLOPS_PER_SOFTMAX_ELEMENT * scores)
     element_bytes = get_dtype(op.dtype).bytes_per_element
     hardware = context.hardware
     traffic = []
@@ -262,6 +283,15 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
             traffic.append(compulsory + 4 * scores * element_bytes)
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3)
+
+
+def _causal_work_fraction(engine: ComputeEngine, seq_q, seq_kv, skips_masked_tiles: bool):
+    """Share of the full QK^T/PV work a kernel executes under a causal mask (1 without one)."""
+    if not skips_masked_tiles:
+        return 1.0
+    block = C.FLASH_ATTENTION_BLOCK
+    blocks = np.ceil(np.maximum(np.asarray(seq_q, dtype=float), np.asarray(seq_kv, dtype=float)) / block)
+    return np.where(np.asarray(seq_q) == 1, 1.0, (blocks + 1) / (2 * blocks))
 
 
 def _vector_cost(op: Op, context: CostContext, flops) -> OpCost:

@@ -151,7 +151,8 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
                              "field_sources": {"units": "detected", "clock": "detected"}}},
         "memory": memory,
         "scheduling": {"default_mode": "dynamic",
-                       "modes": {"dynamic": {"kernel_launch": "2.5 us", "source": "dispatch-estimate"}}},
+                       "modes": {"dynamic": {"kernel_launch": "2.5 us", "host_overlap": False,
+                                              "source": "dispatch-estimate"}}},
         "power": {"tdp": _quantity(facts.cores * WATTS_PER_CORE, "W"), "source": "power-estimate"},
         "notes": "Written by 'perfmodel specs detect'; calibrate the estimates with 'perfmodel calibrate'.",
     }

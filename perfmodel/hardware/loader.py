@@ -291,13 +291,22 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
         _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)
         modes[name] = model.ExecutionMode(
             name=name, kernel_launch_s=mode.kernel_launch or 0.0, program_launch_s=mode.program_launch or 0.0,
-            per_node_s=mode.per_node or 0.0, dma_setup_s=mode.dma_setup or 0.0, sync_s=mode.sync or 0.0)
+            per_node_s=mode.per_node or 0.0, dma_setup_s=mode.dma_setup or 0.0, sync_s=mode.sync or 0.0,
+            host_overlap=mode.host_overlap)
     _collect_field_sources("power", spec.power, field_sources)
     price = None
     if spec.price is not None:
         _collect_field_sources("price", spec.price, field_sources)
         price = spec.price.per_hour
-    sources = {key: model.Source(url=value.url, kind=value.kind, note=value.note) for key, value in spec.sources.items()}
+    efficiency = None
+    if spec.efficiency is not None:
+        _collect_field_sources("efficiency", spec.efficiency, field_sources)
+        efficiency = model.Parameters(name=spec.efficiency.name, compute_efficiency=dict(spec.efficiency.compute),
+                                      memory_efficiency=dict(spec.efficiency.memory),
+                                      scheduling_scale=spec.efficiency.scheduling_scale or 1.0,
+                                      compute_latency_s=dict(spec.efficiency.compute_latency))
+    sources = {key: model.Source(url=value.url, kind=value.kind, note=value.note)
+               for key, value in spec.sources.items()}
     alternatives = tuple(
         model.Alternative(field=item.field, used=item.used, reason=item.reason,
                           others=tuple((other.value, other.source) for other in item.others))
@@ -308,4 +317,4 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
         scheduling=model.Scheduling(default_mode=spec.scheduling.default_mode, modes=modes),
         power=model.Power(tdp_watts=spec.power.tdp, idle_watts=spec.power.idle),
         price_usd_per_hour=price, sources=sources, field_sources=field_sources,
-        alternatives=alternatives, notes=spec.notes, origin=origin)
+        alternatives=alternatives, notes=spec.notes, origin=origin, efficiency=efficiency)

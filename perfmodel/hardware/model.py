@@ -124,7 +124,9 @@ class ExecutionMode:
     * ``program_launch_s``: cost of launching one compiled program or captured graph;
     * ``per_node_s``: cost of each node inside a program or graph (device-side gaps);
     * ``dma_setup_s``: runtime cost of setting up one orchestrated DMA transfer;
-    * ``sync_s``: cost of one synchronization/barrier.
+    * ``sync_s``: cost of one synchronization/barrier;
+    * ``host_overlap``: whether host dispatch overlaps device work (a GPU: yes; a CPU running its
+      own kernels on the dispatching thread: no, so dispatch and work add up).
     """
 
     name: ModeName
@@ -133,6 +135,7 @@ class ExecutionMode:
     per_node_s: float = 0.0
     dma_setup_s: float = 0.0
     sync_s: float = 0.0
+    host_overlap: bool = True
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,6 +150,41 @@ class Scheduling:
 
     def mode(self, name: str | None = None) -> ExecutionMode:
         return self.modes[self.default_mode if name is None else name]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Parameters:
+    """Efficiencies and overhead scales applied to the datasheet figures (1.0 = ideal datasheet).
+
+    A calibrated spec carries them (``efficiency:`` in YAML) and every evaluation on it uses them.
+
+    ``compute_efficiency`` keys, most specific first: ``"kind:engine:dtype"`` (op kind such as
+    ``matmul`` or ``norm``), ``"kind"``, ``"engine:dtype"``, ``"engine"``, ``"*"``;
+    ``memory_efficiency`` keys: ``"kind:level"`` (a CPU GEMM re-packs its operands, say), a level name,
+    or ``"*"``; ``scheduling_scale`` multiplies every overhead.
+    ``compute_latency_s`` (op kind -> seconds) is a fixed start-up cost of every instance of that kind
+    of op, which makes the effective efficiency size-dependent: ``e(F) = e F / (F + e peak t0)``.
+    """
+
+    name: str = "datasheet"
+    compute_efficiency: Mapping[str, float] = field(default_factory=dict)
+    memory_efficiency: Mapping[str, float] = field(default_factory=dict)
+    scheduling_scale: float = 1.0
+    compute_latency_s: Mapping[str, float] = field(default_factory=dict)
+
+    def compute(self, engine: str, dtype: str, kind: str | None = None) -> float:
+        table = self.compute_efficiency
+        for key in (f"{kind}:{engine}:{dtype}", kind, f"{engine}:{dtype}", engine, "*"):
+            if key is not None and key in table:
+                return table[key]
+        return 1.0
+
+    def memory(self, level: str, kind: str | None = None) -> float:
+        table = self.memory_efficiency
+        for key in (f"{kind}:{level}", level, "*"):
+            if key in table:
+                return table[key]
+        return 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -187,6 +225,7 @@ class Hardware:
     alternatives: tuple[Alternative, ...] = ()
     notes: str = ""
     origin: str = ""
+    efficiency: Parameters | None = None
 
     def __post_init__(self) -> None:
         for name in ("compute", "links", "sources", "field_sources"):

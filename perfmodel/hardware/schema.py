@@ -188,6 +188,7 @@ class LinkSpec(Sourced):
 
 class ModeSpec(Sourced):
     kernel_launch: Overhead | None = None
+    host_overlap: bool = True
     program_launch: Overhead | None = None
     per_node: Overhead | None = None
     dma_setup: Overhead | None = None
@@ -213,6 +214,19 @@ class PowerSpec(Sourced):
 
 class PriceSpec(Sourced):
     per_hour: UsdPerHour
+
+
+PositiveFloat = Annotated[float, Field(strict=False, gt=0)]
+
+
+class EfficiencySpec(Sourced):
+    """Fitted efficiencies (dimensionless multipliers of the datasheet peaks and bandwidths)."""
+
+    name: Text
+    compute: dict[str, PositiveFloat] = {}
+    memory: dict[str, PositiveFloat] = {}
+    scheduling_scale: PositiveFloat | None = None
+    compute_latency: dict[str, Overhead] = {}
 
 
 class OtherValue(Strict):
@@ -248,3 +262,4 @@ class HardwareSpec(Strict):
     alternatives: list[AlternativeSpec] = []
     notes: str = ""
     extends: str | None = None
+    efficiency: EfficiencySpec | None = None

@@ -10,7 +10,9 @@ For each op (or fused kernel) on a device with parameters p::
 and the scheduling cost comes from the execution mode in the spec (never from the family name):
 
 * ``dynamic`` (GPU eager, CPU): the host dispatches every kernel, overlapping device work, so an op
-  takes ``max(busy_s, launches * kernel_launch_s)``: a stream of small kernels is host-bound.
+  takes ``max(busy_s, launches * kernel_launch_s)``: a stream of small kernels is host-bound. Where
+  the spec says the host does not overlap (``host_overlap: false``: a CPU dispatches and computes
+  on the same thread) the two add up instead.
 * ``graph`` (CUDA graphs, torch.compile, XLA): chains are fused; the program pays one
   ``program_launch_s``, and each kernel ``per_node_s`` of device-side gap: ``busy_s + per_node_s``.
 * ``static`` (Groq, Cerebras, Spyre): the compiler fixed the schedule and fused the chains; no
@@ -22,15 +24,15 @@ The program-level costs appear as one extra row named ``<program launch>`` (kind
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
 
 import numpy as np
 
 from perfmodel.costs.fusion import FusionPlan, no_fusion, plan_fusion
 from perfmodel.costs.rules import CostContext, OpCost, op_cost
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.model import Hardware
+from perfmodel.hardware.model import Hardware, Parameters
 from perfmodel.workload.ir import Graph
 
 Overlap = Literal["max", "sum"]
@@ -39,30 +41,9 @@ PROGRAM_LAUNCH_NAME = "<program launch>"
 # torch-spyre runtime docs, "launch_jobplan: HostCompute -> H2D DMA of correction blob -> Compute;
 # H2D/D2H DMA steps for graph inputs/outputs".
 RUNTIME_DMAS_PER_PROGRAM = 3
-
-
-@dataclass(frozen=True, kw_only=True)
-class Parameters:
-    """Efficiencies and overhead scales applied to the datasheet spec (1.0 = ideal datasheet).
-
-    ``compute_efficiency`` keys: ``"engine:dtype"``, ``"engine"`` or ``"*"``; ``memory_efficiency``
-    keys: a level name or ``"*"``; ``scheduling_scale`` multiplies every overhead.
-    """
-
-    name: str = "datasheet"
-    compute_efficiency: Mapping[str, float] = field(default_factory=dict)
-    memory_efficiency: Mapping[str, float] = field(default_factory=dict)
-    scheduling_scale: float = 1.0
-
-    def compute(self, engine: str, dtype: str) -> float:
-        table = self.compute_efficiency
-        return table.get(f"{engine}:{dtype}", table.get(engine, table.get("*", 1.0)))
-
-    def memory(self, level: str) -> float:
-        return self.memory_efficiency.get(level, self.memory_efficiency.get("*", 1.0))
-
-
 DATASHEET = Parameters()
+
+
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -89,6 +70,7 @@ class ArrayEvaluation:
     weights_resident: bool
     weight_bytes: Any
     on_device_bytes: float
+    parameters: Parameters = DATASHEET
 
 
 def bound_labels(level_names, link_name: str = "link") -> list[str]:
@@ -113,6 +95,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         raise PerfmodelError(f"{hardware.name} offers execution modes {', '.join(hardware.scheduling.modes)}; "
                              f"not {mode_name!r}")
     execution = hardware.scheduling.modes[mode_name]
+    if parameters is DATASHEET and hardware.efficiency is not None:
+        parameters = hardware.efficiency  # a calibrated spec carries its fitted efficiencies
     if not graph.ops:
         raise PerfmodelError(f"workload {graph.name!r} has no ops")
     on_device = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
@@ -140,16 +124,20 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     flops = stack([c.flops for c in costs])
     executed = stack([c.executed_flops for c in costs])
     bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
-    # Fusion keeps a group's intermediates on chip: only the innermost level still sees them.
+    # Fusion keeps a group's intermediates on chip: only the innermost level still sees them. The
+    # traffic an op moves outside is scaled by the share of its tensors that leave the group.
     if len(levels) > 1:
-        kept = stack([inside + outside for inside, outside in
-                      zip(plan.internal_input_bytes, plan.internal_output_bytes, strict=True)])
-        bytes_by_level[1:] = np.maximum(bytes_by_level[1:] - kept, 0.0)
+        kept = stack([np.clip(1.0 - (inside + outside) / np.maximum(op.input_bytes + op.output_bytes, 1.0), 0.0, 1.0)
+                      for op, inside, outside in zip(graph.ops, plan.internal_input_bytes, plan.internal_output_bytes,
+                                                     strict=True)])
+        bytes_by_level[1:] = bytes_by_level[1:] * kept
 
-    peaks = stack([hardware.compute[c.engine].peak_flops_per_s[c.peak_dtype] * parameters.compute(c.engine, c.peak_dtype)
-                   for c in costs])
-    compute_s = executed / peaks
-    memory_s = np.stack([bytes_by_level[index] / (_as_float(level.bandwidth_bytes_per_s) * parameters.memory(level.name))
+    peaks = stack([hardware.compute[c.engine].peak_flops_per_s[c.peak_dtype]
+                   * parameters.compute(c.engine, c.peak_dtype, op.kind) for c, op in zip(costs, graph.ops, strict=True)])
+    latency = stack([parameters.compute_latency_s.get(op.kind, 0.0) for op in graph.ops])
+    compute_s = executed / peaks + latency
+    memory_s = np.stack([bytes_by_level[index] / (_as_float(level.bandwidth_bytes_per_s)
+                                                   * stack([parameters.memory(level.name, op.kind) for op in graph.ops]))
                          for index, level in enumerate(levels)])
     link_s = np.zeros_like(compute_s)
     for position, cost in enumerate(costs):
@@ -174,7 +162,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
 
     components = np.concatenate([compute_s[None], memory_s, link_s[None]])
     busy = components.max(axis=0) if overlap == "max" else components.sum(axis=0)
-    per_instance = np.maximum(busy, scheduling_s) if mode_name == "dynamic" else busy + scheduling_s
+    overlapped = mode_name == "dynamic" and execution.host_overlap
+    per_instance = np.maximum(busy, scheduling_s) if overlapped else busy + scheduling_s
     total_s = per_instance * count_column
     bound_index = np.concatenate([components, scheduling_s[None]]).argmax(axis=0)
 
@@ -188,4 +177,4 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
         memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
         total_s=total_s, bound_index=bound_index, program_s=program_s, weights_resident=resident,
-        weight_bytes=weight_bytes(graph), on_device_bytes=on_device)
+        weight_bytes=weight_bytes(graph), on_device_bytes=on_device, parameters=parameters)

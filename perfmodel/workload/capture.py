@@ -51,6 +51,13 @@ COPY_OPS = {"cat", "stack", "clone", "copy_", "copy", "_to_copy", "contiguous", 
             "index_put", "index_put_", "scatter", "scatter_", "scatter_add", "masked_scatter", "roll", "flip", "tril",
             "triu", "fill_", "zero_", "new_ones", "new_zeros", "ones_like", "zeros_like", "full_like", "fill",
             "split_with_sizes_copy", "unbind_copy", "pad", "reflection_pad2d", "replication_pad2d", "upsample_nearest2d"}
+# Arithmetic per element of transcendental point-wise ops, counted as the basic operations of their
+# usual implementations (polynomial/rational approximations): estimates, not hardware counts.
+FLOPS_PER_ELEMENT_BY_OP = {
+    "exp": 4, "exp2": 4, "expm1": 4, "log": 4, "log1p": 4, "log2": 4, "sin": 4, "cos": 4, "tan": 6,
+    "tanh": 6, "sigmoid": 5, "erf": 6, "erfc": 6, "rsqrt": 2, "sqrt": 2, "pow": 4, "reciprocal": 1,
+    "gelu": 12, "silu": 6, "mish": 12, "softplus": 8, "elu": 5, "hardswish": 4, "hardsigmoid": 3,
+}
 RANDOM_ELEMENTWISE_OPS = {"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand_like", "uniform_", "normal_",
                           "randn_like", "exponential_"}
 FREE_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
@@ -131,7 +138,8 @@ def _classify(name: str, func, args, outputs) -> tuple[str, dict]:
     if name in COPY_OPS:
         return "copy", {}
     if torch.Tag.pointwise in getattr(func, "tags", ()) or name in RANDOM_ELEMENTWISE_OPS:
-        return "elementwise", {}
+        per_element = FLOPS_PER_ELEMENT_BY_OP.get(name.rstrip("_"))
+        return "elementwise", {} if per_element is None else {"flops_per_element": per_element}
     return "other", {}
 
 

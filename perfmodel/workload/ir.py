@@ -185,3 +185,17 @@ def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
 def require(condition: bool, message: str) -> None:
     if not condition:
         raise PerfmodelError(message)
+
+
+def concatenate(graphs, name: str = "concatenated") -> tuple[Graph, list[int]]:
+    """One graph holding every op of ``graphs`` (names prefixed ``g<i>.``), and the index of the graph
+    each op came from: lets many small measured workloads be evaluated in one vectorized call."""
+    from dataclasses import replace
+
+    ops, edges, owner = [], [], []
+    for index, graph in enumerate(graphs):
+        prefix = f"g{index}."
+        ops.extend(replace(op, name=prefix + op.name) for op in graph.ops)
+        edges.extend((prefix + producer, prefix + consumer) for producer, consumer in graph.edges)
+        owner.extend([index] * len(graph.ops))
+    return Graph(name=name, ops=ops, edges=edges), owner

@@ -1,0 +1,89 @@
+"""Helpers shared by the readers: numbers as tools print them, units, and clear errors."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import re
+from pathlib import Path
+
+from perfmodel.errors import PerfmodelError
+
+TIME_UNITS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "µs": 1e-6, "msecond": 1e-3, "ms": 1e-3,
+              "second": 1.0, "s": 1.0, "psecond": 1e-12, "ps": 1e-12}
+BYTE_UNITS = {"byte": 1.0, "bytes": 1.0, "b": 1.0, "kbyte": 1e3, "kb": 1e3, "mbyte": 1e6, "mb": 1e6, "gbyte": 1e9,
+              "gb": 1e9, "tbyte": 1e12, "kibyte": 2**10, "mibyte": 2**20, "gibyte": 2**30}
+PLAIN_UNITS = {"": 1.0, "cycle": 1.0, "cycles": 1.0, "inst": 1.0, "warp": 1.0, "sector": 1.0, "%": 1.0,
+               "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9, "cycle/second": 1.0, "cycle/nsecond": 1e9,
+               "cycle/usecond": 1e6, "inst/cycle": 1.0, "register/thread": 1.0, "block": 1.0, "thread": 1.0,
+               "byte/second": 1.0, "kbyte/second": 1e3, "mbyte/second": 1e6, "gbyte/second": 1e9,
+               "tbyte/second": 1e12}
+ALL_UNITS = {**TIME_UNITS, **BYTE_UNITS, **PLAIN_UNITS}
+
+
+class ReaderError(PerfmodelError):
+    """A measurement file is malformed; the message names the file, the row and the column."""
+
+
+def fail(path, row, column, message: str) -> ReaderError:
+    where = f"{path}" + (f":{row}" if row is not None else "") + (f": column {column!r}" if column else "")
+    return ReaderError(f"{where}: {message}")
+
+
+def unit_factor(unit: str, path, row, column) -> float:
+    key = unit.strip().lower()
+    if key not in ALL_UNITS:
+        raise fail(path, row, column, f"unknown unit {unit!r}; known: {', '.join(sorted(k for k in ALL_UNITS if k))}")
+    return ALL_UNITS[key]
+
+
+_THOUSANDS_COMMA = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
+_THOUSANDS_PERIOD = re.compile(r"^-?\d{1,3}(\.\d{3})+(,\d+)?$")
+
+
+def tool_number(text: str, path, row, column, *, allow_missing: bool = True) -> float:
+    """A number as a profiler prints it: thousands separators of either locale, ``n/a`` -> NaN."""
+    value = (text or "").strip().strip('"')
+    if value.lower() in ("", "n/a", "na", "nan", "-"):
+        if allow_missing:
+            return math.nan
+        raise fail(path, row, column, f"missing value {text!r}")
+    if _THOUSANDS_COMMA.match(value):
+        value = value.replace(",", "")
+    elif _THOUSANDS_PERIOD.match(value):
+        value = value.replace(".", "").replace(",", ".")
+    elif re.match(r"^-?\d+,\d+$", value):  # a decimal comma
+        value = value.replace(",", ".")
+    try:
+        number = float(value)
+    except ValueError:
+        raise fail(path, row, column, f"{text!r} is not a number") from None
+    if math.isinf(number):
+        raise fail(path, row, column, f"{text!r} is not finite")
+    return number
+
+
+def positive_duration(seconds: float, path, row, column) -> float:
+    if math.isnan(seconds):
+        raise fail(path, row, column, "duration is missing (NaN)")
+    if seconds < 0:
+        raise fail(path, row, column, f"negative duration {seconds!r} s")
+    return seconds
+
+
+def load_json(path: Path):
+    """JSON or gzip-compressed JSON; a truncated or invalid file is reported with its position."""
+    try:
+        raw = path.read_bytes()
+    except OSError as error:
+        raise ReaderError(f"cannot read {path}: {error}") from None
+    try:
+        if raw[:2] == b"\x1f\x8b":
+            raw = gzip.decompress(raw)
+        return json.loads(raw.decode("utf-8"))
+    except (OSError, EOFError) as error:
+        raise ReaderError(f"{path}: not a readable gzip file ({error})") from None
+    except json.JSONDecodeError as error:
+        raise ReaderError(f"{path}:{error.lineno}: column {error.colno}: not valid JSON ({error.msg}); "
+                          "truncated file?") from None

@@ -1,0 +1,124 @@
+"""torch.profiler Chrome traces (Kineto JSON, ``.json`` or ``.json.gz``).
+
+GPU runs: each ``kernel`` (and ``gpu_memcpy``/``gpu_memset``) event becomes a record, linked to the
+CPU op that launched it through ``args["External id"]`` (falling back to the runtime call's
+``correlation``). CPU-only runs: each leaf ``cpu_op`` (one that encloses no other op on its thread)
+becomes a record. ``ts`` and ``dur`` are microseconds. The trace carries no FLOPs (``with_flops``
+only feeds ``key_averages()``), so FLOPs are computed from ``Input Dims`` for matmul-like ops and
+scaled-dot-product attention, and left NaN otherwise.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from calibration.readers.common import ReaderError, fail, load_json, positive_duration
+from calibration.records import MeasurementRecord
+
+US = 1e-6
+DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
+
+
+def flops_from_dims(name: str, dims) -> float:
+    """2 x multiply-adds of matmul-like ATen ops, from ``Input Dims``; NaN when unknown."""
+    try:
+        short = name.removeprefix("aten::")
+        if short == "mm":
+            (m, k), (_, n) = dims[0], dims[1]
+            return 2.0 * m * n * k
+        if short == "addmm":
+            (m, k), (_, n) = dims[1], dims[2]
+            return 2.0 * m * n * k
+        if short in ("bmm", "baddbmm"):
+            a, b = (dims[0], dims[1]) if short == "bmm" else (dims[1], dims[2])
+            return 2.0 * a[0] * a[1] * a[2] * b[2]
+        if short == "linear":
+            x, w = dims[0], dims[1]
+            tokens = math.prod(x[:-1])
+            return 2.0 * tokens * w[0] * w[1]
+        if short in ("scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
+                     "_scaled_dot_product_efficient_attention", "_scaled_dot_product_flash_attention_for_cpu"):
+            q, k = dims[0], dims[1]
+            return 4.0 * math.prod(q[:-2]) * q[-2] * k[-2] * q[-1]
+    except (IndexError, TypeError, ValueError):
+        return math.nan
+    return math.nan
+
+
+def _events(path: Path) -> list[dict]:
+    data = load_json(path)
+    events = data.get("traceEvents") if isinstance(data, dict) else data
+    if not isinstance(events, list):
+        raise ReaderError(f"{path}: no 'traceEvents' list: not a torch.profiler Chrome trace")
+    return events
+
+
+def _duration(event: dict, path, index: int) -> float:
+    try:
+        seconds = float(event["dur"]) * US
+    except (KeyError, TypeError, ValueError):
+        raise fail(path, f"event {index}", "dur", f"missing or non-numeric duration in {event.get('name')!r}") from None
+    return positive_duration(seconds, path, f"event {index}", "dur")
+
+
+def read_torch_trace(path: str | Path, *, tool_version: str = "") -> list[MeasurementRecord]:
+    path = Path(path)
+    events = _events(path)
+    cpu_ops = [(index, event) for index, event in enumerate(events)
+               if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") == "cpu_op"]
+    device = [(index, event) for index, event in enumerate(events)
+              if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") in DEVICE_CATEGORIES]
+    by_external = {}
+    for index, event in cpu_ops:
+        external = (event.get("args") or {}).get("External id")
+        if external is not None:
+            by_external[external] = (index, event)
+    runtime_external = {}
+    for event in events:
+        if isinstance(event, dict) and event.get("cat") in ("cuda_runtime", "privateuse1_runtime"):
+            args = event.get("args") or {}
+            if "correlation" in args and "External id" in args:
+                runtime_external[args["correlation"]] = args["External id"]
+    records = []
+    if device:
+        for index, event in device:
+            args = event.get("args") or {}
+            external = args.get("External id", runtime_external.get(args.get("correlation")))
+            op = by_external.get(external, (None, {}))[1]
+            op_args = op.get("args") or {}
+            op_name = op.get("name", "")
+            records.append(MeasurementRecord(
+                name=f"{op_name}/{event.get('name', '')}" if op_name else str(event.get("name", "")),
+                op_class=event["cat"], duration_s=_duration(event, path, index),
+                flops=flops_from_dims(op_name, op_args.get("Input Dims")) if op_name else math.nan,
+                bytes_by_level={"dram": float(args["bytes"])} if "bytes" in args else {},
+                device=str(args.get("device", "")), tool="torch.profiler", tool_version=tool_version,
+                flops_source="analytic_shapes", bytes_source="hw_counter" if "bytes" in args else "unknown",
+                source_file=str(path), source_row=index))
+        return records
+    for index, event in _leaf_ops(cpu_ops):
+        args = event.get("args") or {}
+        records.append(MeasurementRecord(
+            name=str(event.get("name", "")), op_class="cpu_op", duration_s=_duration(event, path, index),
+            flops=flops_from_dims(str(event.get("name", "")), args.get("Input Dims")), tool="torch.profiler",
+            tool_version=tool_version, flops_source="analytic_shapes", source_file=str(path), source_row=index))
+    if not records:
+        raise ReaderError(f"{path}: the trace has no cpu_op or kernel events")
+    return records
+
+
+def _leaf_ops(cpu_ops):
+    """Ops that contain no other op on the same thread (the ones that did the work)."""
+    by_thread: dict = {}
+    for index, event in cpu_ops:
+        by_thread.setdefault((event.get("pid"), event.get("tid")), []).append((index, event))
+    leaves = []
+    for ops in by_thread.values():
+        ops.sort(key=lambda item: (float(item[1].get("ts", 0)), -float(item[1].get("dur", 0))))
+        for position, (index, event) in enumerate(ops):
+            end = float(event.get("ts", 0)) + float(event.get("dur", 0))
+            following = ops[position + 1] if position + 1 < len(ops) else None
+            if following is None or float(following[1].get("ts", 0)) >= end:
+                leaves.append((index, event))
+    return sorted(leaves)

@@ -1,0 +1,156 @@
+"""The calibration report: fitted vs datasheet, predicted vs measured, held-out error, residual chart,
+and the fitted spec (a YAML that ``extends`` the datasheet spec)."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from calibration.fit import FitResult
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.model import Hardware
+from perfmodel.units import format_quantity
+
+DIGITS = 12  # enough that the written spec predicts what the report printed
+
+def spread_median(records) -> float:
+    """Median relative spread (slowest minus fastest round, over the fastest) of the measurements."""
+    return float(statistics.median(record.spread_s / record.duration_s for record in records))
+
+
+def to_dict(result: FitResult, records) -> dict:
+    return {
+        "params": {name: {"value": value, "stderr": error, "datasheet": result.datasheet.get(name)}
+                   for name, (value, error) in result.params.items()},
+        "n_measurements": len(records),
+        "train_median_abs_error": result.median_abs_error,
+        "heldout_median_abs_error": result.heldout_median_abs_error,
+        "heldout_by_class": result.heldout_by_class,
+        "kfold_median_abs_error": result.kfold_median_abs_error,
+        "heldout_other_seeds": [{"seed": seed, "median_abs_error": median, "worst_class": worst, "worst_error": error}
+                                for seed, median, worst, error in result.heldout_other_seeds],
+        "parameters_at_bounds": list(result.at_bounds),
+        "measurement_spread_median": spread_median(records),
+        "rows": [{"name": name, "class": op_class, "measured_s": float(measured), "predicted_s": float(predicted),
+                  "error": float(predicted / measured - 1)}
+                 for name, op_class, measured, predicted in zip(result.names, result.classes, result.measured_s,
+                                                                result.predicted_s, strict=True)],
+    }
+
+
+def _value_text(name: str, value: float | None) -> str:
+    if value is None:
+        return "-"
+    if name.endswith("_s") or name.startswith("latency:"):
+        return format_quantity(value, "seconds")
+    return f"{value:.3g}"
+
+
+def text_report(result: FitResult, records, spec: Hardware) -> str:
+    from perfmodel.cli.tables import format_table
+
+    lines = [f"calibration of {spec.name} on {len(records)} measurements "
+             f"({records[0].device}; {records[0].tool_version})", ""]
+    lines.append(format_table(["parameter", "datasheet", "fitted", "std. error", ""],
+                              [[name, _value_text(name, result.datasheet.get(name)), _value_text(name, value),
+                                _value_text(name, error),
+                                "at a bound: not identified by these data" if name in result.at_bounds else ""]
+                               for name, (value, error) in result.params.items()]))
+    lines.append("")
+    rows = [[name, op_class, format_quantity(measured, "seconds"), format_quantity(predicted, "seconds"),
+             f"{100 * (predicted / measured - 1):+.0f}%"]
+            for name, op_class, measured, predicted in zip(result.names, result.classes, result.measured_s,
+                                                           result.predicted_s, strict=True)]
+    lines.append(format_table(["measurement", "class", "measured", "fitted model", "error"], rows))
+    lines.append("")
+    lines.append(f"fit (all data): median |error| {100 * result.median_abs_error:.1f}%")
+    if result.heldout_median_abs_error is not None:
+        lines.append(f"held out (fit on a random half per class, predict the other half): median |error| "
+                     f"{100 * result.heldout_median_abs_error:.1f}%")
+        lines.append("  by class: " + ", ".join(f"{name} {100 * value:.0f}%"
+                                                for name, value in result.heldout_by_class.items()))
+    for seed, median, worst, error in result.heldout_other_seeds:
+        lines.append(f"  another random half (seed {seed}): median |error| {100 * median:.1f}%, worst class {worst} "
+                     f"{100 * error:.0f}%")
+    if result.kfold_median_abs_error is not None:
+        lines.append(f"5-fold held out: median |error| {100 * result.kfold_median_abs_error:.1f}%")
+    lines.append(f"measurement spread (slowest vs fastest round, median over cases): {100 * spread_median(records):.1f}%")
+    return "\n".join(lines)
+
+
+def save_residual_chart(result: FitResult, path: str | Path) -> None:
+    from perfmodel import plotting
+
+    plt = plotting._pyplot()
+    figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), layout="constrained")
+    classes = sorted(set(result.classes))
+    cmap = plt.get_cmap("tab10")
+    for index, name in enumerate(classes):
+        mask = np.asarray(result.classes) == name
+        left.loglog(result.measured_s[mask], result.predicted_s[mask], "o", color=cmap(index % 10), label=name,
+                    alpha=0.8)
+        right.semilogx(result.measured_s[mask], 100 * result.errors[mask], "o", color=cmap(index % 10), alpha=0.8)
+    low, high = result.measured_s.min() / 2, result.measured_s.max() * 2
+    left.plot([low, high], [low, high], color="black", linewidth=1)
+    left.set_xlabel("measured time (s)")
+    left.set_ylabel("fitted model (s)")
+    left.set_title("predicted vs measured")
+    left.legend(fontsize="x-small")
+    right.axhline(0, color="black", linewidth=1)
+    right.set_xlabel("measured time (s)")
+    right.set_ylabel("error (%)")
+    right.set_title("residuals of the fit")
+    for ax in (left, right):
+        ax.grid(True, alpha=0.3)
+    plotting.save_figure(figure, path)
+
+
+def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements: Path, output: Path,
+                     records) -> str:
+    """A spec that extends ``base`` (a catalog name, or a file in the output's directory)."""
+    from perfmodel.hardware.loader import _catalog_index
+
+    if base not in _catalog_index():
+        base_path = Path(base).resolve()
+        if base_path.parent != output.resolve().parent:
+            raise PerfmodelError(f"the fitted spec must extend {base} by catalog name or sit beside it: write it into "
+                                 f"{base_path.parent} or use a catalog spec")
+        base = base_path.name
+    parameters = result.parameters(f"{spec.name}-fitted")
+    mode = spec.scheduling.default_mode
+    execution = spec.scheduling.modes[mode]
+    # The same order as calibration.fit.components picks the mode's per-kernel cost.
+    launch_field = ("kernel_launch" if execution.kernel_launch_s else "per_node" if execution.per_node_s
+                    else "program_launch")
+    url = measurements.resolve().as_uri()
+    repository = Path(__file__).resolve().parent.parent
+    try:
+        url = "repo:" + measurements.resolve().relative_to(repository).as_posix()
+    except ValueError:
+        pass
+    data = {
+        "schema_version": 1,
+        "name": f"{spec.name}-fitted",
+        "extends": base,
+        "description": f"{spec.description} (calibrated: {len(records)} measurements)",
+        "sources": {"calibration": {
+            "url": url, "kind": "measured",
+            "note": (f"fitted by perfmodel calibrate on {len(records)} measurements ({records[0].tool_version}); "
+                     f"held-out median |error| {100 * (result.heldout_median_abs_error or 0):.1f}%")}},
+        "scheduling": {"modes": {mode: {launch_field: format_quantity(result.params["kernel_launch_s"][0], "seconds",
+                                                                      digits=DIGITS),
+                                        "source": "calibration"}}},
+        "efficiency": {
+            "name": parameters.name,
+            "compute": {key: float(f"{value:.{DIGITS}g}") for key, value in parameters.compute_efficiency.items()},
+            "memory": {key: float(f"{value:.{DIGITS}g}") for key, value in parameters.memory_efficiency.items()},
+            "compute_latency": {key: format_quantity(value, "seconds", digits=DIGITS)
+                                for key, value in parameters.compute_latency_s.items()},
+            "source": "calibration",
+        },
+    }
+    header = "# Written by 'perfmodel calibrate'. Efficiencies multiply the datasheet peaks and bandwidths.\n"
+    return header + yaml.safe_dump(data, sort_keys=False, width=120)

@@ -1,0 +1,244 @@
+"""Calibration: readers on fixtures and malformed files, recovery of known parameters from synthetic
+measurements, and a fitted spec that loads and predicts what the report says."""
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from calibration.fit import fit
+from calibration.readers import (
+    ReaderError,
+    read_flex_trace,
+    read_generic_csv,
+    read_ncu_csv,
+    read_spyre_torch_trace,
+    read_torch_trace,
+)
+from calibration.readers.spyre import cycles_between
+from calibration.records import MeasurementRecord, read_records, write_records
+from perfmodel.cli import main
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.loader import load_hardware
+from perfmodel.roofline import evaluate
+from perfmodel.workload import builders
+from perfmodel.workload.io import dumps
+from perfmodel.workload.ir import Graph
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+# ---------------------------------------------------------------------------------------- readers
+def test_ncu_details_page_2023_layout():
+    records = read_ncu_csv(FIXTURES / "ncu_details_2023.csv")
+    assert len(records) == 2  # two launches of the same kernel, keyed by ID
+    first, second = records
+    assert first.name.startswith("void gemm_kernel<float, 128, 128>(float const*, float const*")  # commas inside
+    assert first.duration_s == pytest.approx(1.25e-3)  # "1,250,000" nsecond
+    assert first.bytes_by_level == {"dram": 6400.0, "l2": 12500.0}  # Kbyte converted
+    assert first.flops == 2 * 1000 + 10  # ffma x2 + fadd; the n/a hfma counts as nothing
+    assert first.flops_source == "hw_counter" and first.source_row == 5
+    assert second.duration_s == pytest.approx(1.5e-6)
+
+
+def test_ncu_recent_layout_with_european_separators():
+    [record] = read_ncu_csv(FIXTURES / "ncu_details_recent.csv")
+    assert record.duration_s == pytest.approx(27_595_520e-9)
+    assert record.device == "0"
+
+
+def test_ncu_raw_page_with_units_row():
+    first, second = read_ncu_csv(FIXTURES / "ncu_raw.csv")
+    assert first.duration_s == pytest.approx(2e-3)
+    assert first.bytes_by_level["dram"] == pytest.approx(2e9 + 1e6)  # read (byte) + write (Mbyte)
+    assert second.bytes_by_level["dram"] == pytest.approx(1000 + 0.5e6)
+
+
+@pytest.mark.parametrize("mutate, fragment", [
+    (lambda text: text.replace('"ID",', '"Id",'), "no Nsight Compute CSV header"),
+    (lambda text: text.replace('"nsecond","1,250,000"', '"parsec","1,250,000"'), "unknown unit 'parsec'"),
+    (lambda text: text.replace('"nsecond","1,250,000"', '"nsecond","-5"'), "negative duration"),
+    (lambda text: text.replace('"nsecond","1,250,000"', '"nsecond","fast"'), "'fast' is not a number"),
+    (lambda text: text.replace('"Metric Unit",', '"Unit",'), "column 'Metric Unit': missing column"),
+])
+def test_ncu_malformed_inputs_name_row_and_column(tmp_path, mutate, fragment):
+    path = tmp_path / "bad.csv"
+    path.write_text(mutate((FIXTURES / "ncu_details_2023.csv").read_text()))
+    with pytest.raises(ReaderError, match=fragment) as error:
+        read_ncu_csv(path)
+    assert str(path) in str(error.value)
+
+
+def test_ncu_truncated_raw_row(tmp_path):
+    path = tmp_path / "truncated.csv"
+    path.write_text((FIXTURES / "ncu_raw.csv").read_text().rsplit(",", 3)[0] + "\n")
+    with pytest.raises(ReaderError, match=r"truncated.csv:4: .*fields but the header has"):
+        read_ncu_csv(path)
+
+
+def test_torch_cpu_trace_leaf_ops_and_flops():
+    records = read_torch_trace(FIXTURES / "torch_cpu_trace.json")
+    names = [record.name for record in records]
+    assert names == ["aten::addmm", "aten::relu"]  # aten::linear encloses addmm: not a leaf
+    addmm = records[0]
+    assert addmm.duration_s == pytest.approx(40e-6) and addmm.flops == 2 * 64 * 128 * 256
+    assert math.isnan(records[1].flops)
+
+
+def test_torch_gpu_trace_links_kernels_to_ops():
+    kernel, memcpy = read_torch_trace(FIXTURES / "torch_gpu_trace.json.gz")
+    assert kernel.name == "aten::mm/sm90_xmma_gemm_bf16bf16_bf16f32"
+    assert kernel.duration_s == pytest.approx(95.5e-6) and kernel.flops == 2 * 2048 * 4096 * 4096
+    assert memcpy.op_class == "gpu_memcpy" and memcpy.bytes_by_level == {"dram": 1048576.0}
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1, "dur": -3}]}', "negative duration"),
+    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "ts": 1}]}', "missing or non-numeric"),
+    ('{"traceEvents": [{"ph": "X", "cat": "cpu_op"', "not valid JSON"),
+    ('{"schemaVersion": 1}', "no 'traceEvents' list"),
+])
+def test_torch_trace_malformed(tmp_path, text, fragment):
+    path = tmp_path / "trace.json"
+    path.write_text(text)
+    with pytest.raises(ReaderError, match=fragment):
+        read_torch_trace(path)
+
+
+def test_spyre_flex_trace_cycles_wrap_and_phases():
+    compute, dma = read_flex_trace(FIXTURES / "spyre_flex_trace.json", clock_hz=1e9)
+    assert compute.name == "convolution_1" and compute.op_class == "compute"
+    assert compute.duration_s == pytest.approx((0xc0736e0e - 0xc0732073) * 1e-9)
+    assert dma.op_class == "dma_in" and dma.duration_s == pytest.approx((200 + 2**32 - 4294967000) * 1e-9)
+    assert dma.bytes_by_level == {"pcie": 524288.0}
+    assert cycles_between(0xFFFFFFF0, 0x10) == 0x20
+
+
+def test_spyre_torch_trace_uses_cycles_or_falls_back_to_dur():
+    kernel, blank, memcpy = read_spyre_torch_trace(FIXTURES / "spyre_torch_trace.json", clock_hz=1e9)
+    assert kernel.duration_s == pytest.approx((553000 - 3000) * 1e-9)
+    assert blank.name == "spyre_kernel#1" and blank.duration_s == pytest.approx(42e-6)  # counters all zero
+    assert memcpy.op_class == "transfer" and memcpy.bytes_by_level == {"pcie": 2097152.0}
+
+
+def test_generic_counters_csv(tmp_path):
+    decode, resnet = read_generic_csv(FIXTURES / "generic_counters.csv")
+    assert decode.duration_s == pytest.approx(3.5e-3) and decode.bytes == 1.4e11 and decode.op_class == "llm"
+    assert resnet.duration_s == pytest.approx(49e-6) and resnet.bytes_by_level == {}
+    bad = tmp_path / "bad.csv"
+    bad.write_text("name,duration,duration_unit\nx,3,fortnights\n")
+    with pytest.raises(ReaderError, match=r"bad.csv:2: column 'duration_unit': unknown time unit"):
+        read_generic_csv(bad)
+    bad.write_text("name,duration_ms\nx,nan\n")
+    with pytest.raises(ReaderError, match=r"bad.csv:2: column 'duration_ms': missing value"):
+        read_generic_csv(bad)
+
+
+# ---------------------------------------------------------------------------------------- records
+def _record(graph: Graph, seconds: float, op_class: str) -> MeasurementRecord:
+    return MeasurementRecord(name=graph.name, op_class=op_class, duration_s=seconds, workload_json=dumps(graph, "json"),
+                             tool="synthetic")
+
+
+def test_records_round_trip_and_errors(tmp_path):
+    graph = builders.gemm_sweep(sizes=(64,))
+    records = [dataclasses.replace(_record(graph, 1e-3, "matmul"), bytes_by_level={"dram": 5.0}, flops=7.0)]
+    path = tmp_path / "m.csv"
+    write_records(records, path)
+    assert read_records(path) == records
+    text = path.read_text()
+    (tmp_path / "neg.csv").write_text(text.replace(",0.001,", ",-0.001,"))
+    with pytest.raises(PerfmodelError, match=r"neg.csv:2: column 'duration_s' must be more than zero"):
+        read_records(tmp_path / "neg.csv")
+    (tmp_path / "short.csv").write_text(text.splitlines()[0] + "\ngemm,matmul\n")
+    with pytest.raises(PerfmodelError, match=r"short.csv:2: the row has too few fields"):
+        read_records(tmp_path / "short.csv")
+
+
+# ---------------------------------------------------------------------------------------- fitting
+def _synthetic_suite():
+    graphs = []
+    for size in (64, 128, 256, 512, 1024, 2048):
+        graphs.append(("matmul", builders.gemm_sweep(sizes=(size,), dtype="fp32"), f"gemm{size}"))
+    for elements in (10, 1_000, 100_000, 1_000_000, 10_000_000, 30_000_000, 50_000_000, 80_000_000):
+        chain = builders.elementwise_chain(elements=elements, length=1, dtype="fp32")
+        graphs.append(("elementwise", chain, f"add{elements}"))
+    for length in (5, 20, 60):
+        graphs.append(("dispatch", builders.elementwise_chain(elements=16, length=length, dtype="fp32"), f"chain{length}"))
+    return [(op_class, dataclasses.replace(graph, name=name)) for op_class, graph, name in graphs]
+
+
+def test_fit_recovers_known_parameters_from_noisy_synthetic_data():
+    spec = load_hardware("epyc-zen4-2vcpu")
+    truth = dataclasses.replace(spec, efficiency=None)
+    from perfmodel.hardware.model import Parameters
+
+    true_parameters = Parameters(name="truth", compute_efficiency={"matmul:simd:fp32": 0.6},
+                                 memory_efficiency={"elementwise:dram": 0.5})
+    true_launch = 5e-6
+    truth = dataclasses.replace(truth, scheduling=dataclasses.replace(
+        truth.scheduling, modes={"dynamic": dataclasses.replace(truth.scheduling.modes["dynamic"],
+                                                                 kernel_launch_s=true_launch)}))
+    rng = np.random.default_rng(7)
+    records = []
+    for op_class, graph in _synthetic_suite():
+        seconds = evaluate(graph, truth, parameters=true_parameters, fuse=False).total_s
+        records.append(_record(graph, seconds * math.exp(rng.normal(0, 0.03)), op_class))  # 3% noise
+    result = fit(records, spec)
+    assert result.params["compute:matmul:simd:fp32"][0] == pytest.approx(0.6, rel=0.1)
+    assert result.params["memory:elementwise:dram"][0] == pytest.approx(0.5, rel=0.1)
+    assert result.params["kernel_launch_s"][0] == pytest.approx(true_launch, rel=0.1)
+    assert result.median_abs_error < 0.05
+    value, error = result.params["compute:matmul:simd:fp32"]
+    assert 0 < error < value  # a standard error, and a sane one
+
+
+def test_calibrate_cli_writes_a_spec_that_predicts_what_the_report_says(tmp_path, capsys):
+    spec = load_hardware("epyc-zen4-2vcpu")
+    rng = np.random.default_rng(3)
+    from perfmodel.hardware.model import Parameters
+
+    hidden = Parameters(name="hidden", compute_efficiency={"matmul": 0.7}, memory_efficiency={"dram": 0.8})
+    records = []
+    for op_class, graph in _synthetic_suite():
+        seconds = evaluate(graph, spec, parameters=hidden, fuse=False).total_s
+        records.append(_record(graph, seconds * math.exp(rng.normal(0, 0.02)), op_class))
+    measurements = tmp_path / "measurements.csv"
+    write_records(records, measurements)
+    fitted = tmp_path / "fitted.yaml"
+    assert main(["calibrate", "--spec", "epyc-zen4-2vcpu", "--measurements", str(measurements), "-o", str(fitted),
+                 "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert {"params", "n_measurements", "heldout_median_abs_error", "heldout_by_class"} <= set(report)
+    assert report["n_measurements"] == len(records)
+    assert all({"value", "stderr"} <= set(item) for item in report["params"].values())
+    assert Path(report["chart"]).stat().st_size > 5000
+    calibrated = load_hardware(fitted)
+    assert calibrated.efficiency is not None
+    assert calibrated.source_of("efficiency.compute.matmul:simd:fp32").kind == "measured"
+    for row, record in zip(report["rows"], records, strict=True):
+        predicted = evaluate(record.graph(), calibrated, fuse=False).total_s
+        assert predicted == pytest.approx(row["predicted_s"], rel=1e-9)
+
+
+def test_calibrate_refuses_records_without_graphs(tmp_path, capsys):
+    path = tmp_path / "m.csv"
+    write_records(read_generic_csv(FIXTURES / "generic_counters.csv"), path)
+    assert main(["calibrate", "--spec", "epyc-zen4-2vcpu", "--measurements", str(path), "-o",
+                 str(tmp_path / "f.yaml")]) == 2
+    assert "carry no workload graph" in capsys.readouterr().err
+
+
+def test_bench_quick_subset_runs(tmp_path):
+    pytest.importorskip("torch")
+    from calibration.harness import run_suite, suite
+
+    cases = [case for case in suite(quick=True) if case.name in ("add_1000", "gemm_fp32_64", "chain_20x16")]
+    records = run_suite(load_hardware("epyc-zen4-2vcpu"), cases=cases, rounds=1, quick=True)
+    assert [record.name for record in records] == [case.name for case in cases]
+    for record in records:
+        assert record.duration_s > 0 and record.flops >= 0 and record.graph().ops
+        assert "torch" in record.tool_version
