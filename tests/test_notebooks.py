@@ -1,0 +1,30 @@
+"""Every lab notebook runs top to bottom on the CPU, is committed without outputs, and ends with questions."""
+
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+CELL_TIMEOUT_S = 600
+
+
+def test_there_are_six_labs():
+    assert [path.name[:2] for path in NOTEBOOKS] == ["01", "02", "03", "04", "05", "06"]
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_is_clean_and_ends_with_questions(path):
+    notebook = nbformat.read(path, as_version=4)
+    assert all(not cell.get("outputs") and cell.get("execution_count") is None
+               for cell in notebook.cells if cell.cell_type == "code"), "commit notebooks without outputs"
+    assert notebook.cells[-1].cell_type == "markdown" and "## Questions" in notebook.cells[-1].source
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs(path, tmp_path):
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                            resources={"metadata": {"path": str(tmp_path)}})
+    client.execute()  # raises CellExecutionError, with the failing cell, on any error
