@@ -134,15 +134,19 @@ def _granule(hardware: Hardware, level_index: int) -> float | None:
     return hardware.memory[level_index].transfer_granule_bytes
 
 
+def off_device_bytes(op: Op, context: CostContext) -> float:
+    """An off-device store (Cerebras MemoryX) serves only weights, and only when they do not stay on
+    the device (weight streaming)."""
+    return 0.0 if context.weights_resident else sum(t.bytes for t in op.inputs if t.role == "weight")
+
+
 def streaming_bytes(op: Op, context: CostContext) -> tuple[Any, ...]:
-    """Compulsory traffic: every input read and every output written once at every level; an
-    off-device store serves only weights, and only when they do not stay on the device."""
+    """Compulsory traffic: every input read and every output written once at every on-device level."""
     hardware = context.hardware
     result = []
     for index, level in enumerate(hardware.memory):
         if level.off_device:
-            weights = sum(t.bytes for t in op.inputs if t.role == "weight")
-            result.append(0.0 if context.weights_resident else weights)
+            result.append(off_device_bytes(op, context))
             continue
         granule = _granule(hardware, index)
         result.append(sum(padded_bytes(t.shape, get_dtype(t.dtype).bytes_per_element, granule)
@@ -159,8 +163,7 @@ def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, b
     result = []
     for index, level in enumerate(hardware.memory):
         if level.off_device:
-            weights = sum(t.bytes for t in op.inputs if t.role == "weight")
-            result.append(0.0 if context.weights_resident else weights)
+            result.append(off_device_bytes(op, context))
             continue
         capacity = inner_capacity_bytes(hardware, index, engine)
         if capacity is None:
