@@ -278,3 +278,16 @@ def test_predict_cli_what_if_and_errors(capsys):
                  "--json"]) == 0
     rows = json.loads(capsys.readouterr().out.splitlines()[-1])
     assert len(rows) == 4 and {"batch", "memory.hbm.bandwidth", "total_s", "bound"} <= set(rows[0])
+
+
+def test_sweep_writes_csv_and_parquet(tmp_path, capsys):
+    import pandas as pd
+
+    for suffix in ("csv", "parquet"):
+        target = tmp_path / f"sweep.{suffix}"
+        assert main(["sweep", "--on", "ibm-spyre", "--grid", "memory.lx.capacity=1MB,4MB", "--grid", "batch=1,2",
+                     "-o", str(target)]) == 0
+        frame = pd.read_csv(target) if suffix == "csv" else pd.read_parquet(target)
+        assert len(frame) == 4 and (frame["total_s"] > 0).all()
+        one = frame[frame["batch"] == 1].sort_values("memory.lx.capacity")
+        assert one["time_s:memory:lpddr5"].iloc[1] < one["time_s:memory:lpddr5"].iloc[0]  # bigger LX, less LPDDR

@@ -151,7 +151,11 @@ def _sweep(args) -> int:
 
             handle, temporary = tempfile.mkstemp(dir=args.output.parent or ".", suffix=".parquet")
             os.close(handle)
-            frame.to_parquet(temporary)
+            try:
+                frame.to_parquet(temporary)
+            except ImportError:
+                Path(temporary).unlink(missing_ok=True)
+                raise PerfmodelError("writing Parquet needs pyarrow: pip install pyarrow, or write .csv") from None
             os.replace(temporary, args.output)
         else:
             write_text_atomically(args.output, frame.to_csv(index=False))
