@@ -276,7 +276,7 @@ def _modes(recorder: _Recorder):
     return DispatchRecorder(), FunctionRecorder()
 
 
-def _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode):
+def _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode, device="cpu"):
     import torch
 
     if example_inputs is not None:
@@ -292,9 +292,9 @@ def _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode):
                 raise PerfmodelError(f"input shape {tuple(shape)} must have positive dimensions, e.g. 1x512")
             dtype = dtypes[index] if index < len(dtypes) else torch.float32
             if dtype in (torch.int64, torch.int32, torch.long, torch.int):
-                inputs.append(torch.zeros(tuple(int(d) for d in shape), dtype=dtype))
+                inputs.append(torch.zeros(tuple(int(d) for d in shape), dtype=dtype, device=device))
             else:
-                inputs.append(torch.empty(tuple(int(d) for d in shape), dtype=dtype))
+                inputs.append(torch.empty(tuple(int(d) for d in shape), dtype=dtype, device=device))
     return tuple(inputs)
 
 
@@ -318,7 +318,10 @@ def capture(module, example_inputs=None, *, input_shapes: Sequence[Sequence[int]
         if isinstance(tensor, torch.nn.Parameter):
             fake._perfmodel_weight = True
         state[key] = fake
-    inputs = _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode)
+    # Inputs live where the parameters do (a module built on the meta device gets meta inputs).
+    first = next(iter([*module.parameters(), *module.buffers()]), None)
+    device = first.device if first is not None else "cpu"
+    inputs = _parse_inputs(example_inputs, input_shapes, input_dtypes, fake_mode, device)
     recorder = _Recorder()
     def enter(path):
         def hook(_module, _args):
