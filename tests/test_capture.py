@@ -224,3 +224,11 @@ def test_capture_cli_and_compiled_view(tmp_path, capsys):
     assert len({op["kernel"] for op in compiled["ops"]}) < len({op["kernel"] for op in eager["ops"]})
     assert main(["capture", f"{source}:missing", "--input-shape", "1x64", "-o", str(target)]) == 2
     assert main(["capture", f"{source}:small_llama", "--input-shape", "1xa", "-o", str(target)]) == 2
+
+
+def test_meta_device_modules_get_meta_inputs():
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 8))
+    result = capture(model, input_shapes=[(4, 64)])
+    assert [op.kind for op in result.graph.ops] == ["matmul", "elementwise", "matmul"]
+    assert matmul_class_flops(result.graph) == 2 * 4 * (64 * 128 + 128 * 8)
