@@ -20,6 +20,17 @@ _LAZY = {
     "PerfmodelError": "perfmodel.errors",
     "SpecError": "perfmodel.errors",
     "UnitError": "perfmodel.errors",
+    "evaluate": "perfmodel.roofline.results",
+    "Evaluation": "perfmodel.roofline.results",
+    "Parameters": "perfmodel.hardware.model",
+    "sweep": "perfmodel.roofline.sweep",
+    "Graph": "perfmodel.workload.ir",
+    "Op": "perfmodel.workload.ir",
+    "TensorSpec": "perfmodel.workload.ir",
+    "load_graph": "perfmodel.workload.io",
+    "save_graph": "perfmodel.workload.io",
+    "capture": "perfmodel.workload.capture",
+    "llm_predict": "perfmodel.llm.metrics",
 }
 
 __all__ = sorted(_LAZY)

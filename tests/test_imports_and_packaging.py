@@ -34,3 +34,13 @@ def test_wheel_contains_specs_and_workloads(tmp_path):
     assert expected and expected <= shipped
     assert any(name.startswith("perfmodel/data/workloads/") for name in names)
     assert any(name.startswith("calibration/") for name in names)
+
+
+def test_the_public_api_in_the_readme_resolves():
+    import perfmodel
+
+    for name in ("load_hardware", "evaluate", "sweep", "load_graph", "capture", "llm_predict", "parse_quantity",
+                 "Graph", "Op", "TensorSpec", "Parameters", "catalog"):
+        assert callable(getattr(perfmodel, name)), name
+    block = perfmodel.load_graph("transformer_block")
+    assert perfmodel.evaluate(block, perfmodel.load_hardware("ibm-spyre")).time_by_bound
