@@ -43,11 +43,6 @@ MIN_RECORDS_FOR_LATENCY = 3
 LATENCY_KINDS = ("matmul", "conv", "attention", "norm", "softmax", "reduction")
 LATENCY_BOUNDS_S = (1e-9, 1e-3)
 SMOOTH_MAX_POWER = 6
-# Optional priors: log-efficiencies toward the datasheet (0) and log-latencies toward 0.1 us, each
-# worth PRIOR_WEIGHT**2 of one measurement's squared log error (shrinkage for parameters that few
-# measurements see). Off: on this machine's data every weight tried (0.1, 0.3, 1) raised the held-out error.
-PRIOR_WEIGHT = 0.0
-LATENCY_PRIOR_S = 1e-7
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,11 +189,9 @@ def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray):
     low, high = _bounds(efficiencies, len(latency_kinds))
     x0 = np.clip(x0, low + 1e-9, high - 1e-9)
 
-    prior = np.r_[np.zeros(efficiencies), np.full(len(latency_kinds), math.log(LATENCY_PRIOR_S))]
-
     def residuals(theta, smooth):
         predicted = _predict(parts, *_vector_to_parts(theta, parts, design), smooth=smooth)
-        return np.r_[np.log(predicted[subset] / measured[subset]), PRIOR_WEIGHT * (theta[:-1] - prior)]
+        return np.log(predicted[subset] / measured[subset])
 
     rough = least_squares(residuals, x0, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE, args=(True,))
     solution = least_squares(residuals, rough.x, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE,
@@ -207,7 +200,7 @@ def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray):
 
 
 def _standard_errors(solution) -> np.ndarray:
-    """From the Jacobian of all residuals (measurements and priors) at the solution."""
+    """From the Jacobian of the residuals at the solution."""
     jacobian = solution.jac
     dof = max(len(solution.fun) - len(solution.x), 1)
     variance = float(np.sum(solution.fun ** 2)) / dof

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.yaml_source import open_for_reading
 
 SOURCES = ("hw_counter", "compiler_estimate", "analytic_shapes", "model_derived", "unknown")
 
@@ -91,11 +92,7 @@ def _number(value: str, path, row: int, column: str, *, positive: bool = False) 
 
 def read_records(path: str | Path) -> list[MeasurementRecord]:
     path = Path(path)
-    try:
-        stream = path.open(newline="", encoding="utf-8")
-    except OSError as error:
-        raise PerfmodelError(f"cannot read {path}: {error}") from None
-    with stream:
+    with open_for_reading(path) as stream:
         reader = csv.DictReader(stream)
         missing = [c for c in ("name", "op_class", "duration_s") if c not in (reader.fieldnames or [])]
         if missing:

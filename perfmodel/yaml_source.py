@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from perfmodel.errors import Problem
+from perfmodel.errors import PerfmodelError, Problem
 
 _SAFE_TAGS = {
     "tag:yaml.org,2002:str", "tag:yaml.org,2002:int", "tag:yaml.org,2002:float",
@@ -111,6 +111,14 @@ def default_file_mode() -> int:
     umask = os.umask(0)
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def open_for_reading(path: str | Path, *, encoding: str = "utf-8", error_class=PerfmodelError):
+    """Open a text file (CSV: no newline translation) or raise ``error_class`` naming the file."""
+    try:
+        return Path(path).open(newline="", encoding=encoding)
+    except OSError as error:
+        raise error_class(f"cannot read {path}: {error}") from None
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:

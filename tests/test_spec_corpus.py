@@ -5,7 +5,6 @@ import re
 import pytest
 
 from perfmodel.hardware.loader import catalog, load_hardware, spec_files
-from perfmodel.hardware.schema import _numeric_field_paths  # noqa: F401  (the loader's notion of numeric)
 from perfmodel.yaml_source import read_yaml
 
 SPEC_FILES = spec_files()

@@ -13,17 +13,14 @@ from pathlib import Path
 
 from calibration.readers.common import TIME_UNITS, ReaderError, fail, positive_duration, tool_number, unit_factor
 from calibration.records import MeasurementRecord
+from perfmodel.yaml_source import open_for_reading
 
 SUFFIX_UNITS = {"duration_s": 1.0, "duration_ms": 1e-3, "duration_us": 1e-6, "duration_ns": 1e-9}
 
 
 def read_generic_csv(path: str | Path, *, tool: str = "user_csv") -> list[MeasurementRecord]:
     path = Path(path)
-    try:
-        stream = path.open(newline="", encoding="utf-8-sig")
-    except OSError as error:
-        raise ReaderError(f"cannot read {path}: {error}") from None
-    with stream:
+    with open_for_reading(path, encoding="utf-8-sig", error_class=ReaderError) as stream:
         reader = csv.DictReader(stream)
         header = reader.fieldnames or []
         if "name" not in header:

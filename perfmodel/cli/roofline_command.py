@@ -6,6 +6,7 @@ import csv
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.yaml_source import open_for_reading
 
 
 def register(commands) -> None:
@@ -25,11 +26,7 @@ REQUIRED_COLUMNS = ("name", "flops", "bytes", "duration_s")
 
 def read_measured(path: Path) -> list[dict]:
     """Rows of ``name, flops, bytes, duration_s`` (SI units); a clear error names the row and column."""
-    try:
-        stream = path.open(newline="", encoding="utf-8")
-    except OSError as error:
-        raise PerfmodelError(f"cannot read {path}: {error}") from None
-    with stream:
+    with open_for_reading(path) as stream:
         reader = csv.DictReader(stream)
         missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
         if missing:

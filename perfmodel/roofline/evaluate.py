@@ -100,7 +100,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     if not graph.ops:
         raise PerfmodelError(f"workload {graph.name!r} has no ops")
     on_device = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
-    resident = bool(np.all(_as_float(weight_bytes(graph)) <= on_device))
+    weights = weight_bytes(graph)
+    resident = bool(np.all(_as_float(weights) <= on_device))
     context = CostContext(hardware=hardware, weights_resident=resident)
     costs = tuple(op_cost(op, context) for op in graph.ops)
     fused = mode_name in ("graph", "static") if fuse is None else fuse
@@ -177,4 +178,4 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
         memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
         total_s=total_s, bound_index=bound_index, program_s=program_s, weights_resident=resident,
-        weight_bytes=weight_bytes(graph), on_device_bytes=on_device, parameters=parameters)
+        weight_bytes=weights, on_device_bytes=on_device, parameters=parameters)

@@ -26,7 +26,7 @@ import numpy as np
 
 from perfmodel.errors import Problem, WorkloadError
 from perfmodel.paths import data_directory
-from perfmodel.workload.ir import Graph, Op, TensorSpec, graph_problems
+from perfmodel.workload.ir import Graph, Op, TensorSpec
 from perfmodel.yaml_source import YamlDocument, parse_yaml, write_text_atomically
 
 SCHEMA_VERSION = 1
@@ -149,17 +149,13 @@ def graph_from_document(document: YamlDocument) -> Graph:
         edges = []
     if problems:
         raise WorkloadError(problems)
-    candidate = object.__new__(Graph)
-    object.__setattr__(candidate, "name", data["name"])
-    object.__setattr__(candidate, "ops", tuple(ops))
-    object.__setattr__(candidate, "edges", tuple(tuple(edge) for edge in edges))
-    found = graph_problems(candidate, document.file)
-    if found:
-        raise WorkloadError([_locate(document, problem, ops) for problem in found])
-    return Graph(name=data["name"], ops=ops, edges=[tuple(edge) for edge in edges])
+    try:
+        return Graph(name=data["name"], ops=ops, edges=[tuple(edge) for edge in edges])
+    except WorkloadError as error:  # the IR's own checks, with file lines added
+        raise WorkloadError([_locate(document, problem) for problem in error.problems]) from None
 
 
-def _locate(document: YamlDocument, problem: Problem, ops) -> Problem:
+def _locate(document: YamlDocument, problem: Problem) -> Problem:
     """Map an IR problem path like ``ops.3(name).inputs.0.shape`` to the file's line."""
     path = problem.field
     if path.startswith("ops.") and "(" in path:
