@@ -53,6 +53,7 @@ class Components:
     compute_s: np.ndarray
     memory_s: np.ndarray        # (levels, ops)
     scheduling_s: np.ndarray
+    fixed_s: np.ndarray         # device-side fixed time per kernel, not fitted here
     compute_keys: tuple[str, ...]
     kinds: tuple[str, ...]
     counts: np.ndarray
@@ -102,7 +103,8 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
     execution = hardware.scheduling.modes[arrays.mode]
     keys = tuple(f"{op.kind}:{cost.engine}:{cost.peak_dtype}" for op, cost in zip(merged.ops, arrays.costs, strict=True))
     return Components(record_of_op=np.asarray(owner), compute_s=arrays.compute_s, memory_s=arrays.memory_s,
-                      scheduling_s=arrays.scheduling_s, compute_keys=keys, kinds=tuple(op.kind for op in merged.ops),
+                      scheduling_s=arrays.scheduling_s, fixed_s=arrays.fixed_s,
+                      compute_keys=keys, kinds=tuple(op.kind for op in merged.ops),
                       counts=arrays.counts, level_names=arrays.level_names,
                       overlapped=arrays.mode == "dynamic" and execution.host_overlap,
                       launch_s=execution.kernel_launch_s or execution.per_node_s or execution.program_launch_s,
@@ -118,6 +120,7 @@ def _predict(parts: Components, compute_eff: np.ndarray, memory_eff: np.ndarray,
         busy = np.sum(stacked ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
     else:
         busy = np.maximum(compute, memory.max(axis=0))
+    busy = busy + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale
     per_op = np.maximum(busy, scheduling) if parts.overlapped else busy + scheduling
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)

@@ -119,7 +119,8 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
 
 def plot_scheduling_roofline(data, ax=None, *, title: str | None = None):
     """Achieved FLOP/s against granularity (FLOPs per launch) under the compute roof and the
-    scheduling ceiling ``granularity / launch_s``; the ridge is ``peak x launch_s`` FLOPs per launch."""
+    scheduling ceiling ``granularity / launch_s`` (the ridge is ``peak x launch_s`` FLOPs per launch), and
+    the device-side ceiling of the kernels' fixed time where the spec gives one."""
     ax = _new_axes(ax)
     points = [p for p in data.points if p.granularity_flops_per_launch > 0]
     if data.launch_s <= 0:
@@ -130,6 +131,10 @@ def plot_scheduling_roofline(data, ax=None, *, title: str | None = None):
     granularity = np.logspace(np.log10(low), np.log10(high), 400)
     ax.loglog(granularity, np.minimum(data.peak_flops_per_s, granularity / data.launch_s) / TERA, color="tab:purple",
               linewidth=2, label=f"scheduling ceiling ({data.launch_s * 1e6:.3g} us per launch; ridge {ridge:.3g} FLOP)")
+    if data.kernel_fixed_s > 0:
+        ax.loglog(granularity, data.kernel_ceiling_flops_per_s(granularity) / TERA, color="tab:olive",
+                  linestyle="--", linewidth=1.5,
+                  label=f"kernel fixed time ({format_quantity(data.kernel_fixed_s, 'seconds')} start-up + tail)")
     ax.axhline(data.peak_flops_per_s / TERA, color="tab:red", linestyle=":", linewidth=1,
                label=f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}")
     seen = set()

@@ -65,7 +65,7 @@ def test_physical_sanity(name):
 def test_h200_extends_h100_with_other_memory():
     h100, h200 = load_hardware("h100-sxm"), load_hardware("h200-sxm")
     assert h200.peak_flops_per_s("bf16") == h100.peak_flops_per_s("bf16") == 989.4e12
-    assert h200.level("hbm").capacity_bytes == 141e9
+    assert h200.level("hbm").capacity_bytes == 143771 * 2**20  # nvidia-smi: 143771 MiB, not 141e9 B
     assert h200.level("hbm").bandwidth_bytes_per_s == 4.8e12
     assert h200.level("l2").capacity_bytes == h100.level("l2").capacity_bytes
     assert h200.source_of("memory.hbm.bandwidth").url.startswith("https://lzwjava")

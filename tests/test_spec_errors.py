@@ -175,6 +175,25 @@ def test_field_sources_must_name_real_fields(tmp_path):
     assert "field_sources names ['tpd'], which are not numeric fields" in problem
 
 
+def test_inner_level_slower_than_the_level_behind_it(tmp_path):
+    l2 = "  l2:\n    kind: cache\n    managed: hardware\n    capacity: 8 MiB\n    bandwidth: 500 GB/s\n    source: sheet\n"
+    text = VALID.replace("memory:\n", "memory:\n" + l2)
+    assert problems_of(tmp_path, text) == [
+        "19|memory.l2.bandwidth|500 GB/s is less than the bandwidth of the level behind it, memory.hbm (1 TB/s); "
+        "memory is listed innermost first and an inner level must not be slower than the on-device level behind "
+        "it. Fix the figure (or the order of the levels), or, if this level really is slower, say why with "
+        "'slower_than_outer: \"reason\"' on memory.l2"]
+    excused = text.replace("bandwidth: 500 GB/s\n", "bandwidth: 500 GB/s\n    slower_than_outer: measured, see sheet\n")
+    assert problems_of(tmp_path, excused) == []
+
+
+def test_field_sources_may_name_a_group_of_fields(tmp_path):
+    text = VALID.replace("    peak: {bf16: 100 TFLOP/s}\n", "    peak: {bf16: 100 TFLOP/s}\n    tile: {m: 8, n: 8, k: 8}\n"
+                         "    field_sources: {tile: sheet, tiel: sheet}\n")
+    [problem] = problems_of(tmp_path, text)
+    assert "field_sources names ['tiel'], which are not numeric fields (or groups of them)" in problem
+
+
 def test_empty_file_and_non_mapping(tmp_path):
     assert problems_of(tmp_path, "") == ["1||the file is empty"]
     assert problems_of(tmp_path, "- a\n- b\n") == ["1||a spec must be a YAML mapping"]

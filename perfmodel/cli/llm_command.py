@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 
+from perfmodel.cli.overrides import add_set_argument, parse_overrides
 from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity, parse_quantity
@@ -28,6 +30,9 @@ def register(commands) -> None:
     llm.add_argument("--activations", default="bf16", help="activation dtype")
     llm.add_argument("--mode", choices=["eager", "graph"], help="host drives kernels one by one, or graphs/programs")
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
+    llm.add_argument("--max-tokens-per-step", type=int,
+                     help="with --concurrency: token budget per scheduler step (chunked prefill); default unlimited")
+    add_set_argument(llm)
     llm.add_argument("--json", action="store_true")
     llm.set_defaults(handler=_llm)
 
@@ -42,6 +47,7 @@ def register(commands) -> None:
     size.add_argument("--weights", default="bf16")
     size.add_argument("--kv", default=None)
     size.add_argument("--mode", choices=["eager", "graph"])
+    add_set_argument(size)
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
 
@@ -64,17 +70,23 @@ def _llm(args) -> int:
     from perfmodel.llm.catalog import load_architecture
 
     architecture = load_architecture(args.model)
-    hardware = load_hardware(args.on)
+    hardware = load_hardware(args.on, overrides=parse_overrides(args.set) or None)
     scenario = Scenario(batch=args.batch, prompt_tokens=args.prompt, generated_tokens=args.gen,
                         weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
                         activation_dtype=args.activations)
     parallelism = _parallelism(args)
     result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode)
+    if not result.fits:
+        needed = format_quantity(sum(result.memory_bytes.values()), "bytes", binary=True)
+        print(f"perfmodel: warning: {architecture.name} does not fit: its fullest pipeline stage needs {needed} "
+              f"per chip, {hardware.name} holds {format_quantity(result.capacity_bytes, 'bytes', binary=True)}; "
+              "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)
     data = result.to_dict()
     data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
     if args.concurrency:
         data["continuous_batching"] = {"concurrency": args.concurrency, "tokens_per_s": continuous_batching_throughput(
-            architecture, hardware, scenario, parallelism, args.concurrency, mode=args.mode)}
+            architecture, hardware, scenario, parallelism, args.concurrency, mode=args.mode,
+            max_tokens_per_step=args.max_tokens_per_step)}
     if args.json:
         print(json.dumps(data, indent=1))
         return 0
@@ -98,7 +110,8 @@ def _llm(args) -> int:
         rows.append([f"continuous batching at {args.concurrency}",
                      f"{data['continuous_batching']['tokens_per_s']:.1f} tokens/s"])
     print(f"{architecture.name} on {result.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
-          f"{result.mode} mode), batch {args.batch}, prompt {args.prompt}, gen {args.gen}, weights {args.weights}")
+          f"{result.mode} mode, {result.parameters} parameters), batch {args.batch}, prompt {args.prompt}, "
+          f"gen {args.gen}, weights {args.weights}")
     print(format_table(["metric", "value"], rows))
     for phase, shares in result.time_by_bound_by_phase.items():
         total = sum(shares.values())
@@ -123,8 +136,9 @@ def _size(args) -> int:
     targets = Targets(ttft_s=parse_quantity(args.ttft, "seconds"), tpot_s=parse_quantity(args.tpot, "seconds"),
                       rate_per_s=_rate(args.rate), prompt_tokens=args.prompt, generated_tokens=args.gen)
     results = {}
+    overrides = parse_overrides(args.set) or None
     for name in [item.strip() for item in args.on.split(",") if item.strip()]:
-        hardware = load_hardware(name)
+        hardware = load_hardware(name, overrides=overrides)
         weights = args.weights
         options = size_system(architecture, hardware, targets, weight_dtype=weights, kv_dtype=args.kv or "bf16",
                               mode=args.mode) if _supports(hardware, weights) else []

@@ -6,6 +6,7 @@ import json
 import sys
 from pathlib import Path
 
+from perfmodel.cli.overrides import add_set_argument, parse_overrides
 from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity, parse_quantity
@@ -15,8 +16,7 @@ def register(commands) -> None:
     predict = commands.add_parser("predict", help="predict a workload on one or more specs")
     predict.add_argument("workload", help="a workload file (YAML/JSON) or a shipped workload name")
     predict.add_argument("--on", required=True, help="spec names or paths, comma-separated")
-    predict.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE",
-                         help="what-if override, e.g. memory.hbm.bandwidth=6.4TB/s (repeatable)")
+    add_set_argument(predict)
     predict.add_argument("--mode", choices=["dynamic", "graph", "static"], help="execution mode (default: the spec's)")
     predict.add_argument("--overlap", choices=["max", "sum"], default="max")
     predict.add_argument("--compiled", action="store_true",
@@ -36,16 +36,6 @@ def register(commands) -> None:
     sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet)")
     sweep.add_argument("--json", action="store_true")
     sweep.set_defaults(handler=_sweep)
-
-
-def parse_overrides(items: list[str]) -> dict[str, str]:
-    overrides = {}
-    for item in items:
-        field, sep, value = item.partition("=")
-        if not sep or not field or not value:
-            raise PerfmodelError(f"--set {item!r}: expected FIELD=VALUE, e.g. memory.hbm.bandwidth=6.4TB/s")
-        overrides[field.strip()] = value.strip()
-    return overrides
 
 
 def _predict(args) -> int:

@@ -9,9 +9,19 @@
   square, variance sum, rsqrt-scale, multiply, scale, shift); RMS norm 5; a reduction 1 per input
   element. These follow common analytical models (e.g. LLM-Viewer, the scaling book) and are
   cross-checked where torch's flop counter counts the op at all (it counts only matmul-like ops).
-* Attention (QK^T and PV) is 4*b*h*s_q*s_kv*d FLOPs, halved for causal masks (useful work); a
-  flash-style kernel executes (n+1)/(2n) of it for n blocks of ``FLASH_ATTENTION_BLOCK`` rows, as it
-  skips only whole masked tiles; the softmax inside adds 5 per score.
+* Attention (QK^T and PV) is 4*d FLOPs per scored (query, key) pair and the softmax 5 per score:
+  b*h*s_q*s_kv pairs without a mask, s(s+1)/2 per head for a causal square, fewer under a sliding
+  window (``costs.traffic.attended_pairs``); a flash-style kernel skips only whole masked blocks of
+  ``FLASH_ATTENTION_BLOCK`` keys, so it executes on average half a block more per query row
+  (for a causal square of n blocks, (n+1)/(2n) of the full work).
+* Weight-only quantization (int8/int4 weights, float activations) dequantizes every weight inside
+  the matmul kernel on the vector engine: ``DEQUANTIZE_FLOPS_PER_WEIGHT`` FLOP-equivalents per weight
+  element, counted in issue slots of the fp32 rate (whose peak counts an FMA as 2 FLOPs): int8 =
+  convert + scale (2 instructions, 4 FLOP-equivalents), int4 = unpack (shift, mask) + convert +
+  scale (4 instructions, 8), as in gpt-fast's ``WeightOnlyInt8Linear`` (``linear(x, w.to(dtype)) *
+  scales``) and its int4 path. Conversions issue at the full rate here; on NVIDIA GPUs they run at
+  a quarter of it (CUDA C++ Programming Guide, arithmetic instruction throughput), so this is an
+  optimistic floor unless a kernel avoids them (the lop3 "magic number" int4 conversion).
 """
 
 FLOPS_PER_FMA = 2
@@ -21,7 +31,7 @@ FLOPS_PER_LAYERNORM_ELEMENT = 8
 FLOPS_PER_RMSNORM_ELEMENT = 5
 FLOPS_PER_REDUCED_ELEMENT = 1
 ATTENTION_MATMULS = 2  # QK^T and PV
-CAUSAL_FRACTION = 0.5
+DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8}
 # Flash-style kernels skip fully masked (block x block) tiles: with n blocks along the sequence they
 # compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size
 # (a documented convention for every device).

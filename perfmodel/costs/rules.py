@@ -22,10 +22,16 @@ from typing import Any, Callable
 import numpy as np
 
 from perfmodel.costs import conventions as C
-from perfmodel.costs.traffic import flash_attention_elements_moved, matmul_elements_moved, padded_bytes
+from perfmodel.costs.traffic import (
+    attended_pairs,
+    flash_attention_elements_moved,
+    matmul_elements_moved,
+    padded_bytes,
+    tile_elements_moved,
+)
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.model import ComputeEngine, Hardware, Link
+from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link
 from perfmodel.workload.ir import Op
 
 MATRIX_KINDS = ("matmul", "conv", "attention")
@@ -49,6 +55,10 @@ class OpCost:
     link_bytes: Any = 0.0
     link_latency_s: Any = 0.0
     estimated: bool = False
+    kernel: Any = None              # the chosen kernel shape's name (an array of names over sweep points)
+    side_engine: str | None = None  # a second engine working inside the same kernel (weight dequantization)
+    side_peak_dtype: str = ""
+    side_flops: Any = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -125,9 +135,11 @@ def inner_capacity_bytes(hardware: Hardware, level_index: int, engine: ComputeEn
     innermost level, the engine's accumulator tile (None when the engine declares no tile)."""
     if level_index > 0:
         return hardware.memory[level_index - 1].reuse_capacity_bytes
-    if engine.tile is None:
+    candidates = engine.kernel_candidates
+    if not candidates:
         return None
-    return engine.tile.m * engine.tile.n * ACCUMULATOR_BYTES / C.OUTPUT_BLOCK_SHARE
+    tile = engine.tile or candidates[0].tile
+    return tile.m * tile.n * ACCUMULATOR_BYTES / C.OUTPUT_BLOCK_SHARE
 
 
 def _granule(hardware: Hardware, level_index: int) -> float | None:
@@ -156,9 +168,13 @@ def streaming_bytes(op: Op, context: CostContext) -> tuple[Any, ...]:
 
 def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, batch,
                  a_bytes_per_element: float, b_bytes_per_element: float, c_bytes_per_element: float,
-                 a_compulsory_elements=None) -> tuple[Any, ...]:
+                 a_compulsory_elements=None, kernel: KernelShape | None = None) -> tuple[Any, ...]:
     """Bytes per level for a (batched) tiled product; ``a_compulsory_elements`` replaces m*k for
-    convolutions, whose im2col matrix re-reads each input element kernel-size times from on chip."""
+    convolutions, whose im2col matrix re-reads each input element kernel-size times from on chip.
+    With a ``kernel``, the innermost level feeds that kernel's ``m x n`` output tile, re-reading A once
+    per column of tiles and B once per row of tiles (small tiles re-read their operands more often,
+    which is why a big GEMM does not take the small-M kernel); outer levels reuse what the next level
+    inward holds."""
     hardware = context.hardware
     result = []
     for index, level in enumerate(hardware.memory):
@@ -166,7 +182,9 @@ def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, b
             result.append(off_device_bytes(op, context))
             continue
         capacity = inner_capacity_bytes(hardware, index, engine)
-        if capacity is None:
+        if index == 0 and kernel is not None:  # the innermost level feeds the kernel's own output tile
+            reads_a, reads_b, writes_c = tile_elements_moved(m, n, k, kernel.m, kernel.n)
+        elif capacity is None:
             reads_a, reads_b, writes_c = m * k, k * n, m * n
         else:
             element_bytes = max(a_bytes_per_element, b_bytes_per_element, c_bytes_per_element)
@@ -188,20 +206,23 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim, bytes_per_e
 
 
 # -------------------------------------------------------------------------------------- padding
-def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch):
-    """FLOPs the engine actually performs: dims padded to its tile, tiles quantized into waves over
-    its units. When there are fewer output tiles than units, k is split across units (split-K, as
-    cuBLAS/CUTLASS and XLA do for skinny products) so the units share the work; the partial-sum
-    reduction is small for such shapes and is not charged."""
-    if engine.tile is None:
+def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch, kernel: KernelShape | None = None):
+    """FLOPs the engine actually performs with ``kernel`` (default: the engine's first candidate):
+    dims padded to its tile, tiles quantized into waves over the units. When there are fewer output
+    tiles than units and the kernel splits k (split-K / stream-K, as cuBLAS/CUTLASS and XLA do for
+    skinny products), the units share the work; the partial-sum reduction is small for such shapes
+    and is not charged."""
+    if kernel is None:
+        candidates = engine.kernel_candidates
+        kernel = candidates[0] if candidates else None
+    if kernel is None:
         return C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
-    tile = engine.tile
-    tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / tile.m), np.ceil(np.asarray(n, dtype=float) / tile.n)
-    k_blocks = np.ceil(np.asarray(k, dtype=float) / tile.k)
+    tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / kernel.m), np.ceil(np.asarray(n, dtype=float) / kernel.n)
+    k_blocks = np.ceil(np.asarray(k, dtype=float) / kernel.k)
     tiles = batch * tiles_m * tiles_n
-    split = np.clip(np.floor(engine.units / tiles), 1.0, k_blocks)
+    split = np.clip(np.floor(engine.units / tiles), 1.0, k_blocks) if kernel.split_k else 1.0
     waves = np.ceil(tiles * split / engine.units)
-    return C.FLOPS_PER_FMA * waves * engine.units * tile.m * tile.n * np.ceil(k_blocks / split) * tile.k
+    return C.FLOPS_PER_FMA * waves * engine.units * kernel.m * kernel.n * np.ceil(k_blocks / split) * kernel.k
 
 
 def _attr(op: Op, name: str, default=None):
@@ -228,16 +249,85 @@ def _bytes_per_element(op: Op, slot: int, group: str = "inputs") -> float:
     return get_dtype(tensor.dtype).bytes_per_element
 
 
+def _datasheet_time(hardware: Hardware, engine: ComputeEngine, peak_dtype: str, executed, traffic):
+    """max(compute, memory at every level) at datasheet rates: how a kernel heuristic ranks candidates."""
+    times = [np.asarray(executed, dtype=float) / engine.peak_flops_per_s[peak_dtype]]
+    times += [np.asarray(moved, dtype=float) / level.bandwidth_bytes_per_s
+              for moved, level in zip(traffic, hardware.memory, strict=True)]
+    return np.maximum.reduce(np.broadcast_arrays(*times))
+
+
+def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtype: str, m, n, k, batch,
+                  bytes_per_element: tuple[float, float, float], a_compulsory_elements=None):
+    """Price the product with every candidate kernel of the engine and keep the fastest (per sweep
+    point), as cuBLAS/CUTLASS heuristics and XLA's autotuner do: a batch-1 GEMV takes the small-M
+    kernel and stays memory-bound instead of being padded into a 128-row tile.
+    Returns (executed FLOPs, bytes per level, kernel name)."""
+    candidates = engine.kernel_candidates or (None,)
+    best = None
+    for kernel in candidates:
+        executed = executed_matmul_flops(engine, m, n, k, batch, kernel)
+        # Declared kernels are output-stationary tiles (GPU CTAs) whose operands are re-read per tile;
+        # an engine's native tile alone (a weight-stationary systolic array: TPU MXU, Groq, Spyre)
+        # keeps the accumulator-capacity reuse model.
+        traffic = _tiled_bytes(op, context, engine, m, n, k, batch, *bytes_per_element,
+                               a_compulsory_elements=a_compulsory_elements, kernel=kernel if engine.kernels else None)
+        time = _datasheet_time(context.hardware, engine, peak_dtype, executed, traffic)
+        name = kernel.name if kernel is not None else None
+        if best is None:
+            best = (time, executed, traffic, name)
+            continue
+        better = time < best[0]
+        if not np.ndim(better):
+            if better:
+                best = (time, executed, traffic, name)
+            continue
+        best = (np.where(better, time, best[0]), np.where(better, executed, best[1]),
+                tuple(np.where(better, new, old) for new, old in zip(traffic, best[2], strict=True)),
+                np.where(better, name, best[3]))
+    assert best is not None
+    return best[1], best[2], best[3]
+
+
+def dequantize_flops(op: Op, weight_elements):
+    """Vector-engine work to dequantize integer weights inside a weight-only-quantized matmul
+    (int8/int4 weights, floating-point activations): ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT``
+    FLOP-equivalents per weight element, once per pass over the weights."""
+    if len(op.inputs) < 2 or op.inputs[1].role != "weight":
+        return 0.0
+    weight_dtype, activation_dtype = op.inputs[1].dtype, op.inputs[0].dtype
+    per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight_dtype, 0.0)
+    if not per_weight or get_dtype(activation_dtype).kind != "float":
+        return 0.0
+    return per_weight * np.asarray(weight_elements, dtype=float)
+
+
+def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
+    """The device's vector engine at its fp32 rate (where element-wise conversion work runs)."""
+    for engine in hardware.compute.values():
+        if engine.kind == "vector" and engine.peak_flops_per_s.get("fp32", 0) > 0:
+            return engine, "fp32"
+    return None
+
+
 @cost_rule("matmul")
 def matmul_cost(op: Op, context: CostContext) -> OpCost:
-    """2*m*n*k FLOPs per batch; tiled traffic at every level (see costs.traffic)."""
+    """2*m*n*k FLOPs per batch; the fastest of the engine's candidate kernels; tiled traffic at
+    every level (see costs.traffic); integer weights under float activations are dequantized on
+    the vector engine inside the same kernel."""
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
-    traffic = _tiled_bytes(op, context, engine, m, n, k, batch, _bytes_per_element(op, 0),
-                           _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs"))
-    return OpCost(flops=flops, executed_flops=executed_matmul_flops(engine, m, n, k, batch), engine=engine.name,
-                  peak_dtype=peak_dtype, bytes_by_level=traffic)
+    executed, traffic, kernel = select_kernel(
+        op, context, engine, peak_dtype, m, n, k, batch,
+        (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")))
+    side = {}
+    dequantize = dequantize_flops(op, batch * np.asarray(k, dtype=float) * n)
+    vector = vector_engine(context.hardware)
+    if np.any(np.asarray(dequantize) > 0) and vector is not None:
+        side = {"side_engine": vector[0].name, "side_peak_dtype": vector[1], "side_flops": dequantize}
+    return OpCost(flops=flops, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=traffic, kernel=kernel, **side)
 
 
 @cost_rule("conv")
@@ -247,54 +337,69 @@ def conv_cost(op: Op, context: CostContext) -> OpCost:
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     input_elements = op.inputs[0].numel if op.inputs else np.asarray(m, dtype=float) * k
     flops = C.FLOPS_PER_FMA * np.asarray(m, dtype=float) * n * k
-    traffic = _tiled_bytes(op, context, engine, m, n, k, 1, _bytes_per_element(op, 0), _bytes_per_element(op, 1),
-                           _bytes_per_element(op, 0, "outputs"), a_compulsory_elements=input_elements)
-    return OpCost(flops=flops, executed_flops=executed_matmul_flops(engine, m, n, k, 1), engine=engine.name,
-                  peak_dtype=peak_dtype, bytes_by_level=traffic)
+    executed, traffic, kernel = select_kernel(
+        op, context, engine, peak_dtype, m, n, k, 1,
+        (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")),
+        a_compulsory_elements=input_elements)
+    return OpCost(flops=flops, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=traffic, kernel=kernel)
 
 
 @cost_rule("attention")
 def attention_cost(op: Op, context: CostContext) -> OpCost:
-    """Scaled dot-product attention, ``implementation`` 'flash' (fused, scores stay on chip, causal
-    blocks skipped) or 'naive' (three kernels; the b*h*s_q*s_kv score matrix goes through memory)."""
+    """Scaled dot-product attention, ``implementation`` 'flash' (fused, scores stay on chip, masked
+    blocks skipped) or 'naive' (three kernels; the score matrix goes through memory).
+
+    Grouped KV heads (GQA/MQA): ``kv_heads`` K/V heads each serve ``heads / kv_heads`` query heads;
+    a flash kernel packs a group's queries into its Q blocks (flash-decoding splits the KV length
+    over the units for few queries), so K and V are read per KV head, not per query head. A
+    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys."""
     batch, heads = _attr(op, "batch"), _attr(op, "heads")
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
+    kv_heads = op.attrs.get("kv_heads") or heads
+    window = op.attrs.get("window")
     causal = bool(op.attrs.get("causal", False))
     flash = op.attrs.get("implementation", "flash") == "flash"
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
-    scores = np.asarray(batch, dtype=float) * heads * seq_q * seq_kv
-    matmul_flops = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * scores * head_dim
-    useful = matmul_flops * (C.CAUSAL_FRACTION if causal else 1.0) + C.FLOPS_PER_SOFTMAX_ELEMENT * scores
-    executed = matmul_flops * _causal_work_fraction(engine, seq_q, seq_kv, causal and flash) + (
-        C.FLOPS_PER_SOFTMAX_ELEMENT * scores)
-    element_bytes = get_dtype(op.dtype).bytes_per_element
+    per_fma_pair = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * np.asarray(head_dim, dtype=float)
+    full_pairs = np.asarray(seq_q, dtype=float) * seq_kv
+    pairs = attended_pairs(seq_q, seq_kv, causal, window)
+    masked = causal or window is not None
+    # A flash kernel skips only whole masked blocks: on average half a block per query row is waste.
+    executed_pairs = np.minimum(full_pairs, pairs + np.asarray(seq_q, dtype=float) * C.FLASH_ATTENTION_BLOCK / 2) \
+        if flash and masked else full_pairs
+    scale = np.asarray(batch, dtype=float) * heads
+    useful = scale * pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
+    executed = scale * executed_pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
+
+    q_bytes = _bytes_per_element(op, 0)
+    kv_bytes = _bytes_per_element(op, 1)
+    group = np.asarray(heads, dtype=float) / kv_heads
+    kv_span = np.asarray(seq_kv, dtype=float) if window is None else np.minimum(seq_kv, np.asarray(window) + seq_q)
+    kv_fraction = executed_pairs / np.maximum(full_pairs, 1.0)
+    q_and_o = 2 * scale * np.asarray(seq_q, dtype=float) * head_dim * q_bytes
+    compulsory = q_and_o + 2 * np.asarray(batch, dtype=float) * kv_heads * kv_span * head_dim * kv_bytes
     hardware = context.hardware
     traffic = []
     for index, level in enumerate(hardware.memory):
         if level.off_device:
             traffic.append(0.0)
             continue
-        compulsory = sum(t.bytes for t in (*op.inputs, *op.outputs))
         capacity = inner_capacity_bytes(hardware, index, engine)
         if flash and capacity is not None:
-            moved = batch * heads * flash_attention_elements_moved(seq_q, seq_kv, head_dim, capacity / element_bytes)
-            traffic.append(np.maximum(moved * element_bytes, compulsory))
+            rows = np.asarray(seq_q, dtype=float) * group
+            moved = flash_attention_elements_moved(rows, seq_kv, head_dim, capacity / max(q_bytes, kv_bytes),
+                                                   kv_fraction)
+            kv_moved = moved - 2 * rows * np.asarray(head_dim, dtype=float)
+            per_kv_head = 2 * rows * head_dim * q_bytes + kv_moved * kv_bytes
+            traffic.append(np.maximum(np.asarray(batch, dtype=float) * kv_heads * per_kv_head, compulsory))
         elif flash:
             traffic.append(compulsory)
         else:
             # QK^T writes the scores, softmax reads and writes them, PV reads them.
-            traffic.append(compulsory + 4 * scores * element_bytes)
+            traffic.append(compulsory + 4 * scale * full_pairs * q_bytes)
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3)
-
-
-def _causal_work_fraction(engine: ComputeEngine, seq_q, seq_kv, skips_masked_tiles: bool):
-    """Share of the full QK^T/PV work a kernel executes under a causal mask (1 without one)."""
-    if not skips_masked_tiles:
-        return 1.0
-    block = C.FLASH_ATTENTION_BLOCK
-    blocks = np.ceil(np.maximum(np.asarray(seq_q, dtype=float), np.asarray(seq_kv, dtype=float)) / block)
-    return np.where(np.asarray(seq_q) == 1, 1.0, (blocks + 1) / (2 * blocks))
 
 
 def _vector_cost(op: Op, context: CostContext, flops) -> OpCost:

@@ -32,12 +32,41 @@ def matmul_elements_moved(m, n, k, capacity_elements):
     return reads_a, reads_b, m * n
 
 
-def flash_attention_elements_moved(seq_q, seq_kv, head_dim, capacity_elements):
-    """Elements moved per (batch, head) by flash attention: Q and O once, K and V once per Q block."""
-    seq_q, seq_kv, head_dim = (np.asarray(value, dtype=float) for value in (seq_q, seq_kv, head_dim))
+def tile_elements_moved(m, n, k, tile_m, tile_n):
+    """Elements (A read, B read, C written) when each unit computes a ``tile_m x tile_n`` output block
+    from the level that feeds it: A is re-read once per column of tiles, B once per row of tiles."""
+    m, n, k = (np.asarray(value, dtype=float) for value in (m, n, k))
+    return m * k * np.ceil(n / tile_n), k * n * np.ceil(m / tile_m), m * n
+
+
+def flash_attention_elements_moved(query_rows, seq_kv, head_dim, capacity_elements, kv_fraction=1.0):
+    """Elements moved per (batch, KV head) by a flash-style kernel.
+
+    ``query_rows`` are the rows that share one KV head: ``seq_q x (heads / kv_heads)`` under grouped
+    (GQA/MQA) attention, packed into the same Q blocks as flash-decoding and FlashInfer do. Q and O
+    move once; K and V once per Q block (a block of rows fills the on-chip tiles), times
+    ``kv_fraction``, the share of K/V blocks the kernel visits (causal and sliding-window masks skip
+    whole blocks). Decode (a few rows) reads each KV head once."""
+    query_rows, seq_kv, head_dim = (np.asarray(value, dtype=float) for value in (query_rows, seq_kv, head_dim))
     rows = np.clip(np.asarray(capacity_elements, dtype=float) / (FLASH_TILES_ON_CHIP * head_dim), 1.0, None)
-    q_blocks = np.ceil(seq_q / np.minimum(rows, seq_q))
-    return 2 * seq_q * head_dim + 2 * seq_kv * head_dim * q_blocks
+    q_blocks = np.ceil(query_rows / np.minimum(rows, query_rows))
+    return 2 * query_rows * head_dim + 2 * seq_kv * head_dim * q_blocks * kv_fraction
+
+
+def attended_pairs(seq_q, seq_kv, causal, window=None):
+    """(query, key) pairs one head scores. Queries are the last ``seq_q`` of ``seq_kv`` positions; a
+    causal query at position p sees keys ``max(0, p - window + 1) .. p``; without a mask every query
+    sees the last ``window`` keys (all of them without a window)."""
+    seq_q, seq_kv = np.asarray(seq_q, dtype=float), np.asarray(seq_kv, dtype=float)
+    width = np.inf if window is None else np.asarray(window, dtype=float)
+    if not causal:
+        return seq_q * np.minimum(seq_kv, width)
+
+    def visible_up_to(n):  # sum_{j=1..n} min(j, window)
+        capped = np.minimum(n, width)
+        return capped * (capped + 1) / 2 + np.maximum(n - capped, 0.0) * np.where(np.isinf(width), 0.0, capped)
+
+    return visible_up_to(seq_kv) - visible_up_to(seq_kv - seq_q)
 
 
 def padded_bytes(shape, bytes_per_element: float, granule_bytes: float | None):

@@ -4,7 +4,9 @@
 * ``extends: other`` resolves a catalog name or a file beside the spec (no other directories),
   then merges this file over it key by key (mappings merge, everything else is replaced).
 * ``overrides`` (``{"memory.hbm.bandwidth": "6.4 TB/s"}``) are applied last, for what-if studies;
-  each overridden number is attributed to a ``what-if`` source.
+  each overridden number is attributed to a ``what-if`` source. Setting a level's ``capacity`` on a
+  level with a ``usable_capacity`` scales the usable capacity by new/old capacity (the usable share
+  is kept; attributed to ``what-if-scaled``), unless the override sets ``usable_capacity`` too.
 * Every problem in a spec is collected and raised at once as one :class:`SpecError` naming file,
   line, dotted field path and what is allowed.
 """
@@ -19,13 +21,15 @@ from typing import Any, Mapping
 
 from pydantic import ValidationError
 
-from perfmodel.errors import Problem, SpecError
+from perfmodel.errors import Problem, SpecError, UnitError
 from perfmodel.hardware import model
-from perfmodel.hardware.schema import SCHEMA_VERSION, HardwareSpec, _numeric_field_paths
+from perfmodel.hardware.schema import SCHEMA_VERSION, HardwareSpec, _numeric_field_paths, memory_order_problems
 from perfmodel.paths import spec_directories
+from perfmodel.units import parse_quantity
 from perfmodel.yaml_source import YamlDocument, join_path, read_yaml
 
 WHAT_IF_SOURCE = "what-if"
+WHAT_IF_SCALED_SOURCE = "what-if-scaled"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -159,7 +163,7 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
 
 
 _OPTIONAL_LEAVES = {"latency", "usable_capacity", "transfer_granule", "clock", "kernel_launch", "program_launch",
-                    "per_node", "dma_setup", "sync", "idle", "max_chips"}
+                    "per_node", "dma_setup", "sync", "idle", "max_chips", "kernel_fixed_time", "slower_than_outer"}
 
 
 def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: list[Problem]) -> None:
@@ -169,6 +173,7 @@ def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: li
             "url": "repo:perfmodel/hardware/loader.py", "kind": "what-if",
             "note": "value set by the user for a what-if study (--set / overrides)",
         }
+    old_capacities = {dotted: _get_path(data, dotted) for dotted in overrides if _is_level_capacity(dotted)}
     for dotted, value in overrides.items():
         try:
             _set_path(data, dotted, value)
@@ -177,11 +182,59 @@ def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: li
                                     message="no such field in the spec; use a dotted path such as "
                                             "'memory.hbm.bandwidth' (see 'perfmodel specs show NAME')"))
             continue
-        merged.origins[dotted] = ("--set", None)
-        owner_path, _, leaf = dotted.rpartition(".")
-        owner, tail = _find_sourced_owner(data, owner_path)
-        if owner is not None:
-            owner.setdefault("field_sources", {})[join_path(tail, leaf)] = WHAT_IF_SOURCE
+        _attribute(merged, dotted, WHAT_IF_SOURCE)
+    for dotted, old in old_capacities.items():
+        usable = dotted.removesuffix("capacity") + "usable_capacity"
+        if usable not in overrides:
+            _scale_usable_capacity(merged, dotted, old, usable)
+
+
+def _attribute(merged: _Merged, dotted: str, source: str) -> None:
+    merged.origins[dotted] = ("--set", None)
+    owner_path, _, leaf = dotted.rpartition(".")
+    owner, tail = _find_sourced_owner(merged.data, owner_path)
+    if owner is not None:
+        owner.setdefault("field_sources", {})[join_path(tail, leaf)] = source
+
+
+def _is_level_capacity(dotted: str) -> bool:
+    parts = dotted.split(".")
+    return len(parts) == 3 and parts[0] == "memory" and parts[2] == "capacity"
+
+
+def _get_path(data: dict, dotted: str) -> Any:
+    node: Any = data
+    for key in dotted.split("."):
+        node = node.get(key) if isinstance(node, dict) else None
+    return node
+
+
+def _scale_usable_capacity(merged: _Merged, capacity_path: str, old: Any, usable_path: str) -> None:
+    """Keep a level's usable share when its capacity is overridden (``usable *= new / old``).
+
+    Values that do not parse are left alone: validation reports them with their field path.
+    """
+    usable = _get_path(merged.data, usable_path)
+    if usable is None:
+        return
+    try:
+        old_bytes = parse_quantity(old, "bytes")
+        new_bytes = parse_quantity(_get_path(merged.data, capacity_path), "bytes")
+        usable_bytes = parse_quantity(usable, "bytes")
+    except (UnitError, ValueError):
+        return
+    if old_bytes <= 0:
+        return
+    sources = merged.data.get("sources")
+    if not isinstance(sources, dict):
+        return
+    _set_path(merged.data, usable_path, f"{usable_bytes * new_bytes / old_bytes!r} B")
+    sources[WHAT_IF_SCALED_SOURCE] = {
+        "url": "repo:perfmodel/hardware/loader.py", "kind": "what-if",
+        "note": "usable capacity scaled with the capacity set by the user (--set / overrides): "
+                "usable = spec usable x new capacity / spec capacity, so the usable share is kept; "
+                "set usable_capacity too to choose it yourself"}
+    _attribute(merged, usable_path, WHAT_IF_SCALED_SOURCE)
 
 
 def _find_sourced_owner(data: dict, dotted: str) -> tuple[dict | None, str]:
@@ -243,6 +296,11 @@ def _load(path: Path, overrides: dict[str, Any]) -> model.Hardware:
         spec = HardwareSpec.model_validate(merged.data, context={"source_ids": source_ids})
     except ValidationError as error:
         problems.extend(_problems_from_validation(error, merged, str(path)))
+    if spec is not None:
+        for dotted, message in memory_order_problems(spec, exempt=frozenset(overrides)):
+            origin_file, line = merged.origins.get(dotted, merged.origins.get(dotted.rpartition(".")[0],
+                                                                               (str(path), None)))
+            problems.append(Problem(file=origin_file, line=line, field=dotted, message=message))
     if problems or spec is None:
         raise SpecError(problems)
     return to_hardware(spec, origin=str(path))
@@ -259,7 +317,7 @@ def validate_spec_file(path: str | Path) -> list[Problem]:
 
 def _collect_field_sources(prefix: str, spec: Any, out: dict[str, str]) -> None:
     for path in _numeric_field_paths(spec):
-        out[f"{prefix}.{path}"] = spec.field_sources.get(path, spec.source)
+        out[f"{prefix}.{path}"] = spec.source_of(path)
 
 
 def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
@@ -269,8 +327,11 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
     for name, engine in spec.compute.items():
         _collect_field_sources(f"compute.{name}", engine, field_sources)
         tile = None if engine.tile is None else model.Tile(m=engine.tile.m, n=engine.tile.n, k=engine.tile.k)
+        kernels = tuple(model.KernelShape(name=kernel_name, m=kernel.m, n=kernel.n, k=kernel.k, split_k=kernel.split_k)
+                        for kernel_name, kernel in engine.kernels.items())
         compute[name] = model.ComputeEngine(name=name, kind=engine.kind, units=engine.units,
-                                            peak_flops_per_s=engine.peak, clock_hz=engine.clock, tile=tile)
+                                            peak_flops_per_s=engine.peak, clock_hz=engine.clock, tile=tile,
+                                            kernels=kernels, kernel_fixed_s=engine.kernel_fixed_time or 0.0)
     memory = []
     for name, level in spec.memory.items():
         _collect_field_sources(f"memory.{name}", level, field_sources)

@@ -55,8 +55,33 @@ class Tile:
 
 
 @dataclass(frozen=True, kw_only=True)
+class KernelShape:
+    """One matmul kernel the device's software stack offers (a cuBLAS/CUTLASS CTA tile, a small-M
+    GEMV-style kernel, an MXU pass): the block of the output one unit computes per step (``m x n``,
+    stepping ``k`` at a time). With ``split_k`` the kernel may split k across units when there are
+    fewer output tiles than units (split-K / stream-K); the engine prices every candidate and takes
+    the fastest, as cuBLAS heuristics and XLA do."""
+
+    name: str
+    m: int
+    n: int
+    k: int
+    split_k: bool = True
+
+    @property
+    def tile(self) -> Tile:
+        return Tile(m=self.m, n=self.n, k=self.k)
+
+
+@dataclass(frozen=True, kw_only=True)
 class ComputeEngine:
-    """A compute engine (tensor cores, MXUs, PE arrays, vector units) and its dense peaks."""
+    """A compute engine (tensor cores, MXUs, PE arrays, vector units) and its dense peaks.
+
+    ``kernels`` are the candidate matmul kernel shapes (empty: the ``tile`` alone, or no padding);
+    ``kernel_fixed_s`` is the device-side fixed time of every kernel on this engine (start-up: the
+    first wave's prologue and pipeline fill; tail: the epilogue and drain), separate from the host's
+    launch cost, which belongs to the execution mode.
+    """
 
     name: str
     kind: EngineKind
@@ -64,9 +89,21 @@ class ComputeEngine:
     peak_flops_per_s: Mapping[str, float]
     clock_hz: float | None = None
     tile: Tile | None = None
+    kernels: tuple[KernelShape, ...] = ()
+    kernel_fixed_s: float = 0.0
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", _frozen_mapping(self.peak_flops_per_s))
+        object.__setattr__(self, "kernels", tuple(self.kernels))
+
+    @property
+    def kernel_candidates(self) -> tuple[KernelShape, ...]:
+        """The kernels to choose from: the declared ones, else the native tile as the only one."""
+        if self.kernels:
+            return self.kernels
+        if self.tile is not None:
+            return (KernelShape(name="native", m=self.tile.m, n=self.tile.n, k=self.tile.k),)
+        return ()
 
 
 @dataclass(frozen=True, kw_only=True)

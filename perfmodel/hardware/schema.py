@@ -2,8 +2,11 @@
 
 Every quantity is a string with a unit (``"3.35 TB/s"``); a bare number on a dimensional field is
 an error. Every object that carries numbers names its ``source`` (an id of the top-level
-``sources`` table), and may name other sources for single fields in ``field_sources``.
-Unknown keys are errors. See ``hardware_specs/README.md`` for a commented example.
+``sources`` table), and may name other sources for single fields in ``field_sources`` (a key names
+one numeric field, ``peak.fp8``, or a group of them, ``kernels``; the most specific key wins).
+Unknown keys are errors. Rules that span objects (an inner memory level is not slower than the
+level behind it) are in :func:`memory_order_problems`. See ``hardware_specs/README.md`` for a
+commented example.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from perfmodel.hardware.model import (
     SourceKind,
     Topology,
 )
-from perfmodel.units import parse_quantity
+from perfmodel.units import format_quantity, parse_quantity
 
 SCHEMA_VERSION = 1
 
@@ -102,11 +105,22 @@ class Sourced(Strict):
     @model_validator(mode="after")
     def _field_sources_name_fields(self):
         present = _numeric_field_paths(self)
-        unknown = sorted(set(self.field_sources) - set(present))
+        unknown = sorted(key for key in self.field_sources if not any(_within(path, key) for path in present))
         if unknown:
-            raise ValueError(f"field_sources names {unknown}, which are not numeric fields of this object; "
-                             f"its numeric fields are {sorted(present)}")
+            raise ValueError(f"field_sources names {unknown}, which are not numeric fields (or groups of them) "
+                             f"of this object; its numeric fields are {sorted(present)}")
         return self
+
+    def source_of(self, path: str) -> str:
+        """The source id of the numeric field ``path``: the most specific ``field_sources`` key that
+        names it or a group containing it (``kernels.small_m.m``, ``kernels.small_m``, ``kernels``),
+        else ``source``."""
+        keys = [key for key in self.field_sources if _within(path, key)]
+        return self.field_sources[max(keys, key=len)] if keys else self.source
+
+
+def _within(path: str, key: str) -> bool:
+    return path == key or path.startswith(key + ".")
 
 
 def _check_source_id(source: str, info: ValidationInfo) -> str:
@@ -118,7 +132,8 @@ def _check_source_id(source: str, info: ValidationInfo) -> str:
 
 
 def _numeric_field_paths(model: BaseModel, prefix: str = "") -> list[str]:
-    """Dotted paths of the numeric fields set on ``model`` (nested dicts of numbers included)."""
+    """Dotted paths of the numeric fields set on ``model`` (nested models, dicts of numbers and dicts of
+    models included: ``peak.fp8``, ``tile.m``, ``kernels.small_m.m``)."""
     paths = []
     for name in model.model_fields_set:
         value = getattr(model, name)
@@ -129,6 +144,9 @@ def _numeric_field_paths(model: BaseModel, prefix: str = "") -> list[str]:
             paths.append(path)
         elif isinstance(value, dict) and all(isinstance(item, (int, float)) for item in value.values()):
             paths.extend(f"{path}.{key}" for key in value)
+        elif isinstance(value, dict) and all(isinstance(item, BaseModel) for item in value.values()):
+            for key, item in value.items():
+                paths.extend(_numeric_field_paths(item, f"{path}.{key}."))
         elif isinstance(value, BaseModel):
             paths.extend(_numeric_field_paths(value, f"{path}."))
     return paths
@@ -140,12 +158,35 @@ class TileSpec(Strict):
     k: Count
 
 
+class KernelSpec(Strict):
+    """One matmul kernel shape the software stack offers (a CTA tile, a small-M kernel, an MXU pass):
+    the ``m x n`` block of the output one unit computes, stepping ``k`` at a time; ``split_k``: the
+    kernel may split k across units when there are too few output tiles (split-K / stream-K)."""
+
+    m: Count
+    n: Count
+    k: Count
+    split_k: bool = True
+
+
+KernelName = Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9_]*$")]
+
+
 class EngineSpec(Sourced):
     kind: EngineKind
     units: Count
     peak: dict[str, FlopsPerSecond]
     clock: Hertz | None = None
     tile: TileSpec | None = None
+    kernels: dict[KernelName, KernelSpec] = {}
+    kernel_fixed_time: Overhead | None = None
+
+    @model_validator(mode="after")
+    def _kernels_on_matrix_engines(self):
+        if self.kernels and self.kind != "matrix":
+            raise ValueError(f"kernels are matmul kernel shapes, so only a matrix engine has them (this engine "
+                             f"is a {self.kind} engine); move them to the matrix engine or remove them")
+        return self
 
     @field_validator("peak")
     @classmethod
@@ -169,6 +210,7 @@ class LevelSpec(Sourced):
     transfer_granule: Bytes | None = None
     off_device: bool = False
     pooled: bool = False
+    slower_than_outer: Text | None = None
 
     @model_validator(mode="after")
     def _usable_within_capacity(self):
@@ -263,3 +305,38 @@ class HardwareSpec(Strict):
     notes: str = ""
     extends: str | None = None
     efficiency: EfficiencySpec | None = None
+
+
+def memory_order_problems(spec: HardwareSpec, *, exempt: frozenset[str] = frozenset()) -> list[tuple[str, str]]:
+    """``(dotted field, message)`` for each memory level slower than the on-device level behind it.
+
+    Memory is listed innermost first, and data reaches the compute engines through every inner level,
+    so an inner level slower than the next outer on-device level is almost always a mistake in the
+    spec. A level that really is slower says why in ``slower_than_outer``; a level that says so but
+    is not slower is reported too (a stale exception). Pairs whose bandwidths are in ``exempt``
+    (what-if overrides) are not checked: a what-if study may make an inner level the bottleneck.
+    """
+    problems: list[tuple[str, str]] = []
+    on_device = [(name, level) for name, level in spec.memory.items() if not level.off_device]
+    for (name, level), (outer_name, outer) in zip(on_device, on_device[1:], strict=False):
+        if {f"memory.{name}.bandwidth", f"memory.{outer_name}.bandwidth"} & exempt:
+            continue
+        inner_rate = format_quantity(level.bandwidth, "bytes_per_s")
+        outer_rate = format_quantity(outer.bandwidth, "bytes_per_s")
+        if level.bandwidth < outer.bandwidth and level.slower_than_outer is None:
+            problems.append((f"memory.{name}.bandwidth", (
+                f"{inner_rate} is less than the bandwidth of the level behind it, memory.{outer_name} "
+                f"({outer_rate}); memory is listed innermost first and an inner level must not be slower than "
+                f"the on-device level behind it. Fix the figure (or the order of the levels), or, if this level "
+                f"really is slower, say why with 'slower_than_outer: \"reason\"' on memory.{name}")))
+        elif level.bandwidth >= outer.bandwidth and level.slower_than_outer is not None:
+            problems.append((f"memory.{name}.slower_than_outer", (
+                f"memory.{name} ({inner_rate}) is not slower than memory.{outer_name} ({outer_rate}); "
+                "remove slower_than_outer")))
+    for name, level in spec.memory.items():
+        is_last_on_device = bool(on_device) and name == on_device[-1][0]
+        if level.slower_than_outer is not None and (level.off_device or is_last_on_device):
+            problems.append((f"memory.{name}.slower_than_outer",
+                             "no on-device level is behind this one, so there is nothing to be slower than; "
+                             "remove slower_than_outer"))
+    return problems

@@ -38,6 +38,14 @@ class Architecture:
     experts: int = 1
     experts_per_token: int = 1
     lm_head_bias: bool = False
+    sliding_window: int | None = None  # keys each query sees (Mistral); None: the whole context
+
+    def cached_tokens(self, context):
+        """Tokens of KV cache a sequence keeps: a sliding-window model keeps a rolling buffer of the
+        last ``sliding_window`` (Mistral 7B paper, arXiv 2310.06825, section 2 "Rolling Buffer Cache")."""
+        import numpy as np
+
+        return context if self.sliding_window is None else np.minimum(context, self.sliding_window)
 
     @property
     def q_width(self) -> int:
@@ -74,6 +82,17 @@ class Architecture:
         inactive = (self.experts - self.experts_per_token) * self.expert_parameters * self.layers
         return self.parameter_count() - inactive
 
+    @property
+    def embedding_parameters(self) -> int:
+        return self.vocab * self.hidden
+
+    @property
+    def head_parameters(self) -> int:
+        """The LM head and final norm (a tied head is still held by a last pipeline stage that
+        does not hold the embedding: Megatron keeps a copy there)."""
+        final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
+        return self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0) + final_norm
+
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
         """2 (K and V) x layers x kv_heads x head_dim x bytes."""
         return 2 * self.layers * self.kv_heads * self.head_dim * kv_bytes_per_element
@@ -109,4 +128,5 @@ def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
         head_dim=int(config.get("head_dim") or hidden // heads), intermediate=int(_required(config, "intermediate_size")),
         vocab=int(_required(config, "vocab_size")), max_positions=int(_required(config, "max_position_embeddings")),
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        experts=int(config.get("num_local_experts") or 1), experts_per_token=int(config.get("num_experts_per_tok") or 1))
+        experts=int(config.get("num_local_experts") or 1), experts_per_token=int(config.get("num_experts_per_tok") or 1),
+        sliding_window=int(config["sliding_window"]) if config.get("sliding_window") else None)

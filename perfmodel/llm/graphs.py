@@ -120,11 +120,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         _linear("layers.attn.v_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
         Op(name="layers.attn.sdpa", kind="attention", count=layers, provenance="aten._scaled_dot_product_flash_attention",
            inputs=(_t((batch, heads, seq, a.head_dim), act),
-                   _t((batch, kv_heads, context, a.head_dim), s.kv_dtype, "kv_cache"),
-                   _t((batch, kv_heads, context, a.head_dim), s.kv_dtype, "kv_cache")),
+                   _t((batch, kv_heads, a.cached_tokens(context), a.head_dim), s.kv_dtype, "kv_cache"),
+                   _t((batch, kv_heads, a.cached_tokens(context), a.head_dim), s.kv_dtype, "kv_cache")),
            outputs=(_t((batch, heads, seq, a.head_dim), act),),
            attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq, "seq_kv": context,
-                  "head_dim": a.head_dim, "causal": phase == "prefill", "implementation": "flash", "dtype": act}),
+                  "head_dim": a.head_dim, "causal": phase == "prefill", "implementation": "flash", "dtype": act,
+                  **({"window": a.sliding_window} if a.sliding_window else {})}),
         _linear("layers.attn.o_proj", tokens, heads * a.head_dim, hidden, s, layers),
     ]
     if p.tp > 1:

@@ -5,25 +5,34 @@
   piecewise linear in the context length, so Simpson's rule on the first, middle and last context
   is exact for the linear part.
 * tokens/s = batch / TPOT (no overlap of pipeline stages across micro-batches: conservative).
-* Memory per chip: weights / (tp x pp), the KV cache of the sequences at full length, activation
-  buffers during prefill (``ACTIVATION_BUFFERS`` live tensors of tokens x (hidden + intermediate/tp))
-  and a logits buffer. The KV cache and activations must fit in the device's on-device memory;
-  weights too, unless the device streams them from an external store (Cerebras MemoryX).
+* Memory per chip, for the fullest pipeline stage (every stage holds ``ceil(layers / pp)`` layers;
+  the first also the embedding, the last the final norm and LM head, both when pp = 1), split by
+  tp: weights, the KV cache of the sequences at full length (a rolling buffer of the window for
+  sliding-window models), activation buffers during prefill (``ACTIVATION_BUFFERS`` live tensors of
+  tokens x (hidden + intermediate/tp)) and a logits buffer. Whether that fits, or the weights are
+  streamed from an external store (Cerebras MemoryX), is decided once, in ``costs.residency``, and
+  the same decision prices the weight traffic.
+* Continuous batching (``continuous_batching_throughput``): an iteration-level scheduler keeps
+  ``concurrency`` sequences running; finished ones are replaced, and the new requests' prompts are
+  prefilled together in batched passes of at most ``max_tokens_per_step`` tokens (chunked prefill),
+  while the running batch decodes at its mean context.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfmodel.costs.residency import Residency, residency
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.roofline.evaluate import evaluate_arrays
-from perfmodel.roofline.results import evaluate
+from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
 ACTIVATION_BUFFERS = 2  # input and output of the widest op are live at once
@@ -52,6 +61,7 @@ class LLMResult:
     bound_by_phase: dict
     time_by_bound_by_phase: dict
     power_watts: float
+    parameters: str = "datasheet"
 
     @property
     def chips(self) -> int:
@@ -69,6 +79,7 @@ class LLMResult:
             "capacity_bytes_per_chip": self.capacity_bytes, "fits": self.fits,
             "weights_streamed": self.weights_streamed, "bound_by_phase": self.bound_by_phase,
             "time_by_bound_by_phase": self.time_by_bound_by_phase, "power_watts": self.power_watts,
+            "parameters": self.parameters,
         }
 
 
@@ -85,22 +96,41 @@ def execution_mode(hardware: Hardware, host_mode: str | None) -> str:
 
 
 def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> dict:
+    """Bytes on each chip of the fullest pipeline stage (see the module docstring)."""
     weight_bytes = DTYPES[scenario.weight_dtype].bytes_per_element
     kv_bytes = DTYPES[scenario.kv_dtype].bytes_per_element
     act_bytes = DTYPES[scenario.activation_dtype].bytes_per_element
-    kv_heads_share = max(architecture.kv_heads // parallelism.tp, 1) / architecture.kv_heads
-    tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens + scenario.generated_tokens)
-    kv = architecture.kv_bytes_per_token(kv_bytes) / parallelism.pp * kv_heads_share * tokens
+    a, tp, pp = architecture, parallelism.tp, parallelism.pp
+    stage_layers = math.ceil(a.layers / pp)
+    if pp == 1:
+        ends = a.embedding_parameters + (0 if a.tied_embeddings else a.head_parameters) + (
+            a.head_parameters - a.vocab * a.hidden if a.tied_embeddings else 0)
+    else:
+        ends = max(a.embedding_parameters, a.head_parameters)
+    stage_parameters = stage_layers * a.layer_parameters + ends
+    kv_heads_share = max(a.kv_heads // tp, 1) / a.kv_heads
+    cached = a.cached_tokens(scenario.prompt_tokens + scenario.generated_tokens)
+    tokens = np.asarray(scenario.batch) * cached
+    kv = a.kv_bytes_per_token(kv_bytes) * stage_layers / a.layers * kv_heads_share * tokens
     prompt_tokens = np.asarray(scenario.batch) * scenario.prompt_tokens
-    widest = architecture.hidden + architecture.intermediate * max(architecture.experts_per_token, 1) / parallelism.tp
+    widest = a.hidden + a.intermediate * max(a.experts_per_token, 1) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
-    workspace = np.asarray(scenario.batch) * architecture.vocab / parallelism.tp * LOGIT_BYTES
-    return {"weights": architecture.parameter_count() * weight_bytes / parallelism.chips, "kv_cache": kv,
+    workspace = np.asarray(scenario.batch) * a.vocab / tp * LOGIT_BYTES
+    return {"weights": stage_parameters * weight_bytes / tp, "kv_cache": kv,
             "activations": activations, "workspace": workspace}
 
 
-def _phase_time(graph: Graph, hardware: Hardware, mode: str, parallelism: Parallelism, send: Graph):
-    arrays = evaluate_arrays(graph, hardware, mode=mode)
+def placement(architecture: Architecture, hardware: Hardware, scenario: Scenario,
+              parallelism: Parallelism) -> Residency:
+    """Whether the fullest stage fits on its chips, or streams its weights (``costs.residency``)."""
+    memory = memory_per_chip(architecture, scenario, parallelism)
+    others = memory["kv_cache"] + memory["activations"] + memory["workspace"]
+    return residency(hardware, memory["weights"], others)
+
+
+def _phase_time(graph: Graph, hardware: Hardware, mode: str, parallelism: Parallelism, send: Graph,
+                resident_bytes=0.0):
+    arrays = evaluate_arrays(graph, hardware, mode=mode, resident_bytes=resident_bytes)
     stage = arrays.total_s.sum(axis=0) + arrays.program_s
     total = parallelism.pp * stage
     if parallelism.pp > 1:
@@ -117,55 +147,77 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         if not any(link.kind in ("chip_to_chip", "network") for link in hardware.links.values()):
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
     execution = execution_mode(hardware, mode)
+    memory = {key: float(np.max(value)) for key, value in memory_per_chip(architecture, scenario, parallelism).items()}
+    placed = placement(architecture, hardware, scenario, parallelism)
+    state = placed.other_bytes
     prompt, gen = scenario.prompt_tokens, scenario.generated_tokens
     prefill = stage_graph(architecture, scenario, parallelism, phase="prefill", context=prompt)
     send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
     send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
-    ttft = float(_phase_time(prefill, hardware, execution, parallelism, send_prefill))
+    ttft = float(_phase_time(prefill, hardware, execution, parallelism, send_prefill, state))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
     decode_graphs = [stage_graph(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
-    steps = [float(_phase_time(g, hardware, execution, parallelism, send_decode)) for g in decode_graphs]
+    steps = [float(_phase_time(g, hardware, execution, parallelism, send_decode, state)) for g in decode_graphs]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
-    prefill_eval = evaluate(prefill, hardware, mode=execution)
-    decode_eval = evaluate(decode_graphs[1], hardware, mode=execution)
-    memory = {key: float(value) for key, value in memory_per_chip(architecture, scenario, parallelism).items()}
-    capacity = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
-    everything = sum(memory.values())
-    external = any(level.off_device for level in hardware.memory)
-    streamed = everything > capacity and external
-    fits = everything <= capacity or (streamed and everything - memory["weights"] <= capacity)
+    prefill_eval = to_evaluation(prefill, evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state),
+                                 "datasheet")
+    middle = evaluate_arrays(decode_graphs[1], hardware, mode=execution, resident_bytes=state)
+    decode_eval = to_evaluation(decode_graphs[1], middle, middle.parameters.name)
     tokens_per_s = scenario.batch / tpot
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
         ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,
         tokens_per_s=tokens_per_s, tokens_per_s_per_chip=tokens_per_s / parallelism.chips, memory_bytes=memory,
-        capacity_bytes=capacity, fits=bool(fits), weights_streamed=bool(streamed),
+        capacity_bytes=placed.capacity_bytes, fits=placed.fits, weights_streamed=placed.weights_streamed,
         bound_by_phase={"prefill": prefill_eval.bound, "decode": decode_eval.bound},
         time_by_bound_by_phase={"prefill": prefill_eval.time_by_bound, "decode": decode_eval.time_by_bound},
-        power_watts=hardware.power.tdp_watts * parallelism.chips)
+        power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.name)
 
 
 def max_batch(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism) -> int:
-    """The largest batch whose weights, KV cache and activations fit on each chip (0 if none)."""
-    capacity = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
-    one = memory_per_chip(architecture, _with_batch(scenario, 1), parallelism)
-    per_sequence = float(one["kv_cache"] + one["activations"] + one["workspace"])
-    streamed = any(level.off_device for level in hardware.memory) and one["weights"] > capacity
-    free = capacity - (0.0 if streamed else one["weights"])
-    return max(int(free // per_sequence), 0) if per_sequence > 0 else 0
+    """The largest batch for which the fullest stage still ``fits`` (``costs.residency``; 0 if none)."""
+    one = placement(architecture, hardware, _with_batch(scenario, 1), parallelism)
+    per_sequence = float(one.other_bytes)
+    return max(int(one.room_for_state_bytes // per_sequence), 0) if per_sequence > 0 else 0
 
 
 def _with_batch(scenario: Scenario, batch) -> Scenario:
-    from dataclasses import replace
-
     return replace(scenario, batch=batch)
 
 
+def batched_prefill_s(architecture: Architecture, hardware: Hardware, scenario: Scenario,
+                      parallelism: Parallelism, sequences: int, *, mode: str | None = None,
+                      max_tokens_per_step: int | None = None) -> float:
+    """Time to prefill the prompts of ``sequences`` new requests, batched together in passes of at
+    most ``max_tokens_per_step`` tokens (None: one pass). A pass holds whole prompts when the budget
+    allows; a prompt longer than the budget is prefilled in chunks (each priced as a pass of the
+    budget's tokens: the attention to earlier chunks is not charged)."""
+    prompt = scenario.prompt_tokens
+    budget = max_tokens_per_step or sequences * prompt
+    if budget >= prompt:
+        per_pass = max(min(budget // prompt, sequences), 1)
+        full, rest = divmod(sequences, per_pass)
+        time = 0.0
+        for batch, passes in ((per_pass, full), (rest, 1 if rest else 0)):
+            if passes:
+                time += passes * llm_predict(architecture, hardware, _with_batch(scenario, batch), parallelism,
+                                             mode=mode).ttft_s
+        return time
+    chunks = math.ceil(prompt / budget)
+    chunk = replace(scenario, batch=1, prompt_tokens=budget)
+    return sequences * chunks * llm_predict(architecture, hardware, chunk, parallelism, mode=mode).ttft_s
+
+
 def continuous_batching_throughput(architecture, hardware, scenario: Scenario, parallelism: Parallelism,
-                                   concurrency: int, *, mode: str | None = None) -> float:
-    """Steady-state tokens/s with ``concurrency`` sequences decoding while finished ones are replaced:
-    each cycle generates concurrency x gen tokens in gen decode steps plus one prefill per sequence."""
+                                   concurrency: int, *, mode: str | None = None,
+                                   max_tokens_per_step: int | None = None) -> float:
+    """Steady-state tokens/s of an iteration-level scheduler (vLLM, TensorRT-LLM in-flight batching)
+    with ``concurrency`` sequences running: in the time the running batch takes for ``gen`` decode
+    steps at its mean context (decode time is linear in context, so the mean is exact), every
+    sequence is replaced once, and the ``concurrency`` new prompts are prefilled in batched passes
+    (``batched_prefill_s``)."""
     full = llm_predict(architecture, hardware, _with_batch(scenario, concurrency), parallelism, mode=mode)
-    single = llm_predict(architecture, hardware, _with_batch(scenario, 1), parallelism, mode=mode)
+    prefill = batched_prefill_s(architecture, hardware, scenario, parallelism, concurrency, mode=mode,
+                                max_tokens_per_step=max_tokens_per_step)
     gen = scenario.generated_tokens
-    return concurrency * gen / (gen * full.tpot_s + concurrency * single.ttft_s)
+    return concurrency * gen / (gen * full.tpot_s + prefill)

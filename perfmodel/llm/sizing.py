@@ -5,8 +5,9 @@ For each parallelism (tp over the chip-to-chip domain, pp over layers) whose wei
 sequence's KV cache fit, TPOT is evaluated for every batch that fits, at once (the decode graph's
 batch is a numpy array). The largest batch that meets the TPOT target serves as the replica's
 concurrency; its steady throughput under continuous batching is
-``concurrency x gen / (gen x TPOT + concurrency x TTFT_1)``, and replicas are added until they carry
-``rate x gen`` tokens per second. TTFT is a batch-1 prefill (no queueing). The option with the
+``concurrency x gen / (gen x TPOT + prefill of concurrency prompts batched together)``
+(``metrics.batched_prefill_s``), and replicas are added until they carry ``rate x gen`` tokens per
+second. TTFT is a batch-1 prefill (no queueing). The option with the
 fewest chips wins; the Pareto table lists options not beaten on both chips and TPOT.
 """
 
@@ -21,7 +22,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.llm.metrics import _phase_time, execution_mode, llm_predict, max_batch
+from perfmodel.llm.metrics import _phase_time, batched_prefill_s, execution_mode, llm_predict, max_batch
 from perfmodel.workload.ir import Graph
 
 MAX_BATCH_EVALUATED = 4096
@@ -124,7 +125,8 @@ def size_system(architecture: Architecture, hardware: Hardware, targets: Targets
         index = int(np.nonzero(ok)[0][-1]) if ok.any() else 0
         concurrency, step = int(batches[index]), float(tpot[index])
         gen = targets.generated_tokens
-        throughput = concurrency * gen / (gen * step + concurrency * single.ttft_s)
+        prefill = batched_prefill_s(architecture, hardware, base, parallelism, concurrency, mode=mode)
+        throughput = concurrency * gen / (gen * step + prefill)
         needed = targets.rate_per_s * gen
         replicas = max(1, math.ceil(needed / throughput))
         memory = single.memory_bytes

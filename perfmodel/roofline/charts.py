@@ -11,7 +11,9 @@
   ``granularity / t``, and it meets the compute roof at ``peak x t`` FLOPs per launch: ops left of
   that ridge are scheduling-bound however fast the device. ``t`` is the spec's per-kernel cost in the
   evaluated mode (kernel launch in dynamic mode, per-node cost in graph mode, the program launch for
-  static programs, whose one launch covers every op).
+  static programs, whose one launch covers every op). A second, device-side ceiling comes from the
+  kernel's fixed time ``t0`` (start-up and tail, spec ``kernel_fixed_time``): ``F / (F/peak + t0)``,
+  which binds even when the host is not the limit (CUDA graphs, static programs).
 
 Every op point carries its achieved FLOP/s = useful FLOPs / predicted time, its share of the total
 time (marker size) and its bound (colour). Points never lie above the roofs they are drawn under.
@@ -20,6 +22,8 @@ time (marker size) and its bound (colour). Points never lie above the roofs they
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
@@ -55,6 +59,7 @@ class RooflineData:
     roofs: tuple[Roof, ...]
     points: tuple[OpPoint, ...] = ()
     launch_s: float = 0.0
+    kernel_fixed_s: float = 0.0   # device-side fixed time per kernel: a second, device-side ceiling
 
     @property
     def ridge_flop_per_byte(self) -> float:
@@ -67,6 +72,12 @@ class RooflineData:
     @property
     def scheduling_ridge_flops_per_launch(self) -> float:
         return self.peak_flops_per_s * self.launch_s
+
+    def kernel_ceiling_flops_per_s(self, granularity_flops):
+        """The device-side ceiling: a kernel of F FLOPs takes at least ``F / peak + kernel_fixed_s``,
+        so it reaches at most ``F / (F / peak + t0)``, half the peak at ``F = peak x t0``."""
+        granularity_flops = np.asarray(granularity_flops, dtype=float)
+        return granularity_flops / (granularity_flops / self.peak_flops_per_s + self.kernel_fixed_s)
 
 
 def chart_dtype(hardware: Hardware, dtype: str | None, evaluation: Evaluation | None = None) -> str:
@@ -151,8 +162,10 @@ def scheduling_roofline(hardware: Hardware, evaluation: Evaluation, *, dtype: st
     launch = launch_cost_s(hardware, evaluation.mode)
     if evaluation.mode == "static":
         launch = hardware.scheduling.modes["static"].program_launch_s
+    engines = [engine for engine in hardware.compute.values() if engine.peak_flops_per_s.get(data.dtype, 0) > 0]
+    fixed = max((engine.kernel_fixed_s for engine in engines), default=0.0)
     return RooflineData(hardware=data.hardware, dtype=data.dtype, peak_flops_per_s=data.peak_flops_per_s,
-                        roofs=data.roofs, points=points, launch_s=launch)
+                        roofs=data.roofs, points=points, launch_s=launch, kernel_fixed_s=fixed)
 
 
 def measured_points(records, level: str) -> tuple[OpPoint, ...]:

@@ -7,7 +7,9 @@ For each op (or fused kernel) on a device with parameters p::
     link_s       = link_bytes / link_bandwidth + steps * link_latency         (collectives)
     busy_s       = max(compute_s, memory_s..., link_s)    overlap "max"   (or their sum: "sum")
 
-and the scheduling cost comes from the execution mode in the spec (never from the family name):
+Every kernel (a fused group counts once) also pays its engine's device-side fixed time
+``kernel_fixed_s`` (start-up and tail; spec ``kernel_fixed_time``), added to ``busy_s``, whoever
+launched it. The scheduling cost comes from the execution mode in the spec (never from the family name):
 
 * ``dynamic`` (GPU eager, CPU): the host dispatches every kernel, overlapping device work, so an op
   takes ``max(busy_s, launches * kernel_launch_s)``: a stream of small kernels is host-bound. Where
@@ -30,6 +32,7 @@ from typing import Any, Literal
 import numpy as np
 
 from perfmodel.costs.fusion import FusionPlan, no_fusion, plan_fusion
+from perfmodel.costs.residency import residency
 from perfmodel.costs.rules import CostContext, OpCost, op_cost
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware, Parameters
@@ -64,6 +67,7 @@ class ArrayEvaluation:
     memory_s: np.ndarray                # (levels, ops[, points])
     link_s: np.ndarray
     scheduling_s: np.ndarray
+    fixed_s: np.ndarray                 # device-side fixed time of the kernels (start-up and tail)
     total_s: np.ndarray
     bound_index: np.ndarray             # 0 compute, 1..L memory levels, L+1 link, L+2 scheduling
     program_s: Any                      # program-level scheduling (scalar or (points,))
@@ -86,8 +90,13 @@ def weight_bytes(graph: Graph):
 
 
 def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None, overlap: Overlap = "max",
-                    parameters: Parameters = DATASHEET, fuse: bool | None = None) -> ArrayEvaluation:
-    """Evaluate every op of ``graph`` on ``hardware``; see the module docstring for the model."""
+                    parameters: Parameters = DATASHEET, fuse: bool | None = None,
+                    resident_bytes=0.0) -> ArrayEvaluation:
+    """Evaluate every op of ``graph`` on ``hardware``; see the module docstring for the model.
+
+    ``resident_bytes``: what else the device holds beside the graph's weights (an LLM's KV cache
+    and activations), so that weights are priced as streamed exactly when they do not fit beside it
+    (``costs.residency``)."""
     if overlap not in ("max", "sum"):
         raise PerfmodelError(f"overlap must be 'max' or 'sum', got {overlap!r}")
     mode_name = hardware.scheduling.default_mode if mode is None else mode
@@ -99,9 +108,9 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         parameters = hardware.efficiency  # a calibrated spec carries its fitted efficiencies
     if not graph.ops:
         raise PerfmodelError(f"workload {graph.name!r} has no ops")
-    on_device = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
     weights = weight_bytes(graph)
-    resident = bool(np.all(_as_float(weights) <= on_device))
+    placement = residency(hardware, weights, resident_bytes)
+    on_device, resident = placement.capacity_bytes, placement.weights_resident
     context = CostContext(hardware=hardware, weights_resident=resident)
     costs = tuple(op_cost(op, context) for op in graph.ops)
     fused = mode_name in ("graph", "static") if fuse is None else fuse
@@ -137,6 +146,15 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
                    * parameters.compute(c.engine, c.peak_dtype, op.kind) for c, op in zip(costs, graph.ops, strict=True)])
     latency = stack([parameters.compute_latency_s.get(op.kind, 0.0) for op in graph.ops])
     compute_s = executed / peaks + latency
+    # A second engine inside the same kernel (weight dequantization on the vector engine) works in
+    # parallel with the first: the kernel's compute time is the slower of the two.
+    side = [(c, op) for c, op in zip(costs, graph.ops, strict=True) if c.side_engine is not None]
+    if side:
+        side_s = stack([0.0 if c.side_engine is None else c.side_flops / (
+            hardware.compute[c.side_engine].peak_flops_per_s[c.side_peak_dtype]
+            * parameters.compute(c.side_engine, c.side_peak_dtype, op.kind)) for c, op in zip(costs, graph.ops,
+                                                                                              strict=True)])
+        compute_s = np.maximum(compute_s, side_s)
     memory_s = np.stack([bytes_by_level[index] / (_as_float(level.bandwidth_bytes_per_s)
                                                    * stack([parameters.memory(level.name, op.kind) for op in graph.ops]))
                          for index, level in enumerate(levels)])
@@ -161,12 +179,17 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         scheduling_s = sync_and_dma
     scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
 
+    # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.
+    fixed_s = np.broadcast_to(anchors * stack([hardware.compute[c.engine].kernel_fixed_s for c in costs])
+                              * scale, compute_s.shape).copy()
+
     components = np.concatenate([compute_s[None], memory_s, link_s[None]])
-    busy = components.max(axis=0) if overlap == "max" else components.sum(axis=0)
+    busy = (components.max(axis=0) if overlap == "max" else components.sum(axis=0)) + fixed_s
     overlapped = mode_name == "dynamic" and execution.host_overlap
     per_instance = np.maximum(busy, scheduling_s) if overlapped else busy + scheduling_s
     total_s = per_instance * count_column
-    bound_index = np.concatenate([components, scheduling_s[None]]).argmax(axis=0)
+    # Launch/dispatch costs and the kernel's fixed time together are the scheduling bottleneck.
+    bound_index = np.concatenate([components, (scheduling_s + fixed_s)[None]]).argmax(axis=0)
 
     program_s = 0.0
     if mode_name in ("graph", "static"):
@@ -177,5 +200,5 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         costs=costs, fusion=plan, counts=counts, flops=flops * count_column, executed_flops=executed * count_column,
         bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
         memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
-        total_s=total_s, bound_index=bound_index, program_s=program_s, weights_resident=resident,
-        weight_bytes=weights, on_device_bytes=on_device, parameters=parameters)
+        fixed_s=fixed_s * count_column, total_s=total_s, bound_index=bound_index, program_s=program_s,
+        weights_resident=resident, weight_bytes=weights, on_device_bytes=on_device, parameters=parameters)

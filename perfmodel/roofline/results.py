@@ -50,6 +50,8 @@ class OpTiming:
     kernel: str
     launches: float
     estimated: bool = False
+    fixed_s: float = 0.0          # device-side fixed time of the kernel (start-up and tail)
+    kernel_shape: str = ""        # the matmul kernel the engine chose among its candidates
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "bytes", MappingProxyType(dict(self.bytes)))
@@ -114,7 +116,8 @@ class Evaluation:
 
     @property
     def fits(self) -> bool:
-        """Whether the weights fit on the device, or can be streamed from an external store."""
+        """Whether the weights fit on the device, or can be streamed from an external store
+        (``costs.residency``: a graph alone keeps nothing else on the device)."""
         return self.weights_resident or self.has_external_store
 
     @property
@@ -181,7 +184,8 @@ def to_evaluation(graph: Graph, arrays: ArrayEvaluation, parameters_name: str) -
             memory_s={level: float(arrays.memory_s[index, position]) for index, level in enumerate(levels)},
             link_s=float(arrays.link_s[position]), scheduling_s=float(arrays.scheduling_s[position]),
             total_s=float(arrays.total_s[position]), bound=label, kernel=anchor,
-            launches=float(cost.launches * op.count * (anchor == op.name)), estimated=cost.estimated))
+            launches=float(cost.launches * op.count * (anchor == op.name)), estimated=cost.estimated,
+            fixed_s=float(arrays.fixed_s[position]), kernel_shape=str(cost.kernel or "")))
     program_s = float(np.asarray(arrays.program_s))
     if program_s > 0:
         timings.append(OpTiming(

@@ -1,0 +1,21 @@
+"""``--set FIELD=VALUE`` what-ifs, one syntax for every command that loads a spec."""
+
+from __future__ import annotations
+
+from perfmodel.errors import PerfmodelError
+
+SET_HELP = "what-if override of a spec field, e.g. memory.hbm.bandwidth=6.4TB/s (repeatable)"
+
+
+def add_set_argument(parser) -> None:
+    parser.add_argument("--set", action="append", default=[], metavar="FIELD=VALUE", help=SET_HELP)
+
+
+def parse_overrides(items: list[str]) -> dict[str, str]:
+    overrides = {}
+    for item in items:
+        field, sep, value = item.partition("=")
+        if not sep or not field.strip() or not value.strip():
+            raise PerfmodelError(f"--set {item!r}: expected FIELD=VALUE, e.g. memory.hbm.bandwidth=6.4TB/s")
+        overrides[field.strip()] = value.strip()
+    return overrides
