@@ -4,15 +4,21 @@ perfmodel itself never imports calibration)."""
 from __future__ import annotations
 
 import json
+import os
+import statistics
 import sys
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
 
 DEFAULT_CPU_SPEC = "epyc-zen4-2vcpu"
+UNMAPPED_SHOWN = 10  # unmapped entries printed in the text report (--json lists them all)
 
 
 def register(commands) -> None:
+    from calibration.harness import ALLOCATOR_NOTES, NOISE_LIMIT
+    from calibration.readers.detect import FORMATS
+
     bench = commands.add_parser("bench", help="time the standard measurement suite on this machine")
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     bench.add_argument("--spec", default=DEFAULT_CPU_SPEC,
@@ -20,16 +26,32 @@ def register(commands) -> None:
                             "use 'perfmodel specs detect' for another machine)")
     bench.add_argument("--quick", action="store_true", help="a subset that runs in about a minute")
     bench.add_argument("--rounds", type=int, help="interleaved rounds per case (default 3; 2 with --quick)")
+    bench.add_argument("--threads", type=int,
+                       help="torch intra-op threads (default: all CPUs this process may use); 1 thread and all cores "
+                            "are different calibrations")
+    bench.add_argument("--allocator", choices=sorted(ALLOCATOR_NOTES), default="reused",
+                       help="reused (default): freed memory stays mapped, kernels are timed without page faults; "
+                            "page-faulted: large outputs are mapped and faulted in on every call")
     bench.add_argument("-o", "--output", type=Path, required=True, help="measurements CSV to write")
     bench.set_defaults(handler=_bench)
 
     calibrate = commands.add_parser("calibrate", help="fit a spec's efficiencies and overheads to measurements")
     calibrate.add_argument("--spec", required=True, help="the datasheet spec to calibrate (name or path)")
-    calibrate.add_argument("--measurements", type=Path, required=True, help="CSV written by perfmodel bench")
+    calibrate.add_argument("--measurements", type=Path, nargs="+", required=True, metavar="FILE",
+                           help="Nsight Compute CSV, torch.profiler trace (record_shapes=True), Spyre trace, generic "
+                                "CSV or 'perfmodel bench' CSV; the format is read from the content")
+    calibrate.add_argument("--format", choices=FORMATS, help="the files' format, when detection cannot tell")
     calibrate.add_argument("-o", "--output", type=Path, required=True, help="fitted spec (YAML) to write")
     calibrate.add_argument("--chart", type=Path, help="residual chart (default: beside the output, .png)")
     calibrate.add_argument("--report", type=Path, help="also write the text report here")
     calibrate.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
+    calibrate.add_argument("--force", action="store_true",
+                           help=f"fit even when the measurements' median spread across rounds exceeds "
+                                f"{NOISE_LIMIT:.0%}")
+    calibrate.add_argument("--clock-hz", type=float,
+                           help="Spyre SoC clock that converts cycle counters to seconds (default 1 GHz)")
+    calibrate.add_argument("--tensor-flops-per-instruction", type=float,
+                           help="Nsight Compute: FLOPs per sm__inst_executed_pipe_tensor instruction (512 on V100)")
     calibrate.add_argument("--json", action="store_true")
     calibrate.set_defaults(handler=_calibrate)
 
@@ -37,7 +59,7 @@ def register(commands) -> None:
 def _bench(args) -> int:
     from tqdm import tqdm
 
-    from calibration.harness import QUICK_ROUNDS, ROUNDS, run_suite, suite
+    from calibration.harness import NOISE_LIMIT, QUICK_ROUNDS, ROUNDS, noise, quantization_warning, run_suite, suite
     from calibration.records import write_records
     from perfmodel.hardware.loader import load_hardware
 
@@ -45,41 +67,169 @@ def _bench(args) -> int:
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
     if rounds < 1:
         raise PerfmodelError("--rounds must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        raise PerfmodelError(f"--threads must be at least 1, got {args.threads}")
     total = len(suite(args.quick)) * rounds
     with tqdm(total=total, unit="case", file=sys.stderr) as bar:
-        records = run_suite(spec, device=args.device, quick=args.quick, rounds=rounds,
+        records = run_suite(spec, device=args.device, quick=args.quick, rounds=rounds, threads=args.threads,
+                            allocator=args.allocator,
                             progress=lambda name: (bar.set_postfix_str(name[:40]), bar.update(1)))
     write_records(records, args.output)
-    print(f"wrote {len(records)} measurements to {args.output} ({records[0].device}; {records[0].tool_version})")
+    spread = noise(records)
+    print(f"wrote {len(records)} measurements to {args.output} ({records[0].device}; {records[0].tool_version}; "
+          f"allocator {records[0].allocator or 'unknown'}; minor page faults per call: median "
+          f"{statistics.median(record.page_faults_per_call or 0.0 for record in records):.3g})")
+    verdict = "within" if spread <= NOISE_LIMIT else "ABOVE"
+    print(f"noise: median spread across rounds {spread:.1%}, {verdict} the {NOISE_LIMIT:.0%} limit of "
+          "'perfmodel calibrate'" + ("" if spread <= NOISE_LIMIT else " (it will refuse these data without --force; "
+                                                                         "re-measure on a quieter machine)"))
+    warning = quantization_warning(records)
+    if warning:
+        print(f"perfmodel: warning: {warning}", file=sys.stderr)
     return 0
+
+
+def _load_all(args, spec):
+    from calibration.readers.detect import load_measurements
+
+    loaded = []
+    for path in args.measurements:
+        if not path.exists():
+            raise PerfmodelError(f"{path}: no such measurements file")
+        loaded.append(load_measurements(path, args.format, spec, clock_hz=args.clock_hz,
+                                        tensor_flops_per_instruction=args.tensor_flops_per_instruction))
+    routes = {item.route for item in loaded}
+    if len(routes) > 1:
+        described = ", ".join(f"{item.source_file} ({item.format}: {item.route} route)" for item in loaded)
+        raise PerfmodelError(f"cannot fit counter-route and shape-route files together: {described}; calibrate them "
+                             "separately")
+    records = [record for item in loaded for record in item.records]
+    if not records and all(item.format == "bench" for item in loaded):
+        names = [entry.name for item in loaded for entry in item.unmapped]
+        raise PerfmodelError(f"{', '.join(str(path) for path in args.measurements)}: {len(names)} measurement(s) carry "
+                             f"no workload graph (e.g. {names[0]!r}); fitting a bench CSV needs records from "
+                             "'perfmodel bench'. Records read from profiler files can be compared on a chart with "
+                             "'perfmodel roofline --measured'.")
+    if not records:
+        top = [f"{entry.name} ({entry.reason})" for item in loaded for entry in item.unmapped][:3]
+        files = ", ".join(str(path) for path in args.measurements)
+        raise PerfmodelError(f"{files}: no measurement could be priced by the model, so there is nothing to fit"
+                             + (f"; unmapped: {'; '.join(top)}" if top else ""))
+    return loaded, records
+
+
+def _explained(loaded) -> dict:
+    """What share of the measured time the fit's records explain, and the rest by kernel or op name
+    (summed over the files, largest first)."""
+    total = sum(item.total_s for item in loaded)
+    mapped = sum(item.mapped_s for item in loaded)
+    merged: dict[tuple[str, str], dict] = {}
+    for item in loaded:
+        for entry in item.unmapped:
+            row = merged.setdefault((entry.name, entry.reason), {"name": entry.name, "reason": entry.reason, "count": 0,
+                                                                  "time_s": 0.0, "files": []})
+            row["count"] += entry.count
+            row["time_s"] += entry.time_s
+            if item.source_file not in row["files"]:
+                row["files"].append(item.source_file)
+    unmapped = sorted(merged.values(), key=lambda row: (-row["time_s"], row["name"]))
+    for row in unmapped:
+        row["share"] = row["time_s"] / total if total > 0 else 0.0
+    return {
+        "measured_time_s": total,
+        "explained_time_s": mapped,
+        "explained_share": mapped / total if total > 0 else 0.0,
+        "files": [{"file": item.source_file, "format": item.format, "route": item.route, "records": len(item.records),
+                   "measured_time_s": item.total_s, "explained_share": item.explained_share} for item in loaded],
+        "unmapped": unmapped,
+    }
+
+
+def _explained_text(explained: dict) -> str:
+    from perfmodel.cli.tables import format_table
+    from perfmodel.units import format_quantity
+
+    lines = [f"the fit explains {explained['explained_share']:.1%} of the measured time "
+             f"({format_quantity(explained['explained_time_s'], 'seconds')} of "
+             f"{format_quantity(explained['measured_time_s'], 'seconds')})"]
+    if len(explained["files"]) > 1:
+        lines += [f"  {item['file']} ({item['format']}, {item['route']} route): {item['explained_share']:.1%} "
+                  f"in {item['records']} records" for item in explained["files"]]
+    entries = explained["unmapped"]
+    if entries:
+        lines.append(f"unmapped (not in the fit): {len(entries)} kernel/op name(s), "
+                     f"{sum(entry['share'] for entry in entries):.1%} of the time")
+        rows = [[entry["name"][:70], str(entry["count"]), format_quantity(entry["time_s"], "seconds"),
+                 f"{entry['share']:.1%}", entry["reason"][:80]] for entry in entries[:UNMAPPED_SHOWN]]
+        lines.append(format_table(["kernel or op", "count", "time", "share", "why"], rows))
+        if len(entries) > UNMAPPED_SHOWN:
+            lines.append(f"... and {len(entries) - UNMAPPED_SHOWN} more (--json lists them all)")
+    return "\n".join(lines)
+
+
+def _components(loaded, records, spec):
+    if loaded[0].route == "counter":
+        from calibration.counters import counter_components
+
+        return counter_components(records, spec)
+    from calibration.shapes import shape_components
+
+    return shape_components(records, spec)
+
+
+def _write_spec(text: str, output: Path) -> None:
+    """Write the fitted spec only once it loads like any other (beside its base, so that ``extends``
+    resolves): a bad fit leaves no file behind."""
+    import tempfile
+
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.yaml_source import write_text_atomically
+
+    output.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=".yaml")
+    os.close(handle)
+    try:
+        write_text_atomically(temporary, text)
+        load_hardware(temporary)
+        os.replace(temporary, output)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
 
 
 def _calibrate(args) -> int:
     from calibration.fit import fit
-    from calibration.records import read_records
+    from calibration.harness import NOISE_LIMIT, noise, quantization_warning
     from calibration.report import fitted_spec_yaml, save_residual_chart, text_report, to_dict
     from perfmodel.hardware.loader import load_hardware
     from perfmodel.yaml_source import write_text_atomically
 
     spec = load_hardware(args.spec)
-    records = read_records(args.measurements)
-    missing = [record.name for record in records if not record.workload_json]
-    if missing:
-        raise PerfmodelError(f"{args.measurements}: {len(missing)} measurement(s) carry no workload graph "
-                             f"(e.g. {missing[0]!r}); fitting needs records from 'perfmodel bench'. Records read from "
-                             "profiler files can be compared on a chart with 'perfmodel roofline --measured'.")
-    result = fit(records, spec, seed=args.seed)
-    text = fitted_spec_yaml(result, spec, args.spec, args.measurements, args.output, records)
-    write_text_atomically(args.output, text)
-    load_hardware(args.output)  # the fitted spec must load like any other
+    loaded, records = _load_all(args, spec)
+    spread = noise(records)
+    if spread > NOISE_LIMIT and not args.force:
+        files = ", ".join(str(path) for path in args.measurements)
+        raise PerfmodelError(f"{files}: the measurements' median spread across rounds is {spread:.1%}, above the "
+                             f"{NOISE_LIMIT:.0%} limit: a fit would chase noise. Re-measure on a quieter machine "
+                             "(fewer --threads than CPUs, nothing else running), or pass --force to fit anyway.")
+    warning = quantization_warning(records)
+    if warning:
+        print(f"perfmodel: warning: {warning}", file=sys.stderr)
+    explained = _explained(loaded)
+    result = fit(records, spec, seed=args.seed, parts=_components(loaded, records, spec))
+    text = fitted_spec_yaml(result, spec, args.spec, args.measurements[0], args.output, records)
+    _write_spec(text, args.output)
     chart = args.chart or args.output.with_suffix(".residuals.png")
     save_residual_chart(result, chart)
-    report = text_report(result, records, spec)
+    report = text_report(result, records, spec) + "\n" + _explained_text(explained)
+    if spread > NOISE_LIMIT:
+        report += f"\nforced: the measurements' median spread {spread:.1%} exceeds the {NOISE_LIMIT:.0%} limit"
     if args.report:
         write_text_atomically(args.report, report + "\n")
     if args.json:
         data = to_dict(result, records)
-        data.update({"fitted_spec": str(args.output), "chart": str(chart)})
+        data.update(explained)
+        data.update({"fitted_spec": str(args.output), "chart": str(chart), "route": loaded[0].route,
+                     "noise": {"median_spread": spread, "limit": NOISE_LIMIT, "forced": spread > NOISE_LIMIT}})
         print(json.dumps(data, indent=1))
     else:
         print(report)

@@ -1,22 +1,29 @@
-"""Fit the model's efficiencies and overheads to measurements.
+"""Fit the model's efficiencies and overheads to measurements, with fits that can be trusted.
 
 Parameters (all fitted in log space, so they stay positive):
-* a compute efficiency per (op kind, engine, dtype) that the measurements exercise
-  (``matmul:simd:fp32``...): how far each kind of work gets below the datasheet peak;
-* a bandwidth efficiency per memory level that binds at least ``MIN_RECORDS_PER_PARAMETER``
-  measurements;
-* a fixed start-up latency per op kind (``compute_latency``: thread-pool wake-up, kernel prologue) for
-  kinds with at least ``MIN_RECORDS_FOR_LATENCY`` measurements: the size-dependent part of the
-  efficiency that small GEMMs, norms and convolutions show;
-* the per-kernel dispatch cost of the execution mode (``kernel_launch``).
+* a compute efficiency per (op kind, engine, dtype) that binds at least ``MIN_RECORDS_PER_PARAMETER``
+  measurements; kinds of work with fewer share one efficiency (``*``: the family's shared parameter);
+* a bandwidth efficiency per memory level (per op kind at the outermost level where the data are
+  plentiful), and a latency per level (``memory_latency``: the saturating efficiency in transfer size,
+  ``latency + bytes / (bandwidth x e)``) where transfers of different sizes bind it;
+* a fixed start-up latency per op kind (``compute_latency``: thread-pool wake-up, kernel prologue);
+* per link, alpha-beta for collectives: a base latency per collective (alpha) and a bandwidth
+  efficiency (beta);
+* the per-kernel dispatch cost of the execution mode (``kernel_launch``), when the records pay one.
 
-The model's own components are computed once at datasheet values (``evaluate_arrays``); a
-candidate parameter vector only rescales them, so a fit costs milliseconds. Residuals are
-``log(predicted / measured)`` with a robust (soft-L1) loss and bounds (``scipy.optimize.least_squares``);
-standard errors come from the Jacobian at the solution. The fit starts with a smooth maximum
-(a p-norm of the bottleneck times) so that a bottleneck that does not bind at the start still gets a
-gradient, then refines with the model's exact maximum. Held-out error: fit on a random half of the
-measurements (shapes), predict the other half; and k-fold.
+The model's components are computed once at datasheet values (``evaluate_arrays`` with the ideal
+parameter set, so calibrating an already calibrated spec starts from the datasheet, not from its old
+factors); a candidate parameter vector only rescales them, so a fit costs milliseconds.
+
+Trust: residuals are ``log(predicted / measured)`` weighted by ``1 / sqrt(1 + (spread / SPREAD_FLOOR)^2)`` (relative
+below ``SPREAD_FLOOR``), with a robust soft-L1 loss; a Gaussian prior on every efficiency and on the
+launch cost pulls toward the datasheet (``PRIOR_LOG_SIGMA``), so a departure must be earned by data.
+A parameter that no measurement binds (its column of the data Jacobian is zero) is reported as
+unidentified and not written into a fitted spec. Standard errors come from the inverse of the
+Gauss-Newton Hessian of data and prior together (a proper covariance: an unbound parameter keeps its
+prior's width, never a false zero). Efficiencies above 1 beyond two standard errors are flagged: the
+spec likely understates the device. Held-out error: fit on a random half of the measurements per
+class, predict the other half (several seeds), and k-fold.
 """
 
 from __future__ import annotations
@@ -33,7 +40,8 @@ from perfmodel.roofline.evaluate import evaluate_arrays
 from perfmodel.workload.ir import concatenate
 
 MIN_RECORDS_PER_PARAMETER = 3
-BINDING_SHARE = 0.3  # a level "binds" a record when its time is at least this share of the busy time
+BINDING_SHARE = 0.3  # a component "binds" a record when its time is at least this share of the busy time
+COMPUTE_BINDING_SHARE = 0.3
 EFFICIENCY_BOUNDS = (1e-3, 4.0)
 LAUNCH_BOUNDS_S = (1e-8, 1e-2)
 ROBUST_SCALE = 0.1  # soft-L1 switches from quadratic to linear beyond ~10% log error
@@ -43,6 +51,10 @@ MIN_RECORDS_FOR_LATENCY = 3
 LATENCY_KINDS = ("matmul", "conv", "attention", "norm", "softmax", "reduction")
 LATENCY_BOUNDS_S = (1e-9, 1e-3)
 SMOOTH_MAX_POWER = 6
+PRIOR_LOG_SIGMA = 0.5      # an efficiency of 0.6 costs as much as a 1-sigma residual... of ~0.5 in log
+SPREAD_FLOOR = 0.2         # relative spread at which a measurement counts half (weight 1/sqrt(2))
+UNIDENTIFIED_SHARE = 1e-6  # data-Jacobian column norm below this share of the largest: unidentified
+INITIAL_LATENCY_S = 1e-6
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +73,16 @@ class Components:
     overlapped: bool
     launch_s: float
     records: int
+    link_s: np.ndarray | None = None      # datasheet link time (bytes / bandwidth + per-step latency)
+    link_names: tuple[str, ...] = ()      # the link each op uses ("" for none)
+
+    @property
+    def link_time(self) -> np.ndarray:
+        return np.zeros_like(self.compute_s) if self.link_s is None else self.link_s
+
+    @property
+    def links(self) -> tuple[str, ...]:
+        return self.link_names or ("",) * len(self.compute_s)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -76,7 +98,11 @@ class FitResult:
     heldout_by_class: dict[str, float] = field(default_factory=dict)
     kfold_median_abs_error: float | None = None
     heldout_other_seeds: tuple[tuple[int, float, str, float], ...] = ()  # (seed, median, worst class, its error)
-    at_bounds: tuple[str, ...] = ()  # parameters the data do not identify (the fit ran into a bound)
+    at_bounds: tuple[str, ...] = ()  # parameters that ran into a bound
+    unidentified: tuple[str, ...] = ()  # parameters no measurement binds: reported, never written
+    flags: tuple[str, ...] = ()         # warnings about the fit (efficiency above 1, ...)
+    success: bool = True
+    message: str = ""
 
     @property
     def errors(self) -> np.ndarray:
@@ -86,20 +112,39 @@ class FitResult:
     def median_abs_error(self) -> float:
         return float(np.median(np.abs(self.errors)))
 
-    def parameters(self, name: str) -> Parameters:
-        compute = {key.removeprefix("compute:"): value for key, (value, _) in self.params.items()
-                   if key.startswith("compute:")}
-        memory = {key.removeprefix("memory:"): value for key, (value, _) in self.params.items()
-                  if key.startswith("memory:")}
-        latency = {key.removeprefix("latency:"): value for key, (value, _) in self.params.items()
-                   if key.startswith("latency:")}
-        return Parameters(name=name, compute_efficiency=compute, memory_efficiency=memory, compute_latency_s=latency)
+    def identified(self) -> dict[str, float]:
+        """Parameters to write: bound by data and not stuck at a bound (a latency at its floor is zero)."""
+        return {name: value for name, (value, _) in self.params.items()
+                if name not in self.unidentified and name not in self.at_bounds}
+
+    def parameters(self, name: str, kind: str = "calibrated") -> Parameters:
+        """The identified parameters as a parameter set (unidentified ones keep the datasheet)."""
+        values = self.identified()
+
+        def group(prefix: str) -> dict[str, float]:
+            return {key.removeprefix(prefix): value for key, value in values.items() if key.startswith(prefix)}
+
+        compute = group("compute:")
+        # A kind of work measured in some dtypes (matmul in bf16 and tf32) gets a kind-level entry, the
+        # geometric mean of its fitted efficiencies, for the dtypes no measurement covers (fp8, say):
+        # the family's shared parameter, instead of silently falling back to the datasheet.
+        by_kind: dict[str, list[float]] = {}
+        for key, value in compute.items():
+            pieces = key.split(":")
+            if len(pieces) == 3:
+                by_kind.setdefault(pieces[0], []).append(value)
+        for op_kind, efficiencies in by_kind.items():
+            compute.setdefault(op_kind, float(np.exp(np.mean(np.log(efficiencies)))))
+        return Parameters(name=name, kind=kind, compute_efficiency=compute, memory_efficiency=group("memory:"),
+                          compute_latency_s=group("latency:"), memory_latency_s=group("memory_latency:"),
+                          link_efficiency=group("link:"), collective_latency_s=group("collective_latency:"))
 
 
 def components(records, hardware: Hardware, mode: str | None = None) -> Components:
     graphs = [record.graph() for record in records]
     merged, owner = concatenate(graphs)
-    arrays = evaluate_arrays(merged, hardware, mode=mode, fuse=False)
+    # Always from the datasheet: a calibrated spec's own factors must not become the starting point.
+    arrays = evaluate_arrays(merged, hardware, mode=mode, fuse=False, parameters=Parameters(name="datasheet"))
     execution = hardware.scheduling.modes[arrays.mode]
     keys = tuple(f"{op.kind}:{cost.engine}:{cost.peak_dtype}" for op, cost in zip(merged.ops, arrays.costs, strict=True))
     return Components(record_of_op=np.asarray(owner), compute_s=arrays.compute_s, memory_s=arrays.memory_s,
@@ -108,166 +153,280 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
                       counts=arrays.counts, level_names=arrays.level_names,
                       overlapped=arrays.mode == "dynamic" and execution.host_overlap,
                       launch_s=execution.kernel_launch_s or execution.per_node_s or execution.program_launch_s,
-                      records=len(records))
+                      records=len(records), link_s=arrays.link_s,
+                      link_names=tuple(cost.link or "" for cost in arrays.costs))
 
 
-def _predict(parts: Components, compute_eff: np.ndarray, memory_eff: np.ndarray, launch_scale: float,
-             latency: np.ndarray, smooth: bool = False) -> np.ndarray:
-    compute = parts.compute_s / compute_eff + latency * parts.counts
-    memory = parts.memory_s / memory_eff
+@dataclass(frozen=True, kw_only=True)
+class Design:
+    """Which parameters the data can bind, and the ops each one scales."""
+
+    compute: tuple[tuple[str, np.ndarray], ...]          # (key, op mask)
+    memory: tuple[tuple[str, int, np.ndarray], ...]      # (label, level index, op mask)
+    latency: tuple[str, ...]                             # op kinds
+    memory_latency: tuple[tuple[str, int], ...]          # (level name, level index)
+    links: tuple[str, ...]                               # link names (efficiency and alpha each)
+    launch: bool
+
+    @property
+    def names(self) -> list[str]:
+        return ([f"compute:{key}" for key, _ in self.compute] + [f"memory:{label}" for label, _, _ in self.memory]
+                + [f"latency:{kind}" for kind in self.latency]
+                + [f"memory_latency:{name}" for name, _ in self.memory_latency]
+                + [f"link:{name}" for name in self.links] + [f"collective_latency:{name}" for name in self.links]
+                + (["kernel_launch_s"] if self.launch else []))
+
+    @property
+    def efficiencies(self) -> int:
+        return len(self.compute) + len(self.memory)
+
+
+def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool = False) -> np.ndarray:
+    values = np.exp(theta)
+    position = 0
+    compute = parts.compute_s.copy()
+    for _key, mask in design.compute:
+        compute[mask] = compute[mask] / values[position]
+        position += 1
+    memory = parts.memory_s.copy()
+    for _label, level, mask in design.memory:
+        memory[level, mask] = memory[level, mask] / values[position]
+        position += 1
+    for kind in design.latency:
+        compute = compute + np.where(np.asarray(parts.kinds) == kind, values[position], 0.0) * parts.counts
+        position += 1
+    for _name, level in design.memory_latency:
+        memory[level] = memory[level] + np.where(parts.memory_s[level] > 0, values[position], 0.0) * parts.counts
+        position += 1
+    link = parts.link_time.copy()
+    links = np.asarray(parts.links)
+    for offset, name in enumerate(design.links):
+        uses = links == name
+        efficiency, alpha = values[position + offset], values[position + len(design.links) + offset]
+        link = np.where(uses, link / efficiency + alpha * parts.counts, link)
+    position += 2 * len(design.links)
+    launch_scale = values[position] / parts.launch_s if design.launch and parts.launch_s > 0 else 1.0
+    stacked = np.vstack([compute[None], memory, link[None]])
     if smooth:
-        stacked = np.vstack([compute[None], memory])
         busy = np.sum(stacked ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
     else:
-        busy = np.maximum(compute, memory.max(axis=0))
+        busy = stacked.max(axis=0)
     busy = busy + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale
     per_op = np.maximum(busy, scheduling) if parts.overlapped else busy + scheduling
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
 
 
-def _design(parts: Components, subset: np.ndarray):
-    """Which parameters the records in ``subset`` can identify.
+def _records_where(parts: Components, mask: np.ndarray) -> int:
+    return len(set(parts.record_of_op[mask]))
 
-    Memory: at the outermost level, a bandwidth efficiency per op kind that binds there for at least
-    ``MIN_RECORDS_PER_PARAMETER`` records (a CPU GEMM re-packs its operands, so its DRAM efficiency
-    differs from a stream's); elsewhere one per level."""
+
+def _covered(groups, size: int) -> np.ndarray:
+    covered = np.zeros(size, dtype=bool)
+    for _label, mask in groups:
+        covered |= mask
+    return covered
+
+
+def _design(parts: Components, subset: np.ndarray) -> Design:
+    """Which parameters the records in ``subset`` can identify (see the module docstring)."""
     in_subset = np.isin(parts.record_of_op, subset)
     kinds = np.asarray(parts.kinds)
-    compute_keys = sorted({key for key, used, time in zip(parts.compute_keys, in_subset, parts.compute_s, strict=True)
-                           if used and time > 0})
-    busy = np.maximum(parts.compute_s, parts.memory_s.max(axis=0))
-    memory_groups = []  # (label, level index, op mask)
+    keys = np.asarray(parts.compute_keys)
+    link = parts.link_time
+    busy = np.maximum.reduce([parts.compute_s, parts.memory_s.max(axis=0), link])
+    compute_binding = in_subset & (parts.compute_s >= COMPUTE_BINDING_SHARE * busy) & (parts.compute_s > 0)
+    # Sparse keys fall back along the lookup chain of Parameters.compute: "kind:engine:dtype", then
+    # the kind, then "engine:dtype", then everything ("*"), each level needing enough measurements.
+    compute_groups, left = [], compute_binding.copy()
+    fallbacks = (lambda key: key, lambda key: key.split(":")[0], lambda key: ":".join(key.split(":")[1:]),
+                 lambda key: "*")
+    for label_of in fallbacks:
+        labels = np.asarray([label_of(key) for key in keys])
+        for label in sorted(set(labels[left])):
+            mask = (labels == label) & np.isin(np.arange(len(keys)), np.flatnonzero(
+                np.isin(keys, keys[left & (labels == label)])))
+            if _records_where(parts, left & mask) >= MIN_RECORDS_PER_PARAMETER:
+                compute_groups.append((label, mask & ~_covered(compute_groups, len(keys))))
+                left &= ~mask
+    memory_groups = []
     outermost = len(parts.level_names) - 1
+    memory_latency = []
     for index, name in enumerate(parts.level_names):
         binding = in_subset & (parts.memory_s[index] >= BINDING_SHARE * busy) & (parts.memory_s[index] > 0)
         covered = np.zeros_like(binding)
-        # Per-kind efficiencies only where the data are plentiful: the outermost level.
-        for kind in sorted(set(kinds[binding])) if index == outermost else ():
+        # Per-kind efficiencies only where the data are plentiful: the outermost level, when at least
+        # two kinds of work bind it (a CPU GEMM re-packs its operands; a stream does not). With one
+        # kind, its efficiency is the level's and serves every kind.
+        plentiful = [kind for kind in sorted(set(kinds[binding])) if index == outermost
+                     and _records_where(parts, binding & (kinds == kind)) >= MIN_RECORDS_PER_PARAMETER]
+        for kind in plentiful if len(plentiful) > 1 else ():
             mask = kinds == kind
-            if len(set(parts.record_of_op[binding & mask])) >= MIN_RECORDS_PER_PARAMETER:
-                memory_groups.append((f"{kind}:{name}", index, mask))
-                covered |= mask
+            memory_groups.append((f"{kind}:{name}", index, mask))
+            covered |= mask
         rest = binding & ~covered
-        if len(set(parts.record_of_op[rest])) >= MIN_RECORDS_PER_PARAMETER:
+        if _records_where(parts, rest) >= MIN_RECORDS_PER_PARAMETER:
             memory_groups.append((name, index, ~covered))
-    latency_kinds = [kind for kind in LATENCY_KINDS
-                     if len(set(parts.record_of_op[in_subset & (kinds == kind)])) >= MIN_RECORDS_FOR_LATENCY]
-    return compute_keys, memory_groups, latency_kinds
+        sizes = parts.memory_s[index][binding]
+        # A latency needs transfers of different sizes (otherwise it cannot be told from the efficiency).
+        if _records_where(parts, binding) >= 2 * MIN_RECORDS_PER_PARAMETER and sizes.size and sizes.max() > 10 * sizes.min():
+            memory_latency.append((name, index))
+    latency_kinds = tuple(kind for kind in LATENCY_KINDS
+                          if _records_where(parts, in_subset & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY)
+    links = np.asarray(parts.links)
+    link_names = tuple(name for name in sorted(set(links[in_subset])) if name
+                       and _records_where(parts, in_subset & (links == name)) >= 2 * MIN_RECORDS_PER_PARAMETER)
+    launch = bool(np.any(parts.scheduling_s[in_subset] > 0)) and parts.launch_s > 0
+    return Design(compute=tuple(compute_groups), memory=tuple(memory_groups), latency=latency_kinds,
+                  memory_latency=tuple(memory_latency), links=link_names, launch=launch)
 
 
-def _vector_to_parts(theta, parts: Components, design):
-    compute_keys, memory_groups, latency_kinds = design
-    compute_eff = np.ones_like(parts.compute_s)
-    for offset, key in enumerate(compute_keys):
-        compute_eff[np.asarray(parts.compute_keys) == key] = math.exp(theta[offset])
-    memory_eff = np.ones_like(parts.memory_s)
-    for offset, (_label, level, mask) in enumerate(memory_groups):
-        memory_eff[level, mask] = math.exp(theta[len(compute_keys) + offset])
-    latency = np.zeros_like(parts.compute_s)
-    start = len(compute_keys) + len(memory_groups)
-    for offset, kind in enumerate(latency_kinds):
-        latency[np.asarray(parts.kinds) == kind] = math.exp(theta[start + offset])
-    launch_scale = math.exp(theta[-1]) / parts.launch_s if parts.launch_s > 0 else 1.0
-    return compute_eff, memory_eff, launch_scale, latency
+def _initial(parts: Components, design: Design) -> np.ndarray:
+    launch0 = [math.log(parts.launch_s)] if design.launch else []
+    return np.r_[np.zeros(design.efficiencies), np.full(len(design.latency) + len(design.memory_latency),
+                                                         math.log(INITIAL_LATENCY_S)),
+                 np.zeros(len(design.links)), np.full(len(design.links), math.log(INITIAL_LATENCY_S)), launch0]
 
 
-def _bounds(efficiencies: int, latencies: int) -> tuple[np.ndarray, np.ndarray]:
-    """Log-space bounds of the parameter vector: efficiencies, then latencies, then the launch cost."""
-    low = np.r_[np.full(efficiencies, math.log(EFFICIENCY_BOUNDS[0])), np.full(latencies, math.log(LATENCY_BOUNDS_S[0])),
-                math.log(LAUNCH_BOUNDS_S[0])]
-    high = np.r_[np.full(efficiencies, math.log(EFFICIENCY_BOUNDS[1])), np.full(latencies, math.log(LATENCY_BOUNDS_S[1])),
-                 math.log(LAUNCH_BOUNDS_S[1])]
+def _bounds(design: Design) -> tuple[np.ndarray, np.ndarray]:
+    """Log-space bounds of the parameter vector, in the order of ``Design.names``."""
+    eff, lat = np.log(EFFICIENCY_BOUNDS), np.log(LATENCY_BOUNDS_S)
+    pieces = [(eff, design.efficiencies), (lat, len(design.latency) + len(design.memory_latency)),
+              (eff, len(design.links)), (lat, len(design.links)), (np.log(LAUNCH_BOUNDS_S), int(design.launch))]
+    low = np.concatenate([np.full(count, bounds[0]) for bounds, count in pieces])
+    high = np.concatenate([np.full(count, bounds[1]) for bounds, count in pieces])
     return low, high
 
 
-def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray):
+def _prior(parts: Components, design: Design):
+    """(index, centre) of every parameter with a datasheet value: efficiencies (1) and the launch cost."""
+    efficiency_indices = list(range(design.efficiencies))
+    start = design.efficiencies + len(design.latency) + len(design.memory_latency)
+    efficiency_indices += list(range(start, start + len(design.links)))
+    centres = [0.0] * len(efficiency_indices)
+    if design.launch:
+        efficiency_indices.append(len(design.names) - 1)
+        centres.append(math.log(parts.launch_s))
+    return np.asarray(efficiency_indices, dtype=int), np.asarray(centres)
+
+
+def _weights(records, subset: np.ndarray) -> np.ndarray:
+    relative = np.asarray([record.spread_s / record.duration_s if record.duration_s > 0 else 0.0 for record in records])
+    return 1.0 / np.sqrt(1.0 + (relative[subset] / SPREAD_FLOOR) ** 2)
+
+
+def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray):
     from scipy.optimize import least_squares
 
     design = _design(parts, subset)
-    compute_keys, memory_groups, latency_kinds = design
-    efficiencies = len(compute_keys) + len(memory_groups)
-    launch0 = parts.launch_s if parts.launch_s > 0 else 1e-6
-    x0 = np.r_[np.zeros(efficiencies), np.full(len(latency_kinds), math.log(1e-6)), math.log(launch0)]
-    low, high = _bounds(efficiencies, len(latency_kinds))
-    x0 = np.clip(x0, low + 1e-9, high - 1e-9)
+    low, high = _bounds(design)
+    x0 = np.clip(_initial(parts, design), low + 1e-9, high - 1e-9)
+    prior_index, prior_centre = _prior(parts, design)
 
     def residuals(theta, smooth):
-        predicted = _predict(parts, *_vector_to_parts(theta, parts, design), smooth=smooth)
-        return np.log(predicted[subset] / measured[subset])
+        predicted = _predict(parts, theta, design, smooth=smooth)
+        data = np.log(predicted[subset] / measured[subset]) * weights
+        return np.r_[data, (theta[prior_index] - prior_centre) / PRIOR_LOG_SIGMA * ROBUST_SCALE]
 
+    if not design.names:
+        raise PerfmodelError("no parameter can be fitted: no measurement binds any model component "
+                             "(compute, memory, links or launch); add measurements of more kinds and sizes")
     rough = least_squares(residuals, x0, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE, args=(True,))
     solution = least_squares(residuals, rough.x, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE,
                              args=(False,))
-    return solution, design
+    return solution, design, len(subset)
 
 
-def _standard_errors(solution) -> np.ndarray:
-    """From the Jacobian of the residuals at the solution."""
+def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """Standard errors (log space) from the inverse Gauss-Newton Hessian of data and prior, and
+    which parameters the data alone leave unbound (a zero column of the data Jacobian)."""
     jacobian = solution.jac
-    dof = max(len(solution.fun) - len(solution.x), 1)
-    variance = float(np.sum(solution.fun ** 2)) / dof
-    covariance = np.linalg.pinv(jacobian.T @ jacobian) * variance
-    return np.sqrt(np.clip(np.diag(covariance), 0, None))
+    data = jacobian[:data_rows]
+    column = np.linalg.norm(data, axis=0)
+    unbound = column <= UNIDENTIFIED_SHARE * max(float(column.max(initial=0.0)), 1e-300)
+    dof = max(data_rows - int((~unbound).sum()), 1)
+    variance = max(float(np.sum(solution.fun[:data_rows] ** 2)) / dof, 1e-12)
+    # The bound parameters' block of the Hessian (data and prior); a parameter the data leave free has
+    # no finite error from the data (its prior alone, or nothing for a latency): reported as infinite.
+    bound = ~unbound
+    errors = np.full(jacobian.shape[1], np.inf)
+    block = jacobian[:, bound]
+    hessian = block.T @ block
+    if bound.any() and np.linalg.matrix_rank(hessian) == hessian.shape[0]:
+        errors[bound] = np.sqrt(np.clip(np.diag(np.linalg.inv(hessian)) * variance, 0, None))
+    return errors, unbound
 
 
 def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, folds: int = 5,
-        extra_seeds: int = 4) -> FitResult:
-    """Fit on all records; report the held-out error of a random half split and of k folds."""
+        extra_seeds: int = 4, parts: Components | None = None) -> FitResult:
+    """Fit on all records; report the held-out error of a random half split and of k folds.
+
+    ``parts``: the model's components of the records when they do not come from re-evaluating each
+    record's graph (the counter route builds them from measured FLOPs and bytes)."""
     if len(records) < 4:
         raise PerfmodelError(f"a fit needs at least 4 measurements, got {len(records)}")
-    parts = components(records, hardware, mode)
+    parts = components(records, hardware, mode) if parts is None else parts
     measured = np.asarray([record.duration_s for record in records])
     everything = np.arange(len(records))
-    solution, design = _solve(parts, measured, everything)
-    compute_keys, memory_groups, latency_kinds = design
-    errors = _standard_errors(solution)
-    params, datasheet = {}, {}
-    for offset, key in enumerate(compute_keys):
-        value = math.exp(solution.x[offset])
-        params[f"compute:{key}"] = (value, value * errors[offset])
-        datasheet[f"compute:{key}"] = 1.0
-    for offset, (label, _level, _mask) in enumerate(memory_groups):
-        index = len(compute_keys) + offset
-        value = math.exp(solution.x[index])
-        params[f"memory:{label}"] = (value, value * errors[index])
-        datasheet[f"memory:{label}"] = 1.0
-    for offset, kind in enumerate(latency_kinds):
-        index = len(compute_keys) + len(memory_groups) + offset
-        value = math.exp(solution.x[index])
-        params[f"latency:{kind}"] = (value, value * errors[index])
-        datasheet[f"latency:{kind}"] = 0.0
-    launch = math.exp(solution.x[-1])
-    params["kernel_launch_s"] = (launch, launch * errors[-1])
-    datasheet["kernel_launch_s"] = parts.launch_s
-    predicted = _predict(parts, *_vector_to_parts(solution.x, parts, design))
+    weights = _weights(records, everything)
+    solution, design, data_rows = _solve(parts, measured, everything, weights)
+    errors, unbound = _standard_errors(solution, data_rows)
+    names = design.names
+    values = np.exp(solution.x)
+    params = {name: (float(value), float(value * error)) for name, value, error in zip(names, values, errors,
+                                                                                        strict=True)}
+    datasheet = {name: (parts.launch_s if name == "kernel_launch_s" else
+                        1.0 if name.split(":")[0] in ("compute", "memory", "link") else 0.0) for name in names}
     classes = tuple(record.op_class for record in records)
-    heldout, by_class = heldout_half(parts, measured, classes, seed)
+    heldout, by_class = heldout_half(parts, measured, classes, seed, weights)
     others = []
     for other in range(seed + 1, seed + 1 + extra_seeds):  # how much the split itself moves the answer
-        median, classes_error = heldout_half(parts, measured, classes, other)
+        median, classes_error = heldout_half(parts, measured, classes, other, weights)
         worst = max(classes_error, key=classes_error.get)
         others.append((other, median, worst, classes_error[worst]))
-    low_bounds, high_bounds = _bounds(len(compute_keys) + len(memory_groups), len(latency_kinds))
-    names = list(params)
+    low_bounds, high_bounds = _bounds(design)
     at_bounds = tuple(names[index] for index, value in enumerate(solution.x)
                       if min(value - low_bounds[index], high_bounds[index] - value) < 1e-3)
+    unidentified = tuple(name for name, free in zip(names, unbound, strict=True) if free)
+    # The fit's predictions are those of what gets written: parameters left out fall back to the
+    # datasheet (efficiency 1, no latency, the spec's launch cost).
+    written = solution.x.copy()
+    for index, name in enumerate(names):
+        if name in unidentified or name in at_bounds:
+            written[index] = (math.log(parts.launch_s) if name == "kernel_launch_s"
+                              else 0.0 if name.split(":")[0] in ("compute", "memory", "link") else -np.inf)
+    predicted = _predict(parts, written, design)
+    flags = tuple(f"{name} = {params[name][0]:.3g} > 1 (+/- {params[name][1]:.2g}): faster than the datasheet; "
+                  "the spec may understate this device" for name in names
+                  if name.split(":")[0] in ("compute", "memory", "link") and name not in unidentified
+                  and params[name][0] - 2 * params[name][1] > 1.0)
+    message = (f"{len(names) - len(unidentified)} of {len(names)} parameters identified"
+               + (f"; unidentified (not written): {', '.join(unidentified)}" if unidentified else ""))
     return FitResult(params=params, datasheet=datasheet, predicted_s=predicted, measured_s=measured, classes=classes,
                      names=tuple(record.name for record in records), cost=float(solution.cost),
                      heldout_median_abs_error=heldout, heldout_by_class=by_class,
-                     kfold_median_abs_error=kfold(parts, measured, seed, folds), heldout_other_seeds=tuple(others),
-                     at_bounds=at_bounds)
+                     kfold_median_abs_error=kfold(parts, measured, seed, folds, weights),
+                     heldout_other_seeds=tuple(others), at_bounds=at_bounds, unidentified=unidentified, flags=flags,
+                     success=bool(solution.success), message=message + f"; optimizer: {solution.message}")
 
 
-def _heldout_errors(parts: Components, measured: np.ndarray, train: np.ndarray, test: np.ndarray) -> np.ndarray:
-    solution, design = _solve(parts, measured, train)
+def _heldout_errors(parts: Components, measured: np.ndarray, train: np.ndarray, test: np.ndarray,
+                    weights: np.ndarray) -> np.ndarray:
+    design = _design(parts, train)
+    if design.names:
+        solution, design, _ = _solve(parts, measured, train, weights[train])
+        theta = solution.x
+    else:  # too few training measurements to bind anything: the datasheet predicts
+        theta = np.zeros(0)
     # A kind of work absent from the training half keeps its datasheet efficiency (1.0).
-    predicted = _predict(parts, *_vector_to_parts(solution.x, parts, design))
+    predicted = _predict(parts, theta, design)
     return (predicted[test] - measured[test]) / measured[test]
 
 
-def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int) -> tuple[float, dict[str, float]]:
+def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int,
+                 weights: np.ndarray | None = None) -> tuple[float, dict[str, float]]:
     """Fit on a random half of the measurements, predict the other half (stratified by class)."""
+    weights = np.ones(len(measured)) if weights is None else weights
     rng = np.random.default_rng(seed)
     train, test = [], []
     for name in sorted(set(classes)):
@@ -276,7 +435,7 @@ def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int) ->
         half = len(members) // 2
         train.extend(members[:half] if len(members) > 1 else [])
         test.extend(members[half:])
-    errors = _heldout_errors(parts, measured, np.asarray(train), np.asarray(test))
+    errors = _heldout_errors(parts, measured, np.asarray(train), np.asarray(test), weights)
     by_class = {}
     for name in sorted(set(classes)):
         selected = [abs(error) for error, index in zip(errors, test, strict=True) if classes[index] == name]
@@ -285,13 +444,15 @@ def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int) ->
     return float(np.median(np.abs(errors))), by_class
 
 
-def kfold(parts: Components, measured: np.ndarray, seed: int, folds: int) -> float | None:
+def kfold(parts: Components, measured: np.ndarray, seed: int, folds: int,
+          weights: np.ndarray | None = None) -> float | None:
     if folds < 2 or len(measured) < 2 * folds:
         return None
+    weights = np.ones(len(measured)) if weights is None else weights
     order = np.random.default_rng(seed + 1).permutation(len(measured))
     errors = []
     for fold in range(folds):
         test = order[fold::folds]
         train = np.setdiff1d(order, test)
-        errors.extend(np.abs(_heldout_errors(parts, measured, train, test)))
+        errors.extend(np.abs(_heldout_errors(parts, measured, train, test, weights)))
     return float(np.median(errors))

@@ -11,14 +11,34 @@ layer norm, softmax, scaled-dot-product attention, convolutions, chains of tiny 
 and transformer blocks. ``quick=True`` keeps a subset that runs in about a minute here. Each case is timed in several
 interleaved rounds; a record keeps the fastest round's median (interference from other tenants only
 slows a run down) and, as its spread, the range between the fastest and the slowest round.
+
+Measurement conditions, recorded in every record:
+
+* ``threads``: torch's intra-op threads (``--threads``; default all the CPUs this process may run
+  on). One thread measures a core's efficiency; all cores, the machine's (and its memory system
+  shared by all of them). The two are different calibrations: fit them separately.
+* ``allocator``: ``reused`` (default): freed blocks stay in the process (glibc ``mallopt``: no
+  trimming, no ``mmap`` below 1 GiB), so an eager op's fresh output reuses memory that is already
+  mapped: the kernel is timed, not the page faults. ``page-faulted``: glibc's default thresholds
+  (128 KiB) pinned, so every large output is ``mmap``-ed and faulted in again on each call, as an
+  allocator-cold eager run sees it. ``page_faults_per_call`` is measured (minor faults from
+  ``getrusage`` over the timed calls, the timer's own calibration runs included).
+* Noise: :func:`noise` is the median over cases of (slowest - fastest round) / fastest round;
+  ``perfmodel calibrate`` refuses data noisier than :data:`NOISE_LIMIT` unless ``--force``.
+  :func:`quantization_warning` flags spreads that sit on whole multiples of the scheduler's time
+  slice: another task took the CPU for whole slices.
 """
 
 from __future__ import annotations
 
+import gzip
+import math
 import os
 import platform
 import random
+import statistics
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 from perfmodel.errors import PerfmodelError
@@ -26,6 +46,14 @@ from perfmodel.errors import PerfmodelError
 MIN_RUN_TIME_S = 0.2
 QUICK_MIN_RUN_TIME_S = 0.05
 ROUNDS, QUICK_ROUNDS = 3, 2
+NOISE_LIMIT = 0.10  # median relative spread across rounds above which calibrate refuses (unless --force)
+# Scheduler time slice when the kernel's tick cannot be read: 1/CONFIG_HZ with HZ=250, the common
+# distribution default.
+DEFAULT_TIME_SLICE_S = 4e-3
+QUANTIZED_MIN_CASES = 5        # spreads between half a slice and QUANTIZED_MAX_SLICES needed before judging
+QUANTIZED_MAX_SLICES = 4       # larger spreads have many causes (and land near a whole number by chance)
+QUANTIZED_TOLERANCE = 0.15     # "on a slice": within 15% of a slice of a whole number of slices
+QUANTIZED_P_VALUE = 0.02       # warn when that many spreads on slices has less than a 2% chance by accident
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,21 +191,99 @@ def _cases() -> list[BenchCase]:
 # output of an eager op is freshly mapped and page-faulted (4x slower here for 64 MB outputs).
 M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
 KEEP_BYTES = 1 << 30
+GLIBC_DEFAULT_THRESHOLD_BYTES = 128 * 1024  # glibc's M_MMAP_THRESHOLD and M_TRIM_THRESHOLD defaults
+ALLOCATOR_NOTES = {"reused": "glibc mallopt: freed memory kept (no page faults on fresh outputs)",
+                   "page-faulted": "glibc mallopt: 128 KiB thresholds pinned (large outputs page-faulted on every call)"}
+
+
+def _mallopt(mmap_threshold: int, trim_threshold: int) -> bool:
+    import ctypes
+    import ctypes.util
+
+    if platform.system() != "Linux" or not ctypes.util.find_library("c"):
+        return False
+    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    if not hasattr(libc, "mallopt"):
+        return False
+    return libc.mallopt(M_MMAP_THRESHOLD, mmap_threshold) == 1 and libc.mallopt(M_TRIM_THRESHOLD, trim_threshold) == 1
 
 
 def keep_freed_memory() -> str:
     """Keep freed blocks in the process (glibc only) so kernels are timed without page faults;
     returns a note for the records (empty when not applicable)."""
-    import ctypes
-    import ctypes.util
+    return ALLOCATOR_NOTES["reused"] if _mallopt(KEEP_BYTES, 2 * KEEP_BYTES) else ""
 
-    if platform.system() != "Linux" or not ctypes.util.find_library("c"):
-        return ""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
-    if not hasattr(libc, "mallopt"):
-        return ""
-    done = libc.mallopt(M_MMAP_THRESHOLD, KEEP_BYTES) == 1 and libc.mallopt(M_TRIM_THRESHOLD, 2 * KEEP_BYTES) == 1
-    return "glibc mallopt: freed memory kept (no page faults on fresh outputs)" if done else ""
+
+def set_allocator_regime(regime: str) -> str:
+    """Put the process's allocator in ``regime`` (``reused`` or ``page-faulted``); returns the regime in
+    force ("" where glibc's mallopt is not available)."""
+    if regime not in ALLOCATOR_NOTES:
+        raise PerfmodelError(f"--allocator must be one of {', '.join(ALLOCATOR_NOTES)}, got {regime!r}")
+    if regime == "reused":
+        return regime if keep_freed_memory() else ""
+    return regime if _mallopt(GLIBC_DEFAULT_THRESHOLD_BYTES, GLIBC_DEFAULT_THRESHOLD_BYTES) else ""
+
+
+def available_cpus() -> int:
+    """CPUs this process may run on (its affinity mask), else all of the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def _minor_faults() -> int:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return 0
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def noise(records) -> float:
+    """Median over records of (slowest - fastest round) / fastest round: the data's own noise."""
+    spreads = [record.spread_s / record.duration_s for record in records if record.duration_s > 0]
+    return float(statistics.median(spreads)) if spreads else 0.0
+
+
+def scheduler_time_slice_s() -> float:
+    """1/CONFIG_HZ of the running kernel (from /boot/config-<release> or /proc/config.gz), else
+    :data:`DEFAULT_TIME_SLICE_S`."""
+    candidates = [Path(f"/boot/config-{platform.release()}"), Path("/proc/config.gz")]
+    for path in candidates:
+        try:
+            raw = path.read_bytes()
+            text = (gzip.decompress(raw) if path.suffix == ".gz" else raw).decode("utf-8", errors="replace")
+        except (OSError, EOFError):
+            continue
+        for line in text.splitlines():
+            if line.startswith("CONFIG_HZ=") and line.split("=", 1)[1].strip().isdigit():
+                return 1.0 / int(line.split("=", 1)[1])
+    return DEFAULT_TIME_SLICE_S
+
+
+def quantization_warning(records, slice_s: float | None = None) -> str | None:
+    """A warning when the spreads across rounds sit on whole multiples of the scheduler's time slice
+    (another task held the CPU for whole slices), else None.
+
+    Spreads between half a slice and :data:`QUANTIZED_MAX_SLICES` slices are tested: a spread with a
+    random phase lands within :data:`QUANTIZED_TOLERANCE` of a whole number of slices with probability
+    ``2 x QUANTIZED_TOLERANCE``; the warning comes when the count that do has a binomial tail below
+    :data:`QUANTIZED_P_VALUE`."""
+    slice_s = slice_s or scheduler_time_slice_s()
+    ratios = [record.spread_s / slice_s for record in records
+              if slice_s / 2 <= record.spread_s <= QUANTIZED_MAX_SLICES * slice_s]
+    if len(ratios) < QUANTIZED_MIN_CASES:
+        return None
+    hits = sum(abs(ratio - round(ratio)) <= QUANTIZED_TOLERANCE for ratio in ratios)
+    chance = 2 * QUANTIZED_TOLERANCE
+    tail = sum(math.comb(len(ratios), k) * chance ** k * (1 - chance) ** (len(ratios) - k)
+               for k in range(hits, len(ratios) + 1))
+    if tail >= QUANTIZED_P_VALUE:
+        return None
+    return (f"{hits} of {len(ratios)} spreads across rounds are whole multiples of the scheduler's "
+            f"time slice ({slice_s * 1e3:.0f} ms; {tail:.1%} chance by accident): other tasks preempted the "
+            "benchmark. Use fewer --threads than CPUs, or an idle machine.")
 
 
 def suite(quick: bool = False) -> list[BenchCase]:
@@ -185,9 +291,35 @@ def suite(quick: bool = False) -> list[BenchCase]:
 
 
 def run_suite(spec, *, device: str = "cpu", quick: bool = False, progress: Callable[[str], None] | None = None,
-              cases: list[BenchCase] | None = None, seed: int = 0, rounds: int | None = None):
-    """Time every case on ``device`` and return measurement records evaluated against ``spec``."""
+              cases: list[BenchCase] | None = None, seed: int = 0, rounds: int | None = None,
+              threads: int | None = None, allocator: str = "reused"):
+    """Time every case on ``device`` and return measurement records evaluated against ``spec``.
+
+    ``threads``: torch intra-op threads (default :func:`available_cpus`); ``allocator``: ``reused`` or
+    ``page-faulted`` (see the module docstring)."""
     import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise PerfmodelError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False)")
+    if device not in ("cpu", "cuda"):
+        raise PerfmodelError(f"--device must be cpu or cuda, got {device!r}")
+    threads = available_cpus() if threads is None else threads
+    if threads < 1:
+        raise PerfmodelError(f"--threads must be at least 1, got {threads}")
+    torch.manual_seed(seed)
+    random.seed(seed)
+    # On a GPU the outputs live in torch's CUDA caching allocator, which keeps freed device blocks.
+    regime = set_allocator_regime(allocator) if device == "cpu" else "reused"
+    allocator_note = ALLOCATOR_NOTES.get(regime, "") if device == "cpu" else ""
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        return _time_cases(spec, torch, device, quick, progress, cases, rounds, threads, regime, allocator_note)
+    finally:
+        torch.set_num_threads(previous_threads)
+
+
+def _time_cases(spec, torch, device, quick, progress, cases, rounds, threads, regime, allocator_note):
     import torch.utils.benchmark as benchmark
 
     from calibration.records import MeasurementRecord
@@ -195,20 +327,13 @@ def run_suite(spec, *, device: str = "cpu", quick: bool = False, progress: Calla
     from perfmodel.workload.capture import capture
     from perfmodel.workload.io import dumps
 
-    if device == "cuda" and not torch.cuda.is_available():
-        raise PerfmodelError("--device cuda: no CUDA device is available here (torch.cuda.is_available() is False)")
-    if device not in ("cpu", "cuda"):
-        raise PerfmodelError(f"--device must be cpu or cuda, got {device!r}")
-    torch.manual_seed(seed)
-    random.seed(seed)
-    allocator_note = keep_freed_memory() if device == "cpu" else ""
-    threads = torch.get_num_threads()
     if device == "cuda":
         device_name = torch.cuda.get_device_name()
     else:
         from perfmodel.hardware.detect import read_cpu_facts
 
-        device_name = f"{read_cpu_facts().model_name} ({os.cpu_count()} CPUs, {threads} threads)"
+        device_name = (f"{read_cpu_facts().model_name} ({os.cpu_count()} CPUs, {threads} thread"
+                       f"{'' if threads == 1 else 's'})")
     run_time = QUICK_MIN_RUN_TIME_S if quick else MIN_RUN_TIME_S
     rounds = max(1, rounds if rounds is not None else (QUICK_ROUNDS if quick else ROUNDS))
     chosen = cases if cases is not None else suite(quick)
@@ -220,6 +345,8 @@ def run_suite(spec, *, device: str = "cpu", quick: bool = False, progress: Calla
         prepared.append((case, module, inputs))
     medians: dict[str, list[float]] = {case.name: [] for case in chosen}
     runs: dict[str, int] = {case.name: 0 for case in chosen}
+    faults: dict[str, int] = {case.name: 0 for case in chosen}
+    calls: dict[str, int] = {case.name: 0 for case in chosen}
     # Rounds are interleaved so that a burst of load from other tenants hits one round of each case
     # rather than every round of a few cases; the fastest round is the machine's capability.
     for round_index in range(rounds):
@@ -229,9 +356,12 @@ def run_suite(spec, *, device: str = "cpu", quick: bool = False, progress: Calla
             with torch.no_grad():
                 timer = benchmark.Timer("module(*inputs)", globals={"module": module, "inputs": inputs},
                                         num_threads=threads, label=case.name)
+                before = _minor_faults()
                 measurement = timer.blocked_autorange(min_run_time=run_time)
+                faults[case.name] += _minor_faults() - before
             medians[case.name].append(measurement.median)
             runs[case.name] += len(measurement.times)
+            calls[case.name] += len(measurement.times) * measurement.number_per_run
     records = []
     for case, module, inputs in prepared:
         graph = capture(module, inputs, name=case.name).graph
@@ -245,5 +375,7 @@ def run_suite(spec, *, device: str = "cpu", quick: bool = False, progress: Calla
             tool="torch.utils.benchmark",
             tool_version="; ".join(filter(None, [f"torch {torch.__version__}", allocator_note,
                                                  f"{rounds} interleaved rounds, min of medians"])),
-            flops_source="analytic_shapes", bytes_source="model_derived", workload_json=dumps(graph, "json")))
+            flops_source="analytic_shapes", bytes_source="model_derived", workload_json=dumps(graph, "json"),
+            clock="host", threads=threads, allocator=regime,
+            page_faults_per_call=round(faults[case.name] / max(calls[case.name], 1), 3)))
     return records

@@ -33,6 +33,10 @@ def to_dict(result: FitResult, records) -> dict:
         "heldout_other_seeds": [{"seed": seed, "median_abs_error": median, "worst_class": worst, "worst_error": error}
                                 for seed, median, worst, error in result.heldout_other_seeds],
         "parameters_at_bounds": list(result.at_bounds),
+        "parameters_unidentified": list(result.unidentified),
+        "flags": list(result.flags),
+        "success": result.success,
+        "message": result.message,
         "measurement_spread_median": spread_median(records),
         "rows": [{"name": name, "class": op_class, "measured_s": float(measured), "predicted_s": float(predicted),
                   "error": float(predicted / measured - 1)}
@@ -44,7 +48,7 @@ def to_dict(result: FitResult, records) -> dict:
 def _value_text(name: str, value: float | None) -> str:
     if value is None:
         return "-"
-    if name.endswith("_s") or name.startswith("latency:"):
+    if name.endswith("_s") or name.startswith(("latency:", "memory_latency:", "collective_latency:")):
         return format_quantity(value, "seconds")
     return f"{value:.3g}"
 
@@ -57,8 +61,11 @@ def text_report(result: FitResult, records, spec: Hardware) -> str:
     lines.append(format_table(["parameter", "datasheet", "fitted", "std. error", ""],
                               [[name, _value_text(name, result.datasheet.get(name)), _value_text(name, value),
                                 _value_text(name, error),
-                                "at a bound: not identified by these data" if name in result.at_bounds else ""]
+                                "unidentified: no measurement binds it (not written)" if name in result.unidentified
+                                else "at a bound" if name in result.at_bounds else ""]
                                for name, (value, error) in result.params.items()]))
+    lines.append(result.message)
+    lines.extend(f"warning: {flag}" for flag in result.flags)
     lines.append("")
     rows = [[name, op_class, format_quantity(measured, "seconds"), format_quantity(predicted, "seconds"),
              f"{100 * (predicted / measured - 1):+.0f}%"]
@@ -109,7 +116,7 @@ def save_residual_chart(result: FitResult, path: str | Path) -> None:
 
 
 def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements: Path, output: Path,
-                     records) -> str:
+                     records, *, name: str | None = None, kind: str = "calibrated") -> str:
     """A spec that extends ``base`` (a catalog name, or a file in the output's directory)."""
     from perfmodel.hardware.loader import _catalog_index
 
@@ -119,12 +126,7 @@ def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements:
             raise PerfmodelError(f"the fitted spec must extend {base} by catalog name or sit beside it: write it into "
                                  f"{base_path.parent} or use a catalog spec")
         base = base_path.name
-    parameters = result.parameters(f"{spec.name}-fitted")
-    mode = spec.scheduling.default_mode
-    execution = spec.scheduling.modes[mode]
-    # The same order as calibration.fit.components picks the mode's per-kernel cost.
-    launch_field = ("kernel_launch" if execution.kernel_launch_s else "per_node" if execution.per_node_s
-                    else "program_launch")
+    parameters = result.parameters(name or f"{spec.name}-fitted", kind)
     url = measurements.resolve().as_uri()
     repository = Path(__file__).resolve().parent.parent
     try:
@@ -133,24 +135,41 @@ def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements:
         pass
     data = {
         "schema_version": 1,
-        "name": f"{spec.name}-fitted",
+        "name": parameters.name,
         "extends": base,
-        "description": f"{spec.description} (calibrated: {len(records)} measurements)",
+        "description": f"{spec.description} ({kind}: {len(records)} measurements)",
         "sources": {"calibration": {
             "url": url, "kind": "measured",
-            "note": (f"fitted by perfmodel calibrate on {len(records)} measurements ({records[0].tool_version}); "
-                     f"held-out median |error| {100 * (result.heldout_median_abs_error or 0):.1f}%")}},
-        "scheduling": {"modes": {mode: {launch_field: format_quantity(result.params["kernel_launch_s"][0], "seconds",
-                                                                      digits=DIGITS),
-                                        "source": "calibration"}}},
-        "efficiency": {
-            "name": parameters.name,
-            "compute": {key: float(f"{value:.{DIGITS}g}") for key, value in parameters.compute_efficiency.items()},
-            "memory": {key: float(f"{value:.{DIGITS}g}") for key, value in parameters.memory_efficiency.items()},
-            "compute_latency": {key: format_quantity(value, "seconds", digits=DIGITS)
-                                for key, value in parameters.compute_latency_s.items()},
-            "source": "calibration",
-        },
+            "note": (f"fitted by perfmodel on {len(records)} measurements ({records[0].tool_version}); "
+                     f"held-out median |error| {100 * (result.heldout_median_abs_error or 0):.1f}%"
+                     + (f"; not identified by these data, so left at the datasheet: {', '.join(result.unidentified)}"
+                        if result.unidentified else "")
+                     + (f"; at a bound of the fit, so not written: {', '.join(result.at_bounds)}"
+                        if result.at_bounds else ""))}},
     }
-    header = "# Written by 'perfmodel calibrate'. Efficiencies multiply the datasheet peaks and bandwidths.\n"
+    identified = result.identified()
+    if "kernel_launch_s" in identified:
+        mode = spec.scheduling.default_mode
+        execution = spec.scheduling.modes[mode]
+        # The same order as calibration.fit.components picks the mode's per-kernel cost.
+        launch_field = ("kernel_launch" if execution.kernel_launch_s else "per_node" if execution.per_node_s
+                        else "program_launch")
+        data["scheduling"] = {"modes": {mode: {launch_field: format_quantity(identified["kernel_launch_s"], "seconds",
+                                                                             digits=DIGITS),
+                                               "source": "calibration"}}}
+
+    def numbers(table):
+        return {key: float(f"{value:.{DIGITS}g}") for key, value in table.items()}
+
+    def seconds(table):
+        return {key: format_quantity(value, "seconds", digits=DIGITS) for key, value in table.items()}
+
+    efficiency = {"name": parameters.name, "kind": kind,
+                  "compute": numbers(parameters.compute_efficiency), "memory": numbers(parameters.memory_efficiency),
+                  "compute_latency": seconds(parameters.compute_latency_s),
+                  "memory_latency": seconds(parameters.memory_latency_s), "link": numbers(parameters.link_efficiency),
+                  "collective_latency": seconds(parameters.collective_latency_s), "source": "calibration"}
+    data["efficiency"] = {key: value for key, value in efficiency.items() if value != {}}
+    header = (f"# Written by perfmodel ({kind} parameters: 'perfmodel calibrate' or 'python -m calibration.achievable').\n"
+              "# Efficiencies multiply the datasheet peaks and bandwidths; latencies add per kernel or collective.\n")
     return header + yaml.safe_dump(data, sort_keys=False, width=120)

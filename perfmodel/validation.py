@@ -1,8 +1,9 @@
 """``perfmodel validate``: predict the published measurements the model can reproduce (edge module).
 
 Every row of ``workloads/validation/published_measurements.csv`` is either predicted, with the
-assumptions needed to reproduce it stated in ``how``, or skipped with a reason. The same datasheet
-specs serve every row; nothing is tuned to a row.
+assumptions needed to reproduce it stated in ``how``, or skipped with a reason. The same specs serve
+every row: each device's achievable overlay (fitted to published microbenchmarks, never to these
+rows) where one ships, or the datasheet specs with ``ideal=True``; nothing is tuned to a row.
 
 Conventions for reproducing rows:
 * TensorRT-LLM and gpt-fast runs use CUDA graphs (``graph`` mode); a row marked eager uses ``eager``.
@@ -106,12 +107,12 @@ def _dtypes(precision: str, system: str) -> dict | None:
     return None
 
 
-def _llm_row(row: dict, spec: str, model: str) -> tuple[float, str]:
-    from perfmodel.hardware.loader import load_hardware
+def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Parallelism, Scenario, continuous_batching_throughput, llm_predict, max_batch
     from perfmodel.llm.catalog import load_architecture
 
-    hardware, architecture = load_hardware(spec), load_architecture(model)
+    hardware, architecture = load_for_prediction(spec, ideal=ideal), load_architecture(model)
     dtypes = _dtypes(row["precision"], row["system"])
     if dtypes is None:
         raise _Skip(f"precision {row['precision']!r} cannot be mapped to dtypes")
@@ -182,12 +183,12 @@ def _groq_parallelism(architecture, hardware, scenario):
     raise _Skip("the model does not fit on any tp x pp of this system")
 
 
-def _kernel_row(row: dict, spec: str) -> tuple[float, str]:
-    from perfmodel.hardware.loader import load_hardware
+def _kernel_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline import evaluate
     from perfmodel.workload.ir import Graph, Op, TensorSpec
 
-    hardware = load_hardware(spec)
+    hardware = load_for_prediction(spec, ideal=ideal)
     workload, metric = row["workload"], row["metric"].lower()
     shape = re.search(r"(\d+)\s*x\s*(\d+)\s*x\s*(\d+)", workload)
     if "gemm" in workload.lower() and shape and "tflop" in row["unit"].lower():
@@ -233,7 +234,7 @@ class _Skip(Exception):
     pass
 
 
-def validate_row(line: int, row: dict) -> ValidationRow:
+def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
     base = dict(line=line, group=row["group"], system=row["system"], workload=row["workload"], metric=row["metric"],
                 measured=_number(row["value"]), unit=row["unit"])
     try:
@@ -248,17 +249,18 @@ def validate_row(line: int, row: dict) -> ValidationRow:
         if "training" in row["workload"].lower():
             raise _Skip("training is not modeled (inference only)")
         if row["group"] == "F":
-            predicted, how = _kernel_row(row, spec)
+            predicted, how = _kernel_row(row, spec, ideal)
         else:
             model, _ = _first(MODELS, row["workload"])
             if model is None:
                 raise _Skip("no shipped config for this model")
             if "unstated" in row["chips"].lower() and spec != "groq-lpu-v1":
                 raise _Skip("chip count not stated")
-            predicted, how = _llm_row(row, spec, model)
-        from perfmodel.hardware.loader import load_hardware
+            predicted, how = _llm_row(row, spec, model, ideal)
+        from perfmodel.hardware.loader import load_for_prediction
 
-        return ValidationRow(**base, predicted=predicted, hardware=spec, family=load_hardware(spec).family, how=how)
+        resolved = load_for_prediction(spec, ideal=ideal)
+        return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how)
     except _Skip as skip:
         return ValidationRow(**base, skipped=str(skip))
     except PerfmodelError as error:
@@ -269,7 +271,9 @@ def default_csv() -> Path:
     return data_directory("workloads") / "validation" / "published_measurements.csv"
 
 
-def validate(path: str | Path | None = None) -> list[ValidationRow]:
+def validate(path: str | Path | None = None, *, ideal: bool = False) -> list[ValidationRow]:
+    """Every row predicted (or skipped with its reason), with each device's achievable overlay where
+    one ships, or the datasheet specs with ``ideal``."""
     path = Path(path) if path else default_csv()
     with path.open(newline="", encoding="utf-8") as stream:
         reader = csv.DictReader(stream)
@@ -278,7 +282,7 @@ def validate(path: str | Path | None = None) -> list[ValidationRow]:
         missing = required - set(reader.fieldnames or [])
         if missing:
             raise PerfmodelError(f"{path}: missing column(s) {sorted(missing)}")
-        return [validate_row(number, row) for number, row in enumerate(reader, start=2)]
+        return [validate_row(number, row, ideal) for number, row in enumerate(reader, start=2)]
 
 
 def summary(rows: list[ValidationRow]) -> dict:

@@ -189,7 +189,8 @@ def test_fit_recovers_known_parameters_from_noisy_synthetic_data():
         records.append(_record(graph, seconds * math.exp(rng.normal(0, 0.03)), op_class))  # 3% noise
     result = fit(records, spec)
     assert result.params["compute:matmul:simd:fp32"][0] == pytest.approx(0.6, rel=0.1)
-    assert result.params["memory:elementwise:dram"][0] == pytest.approx(0.5, rel=0.1)
+    # Only the element-wise ops bind DRAM here, so their efficiency is the level's (memory:dram).
+    assert result.params["memory:dram"][0] == pytest.approx(0.5, rel=0.1)
     assert result.params["kernel_launch_s"][0] == pytest.approx(true_launch, rel=0.1)
     assert result.median_abs_error < 0.05
     value, error = result.params["compute:matmul:simd:fp32"]

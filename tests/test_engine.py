@@ -257,7 +257,9 @@ def test_bad_workload_file_names_file_line_and_field():
 def test_predict_cli_json_contract(capsys):
     assert main(["predict", "transformer_block", "--on", "h100-sxm,ibm-spyre", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert [item["hardware"] for item in data] == ["h100-sxm", "ibm-spyre"]
+    # H100 predictions use its achievable overlay by default; Spyre has none (datasheet).
+    assert [item["hardware"] for item in data] == ["h100-sxm-achievable", "ibm-spyre"]
+    assert [item["parameters"] for item in data] == ["achievable (h100-sxm-achievable)", "ideal (datasheet)"]
     for item in data:
         assert {"total_s", "flops_total", "time_by_bound", "ops"} <= set(item)
         op = item["ops"][0]
@@ -266,7 +268,7 @@ def test_predict_cli_json_contract(capsys):
 
 
 def test_predict_cli_what_if_and_errors(capsys):
-    assert main(["predict", "transformer_block", "--on", "h100-sxm", "--set", "memory.l2.bandwidth=55TB/s",
+    assert main(["predict", "transformer_block", "--on", "h100-sxm", "--set", "memory.hbm.bandwidth=33.5TB/s",
                  "--json"]) == 0
     faster = json.loads(capsys.readouterr().out)["total_s"]
     assert main(["predict", "transformer_block", "--on", "h100-sxm", "--json"]) == 0

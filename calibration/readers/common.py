@@ -39,7 +39,9 @@ def unit_factor(unit: str, path, row, column) -> float:
 
 
 _THOUSANDS_COMMA = re.compile(r"^-?\d{1,3}(,\d{3})+(\.\d+)?$")
-_THOUSANDS_PERIOD = re.compile(r"^-?\d{1,3}(\.\d{3})+(,\d+)?$")
+# Periods as thousands separators only where no reading as a decimal point exists: two or more groups
+# ("27.595.520") or a decimal comma after them ("1.234,5"); "14.968" is a decimal number.
+_THOUSANDS_PERIOD = re.compile(r"^-?\d{1,3}((\.\d{3}){2,}(,\d+)?|\.\d{3},\d+)$")
 
 
 def tool_number(text: str, path, row, column, *, allow_missing: bool = True) -> float:

@@ -10,6 +10,14 @@ columns are read by name and units from the units row, never by position.
 FLOPs follow the NERSC hierarchical-roofline methodology: ``add + 2 fma + mul`` thread instructions
 for fp64, fp32 and fp16, plus ``tensor_flops_per_instruction`` x ``sm__inst_executed_pipe_tensor.sum``
 when that per-architecture factor is given (512 on V100; it depends on the instruction shape elsewhere).
+Tensor-core work per dtype is read from ``sm__ops_path_tensor_src_<dtype>_dst_<dtype>[_sparsity_off].sum``
+when collected (the metrics of ncu's roofline sections on Ampere and later; [INFERRED] from public
+roofline scripts, not seen in a real CSV here), and then takes the place of the instruction count.
+
+Each record keeps the FLOPs per unit that did them in ``flops_by_engine`` (``vector:fp32`` for CUDA-core
+fp32, ``matrix:bf16`` for tensor cores in bf16); the tensor dtype of the instruction count comes from
+the kernel name (``bf16``, ``tf32``, ``fp8``, ``i8``...), else :data:`DEFAULT_TENSOR_DTYPE`. Durations
+are the kernel's device time (``clock="device"``).
 """
 
 from __future__ import annotations
@@ -17,6 +25,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from pathlib import Path
 
 from calibration.readers.common import ReaderError, fail, positive_duration, tool_number, unit_factor
@@ -25,9 +34,22 @@ from calibration.records import MeasurementRecord
 DURATION_METRICS = ("gpu__time_duration.sum", "Duration", "gpu__time_duration.avg")
 BYTE_METRICS = {"dram": ("dram__bytes.sum",), "l2": ("lts__t_bytes.sum",), "l1": ("l1tex__t_bytes.sum",)}
 DRAM_READ_WRITE = ("dram__bytes_read.sum", "dram__bytes_write.sum")
-FLOP_TERMS = {f"sm__sass_thread_inst_executed_op_{precision}{op}_pred_on.sum": (2 if op == "fma" else 1)
-              for precision in "dfh" for op in ("add", "mul", "fma")}
+PRECISION_DTYPES = {"d": "fp64", "f": "fp32", "h": "fp16"}
+FLOP_TERMS = {f"sm__sass_thread_inst_executed_op_{precision}{op}_pred_on.sum": (2 if op == "fma" else 1, dtype)
+              for precision, dtype in PRECISION_DTYPES.items() for op in ("add", "mul", "fma")}
 TENSOR_INSTRUCTIONS = "sm__inst_executed_pipe_tensor.sum"
+TENSOR_PATH = re.compile(r"^sm__ops_path_tensor_src_([a-z0-9]+)_dst_[a-z0-9]+(_sparsity_off)?\.sum$")
+# The dtype of tensor instructions counted without one: the NERSC 512-FLOP factor is V100's fp16 HMMA.
+DEFAULT_TENSOR_DTYPE = "fp16"
+# Kernel-name fragments that give the tensor-core dtype (cuBLAS/CUTLASS naming), most specific first.
+TENSOR_DTYPE_PATTERNS = (("e4m3", "fp8"), ("e5m2", "fp8"), ("fp8", "fp8"), ("f8", "fp8"), ("bf16", "bf16"),
+                         ("tf32", "tf32"), ("fp16", "fp16"), ("f16", "fp16"), ("hgemm", "fp16"), ("int8", "int8"),
+                         ("i8", "int8"), ("imma", "int8"), ("fp64", "fp64"), ("dgemm", "fp64"))
+
+
+def tensor_dtype_from_name(kernel_name: str) -> str:
+    lowered = kernel_name.lower()
+    return next((dtype for fragment, dtype in TENSOR_DTYPE_PATTERNS if fragment in lowered), DEFAULT_TENSOR_DTYPE)
 
 
 def _lines_from_header(path: Path) -> tuple[list[str], int]:
@@ -132,14 +154,28 @@ def _record(path, launch, tensor_factor, tool_version) -> MeasurementRecord:
                 levels[level] = metrics[name]
     if "dram" not in levels and all(name in metrics for name in DRAM_READ_WRITE):
         levels["dram"] = metrics[DRAM_READ_WRITE[0]] + metrics[DRAM_READ_WRITE[1]]
-    flops = math.nan
-    terms = [(metrics[name], weight) for name, weight in FLOP_TERMS.items() if name in metrics]
-    if terms:
-        flops = sum(value * weight for value, weight in terms if not math.isnan(value))
-        if tensor_factor and TENSOR_INSTRUCTIONS in metrics and not math.isnan(metrics[TENSOR_INSTRUCTIONS]):
-            flops += tensor_factor * metrics[TENSOR_INSTRUCTIONS]
+    by_engine = _flops_by_engine(launch["name"], metrics, tensor_factor)
+    flops = sum(by_engine.values()) if by_engine else math.nan
     return MeasurementRecord(
         name=launch["name"], op_class="kernel", duration_s=duration, flops=flops, bytes_by_level=levels,
         device=launch["device"], tool="nsight-compute", tool_version=tool_version,
-        flops_source="hw_counter" if terms else "unknown", bytes_source="hw_counter" if levels else "unknown",
-        source_file=str(path), source_row=launch["line"])
+        flops_source="hw_counter" if by_engine else "unknown", bytes_source="hw_counter" if levels else "unknown",
+        source_file=str(path), source_row=launch["line"], clock="device", flops_by_engine=by_engine)
+
+
+def _flops_by_engine(name: str, metrics: dict, tensor_factor) -> dict[str, float]:
+    """FLOPs per ``"<engine kind>:<dtype>"`` from the launch's counters (empty when none was collected)."""
+    by_engine: dict[str, float] = {}
+    for metric, (weight, dtype) in FLOP_TERMS.items():
+        value = metrics.get(metric, math.nan)
+        if not math.isnan(value):
+            by_engine[f"vector:{dtype}"] = by_engine.get(f"vector:{dtype}", 0.0) + weight * value
+    tensor_paths = [(TENSOR_PATH.match(metric), value) for metric, value in metrics.items()]
+    tensor_paths = [(match.group(1), value) for match, value in tensor_paths if match and not math.isnan(value)]
+    for dtype, value in tensor_paths:
+        by_engine[f"matrix:{dtype}"] = by_engine.get(f"matrix:{dtype}", 0.0) + value
+    instructions = metrics.get(TENSOR_INSTRUCTIONS, math.nan)
+    if not tensor_paths and tensor_factor and not math.isnan(instructions):
+        key = f"matrix:{tensor_dtype_from_name(name)}"
+        by_engine[key] = by_engine.get(key, 0.0) + tensor_factor * instructions
+    return by_engine

@@ -46,8 +46,8 @@ def flops_from_dims(name: str, dims) -> float:
     return math.nan
 
 
-def _events(path: Path) -> list[dict]:
-    data = load_json(path)
+def _events(path: Path, data=None) -> list[dict]:
+    data = load_json(path) if data is None else data
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
         raise ReaderError(f"{path}: no 'traceEvents' list: not a torch.profiler Chrome trace")

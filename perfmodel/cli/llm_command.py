@@ -6,7 +6,7 @@ import json
 import re
 import sys
 
-from perfmodel.cli.overrides import add_set_argument, parse_overrides
+from perfmodel.cli.overrides import add_ideal_argument, add_set_argument, parse_overrides
 from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity, parse_quantity
@@ -33,6 +33,7 @@ def register(commands) -> None:
     llm.add_argument("--max-tokens-per-step", type=int,
                      help="with --concurrency: token budget per scheduler step (chunked prefill); default unlimited")
     add_set_argument(llm)
+    add_ideal_argument(llm)
     llm.add_argument("--json", action="store_true")
     llm.set_defaults(handler=_llm)
 
@@ -48,6 +49,7 @@ def register(commands) -> None:
     size.add_argument("--kv", default=None)
     size.add_argument("--mode", choices=["eager", "graph"])
     add_set_argument(size)
+    add_ideal_argument(size)
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
 
@@ -65,12 +67,12 @@ def _parallelism(args):
 
 
 def _llm(args) -> int:
-    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Scenario, continuous_batching_throughput, llm_predict, max_batch
     from perfmodel.llm.catalog import load_architecture
 
     architecture = load_architecture(args.model)
-    hardware = load_hardware(args.on, overrides=parse_overrides(args.set) or None)
+    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     scenario = Scenario(batch=args.batch, prompt_tokens=args.prompt, generated_tokens=args.gen,
                         weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
                         activation_dtype=args.activations)
@@ -110,7 +112,7 @@ def _llm(args) -> int:
         rows.append([f"continuous batching at {args.concurrency}",
                      f"{data['continuous_batching']['tokens_per_s']:.1f} tokens/s"])
     print(f"{architecture.name} on {result.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
-          f"{result.mode} mode, {result.parameters} parameters), batch {args.batch}, prompt {args.prompt}, "
+          f"{result.mode} mode; parameters: {result.parameters}), batch {args.batch}, prompt {args.prompt}, "
           f"gen {args.gen}, weights {args.weights}")
     print(format_table(["metric", "value"], rows))
     for phase, shares in result.time_by_bound_by_phase.items():
@@ -128,17 +130,17 @@ def _rate(text: str) -> float:
 
 
 def _size(args) -> int:
-    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.llm.sizing import Targets, pareto, size_system
 
     architecture = load_architecture(args.model)
     targets = Targets(ttft_s=parse_quantity(args.ttft, "seconds"), tpot_s=parse_quantity(args.tpot, "seconds"),
                       rate_per_s=_rate(args.rate), prompt_tokens=args.prompt, generated_tokens=args.gen)
-    results = {}
+    results, parameter_sets = {}, {}
     overrides = parse_overrides(args.set) or None
     for name in [item.strip() for item in args.on.split(",") if item.strip()]:
-        hardware = load_hardware(name, overrides=overrides)
+        hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal)
         weights = args.weights
         options = size_system(architecture, hardware, targets, weight_dtype=weights, kv_dtype=args.kv or "bf16",
                               mode=args.mode) if _supports(hardware, weights) else []
@@ -146,9 +148,11 @@ def _size(args) -> int:
             alternative = "fp16" if weights == "bf16" else "bf16"
             options = size_system(architecture, hardware, targets, weight_dtype=alternative, kv_dtype=alternative,
                                   activation_dtype=alternative, mode=args.mode)
-        results[hardware.name] = options
+        results[name] = options
+        parameter_sets[name] = hardware.efficiency.label if hardware.efficiency else "ideal (datasheet)"
     if args.json:
-        print(json.dumps({name: {"best": options[0].to_dict() if options and options[0].meets_targets else None,
+        print(json.dumps({name: {"parameters": parameter_sets[name],
+                                 "best": options[0].to_dict() if options and options[0].meets_targets else None,
                                  "pareto": [o.to_dict() for o in pareto(options)],
                                  "closest": min(options, key=lambda o: o.tpot_s).to_dict() if options else None}
                           for name, options in results.items()}, indent=1))
@@ -173,6 +177,7 @@ def _size(args) -> int:
           f"gen {args.gen}")
     print(format_table(["system", "chips", "replicas x parallelism", "TTFT", "TPOT", "tokens/s", "power",
                         "USD/h", "note"], rows))
+    print("parameters: " + "; ".join(f"{name} {label}" for name, label in parameter_sets.items()))
     if front:
         print("\nPareto front (chips vs TPOT):")
         print(format_table(["system", "chips", "replicas x parallelism", "TPOT", "concurrency"], front))

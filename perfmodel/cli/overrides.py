@@ -19,3 +19,11 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
             raise PerfmodelError(f"--set {item!r}: expected FIELD=VALUE, e.g. memory.hbm.bandwidth=6.4TB/s")
         overrides[field.strip()] = value.strip()
     return overrides
+
+
+IDEAL_HELP = ("use the datasheet roofline (ideal parameters) instead of the achievable overlay fitted to published "
+              "microbenchmarks, where one ships (a100-sxm-80gb, h100-sxm, h200-sxm, b200)")
+
+
+def add_ideal_argument(parser) -> None:
+    parser.add_argument("--ideal", action="store_true", help=IDEAL_HELP)

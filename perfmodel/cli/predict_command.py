@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_set_argument, parse_overrides
+from perfmodel.cli.overrides import add_ideal_argument, add_set_argument, parse_overrides
 from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity, parse_quantity
@@ -17,6 +17,7 @@ def register(commands) -> None:
     predict.add_argument("workload", help="a workload file (YAML/JSON) or a shipped workload name")
     predict.add_argument("--on", required=True, help="spec names or paths, comma-separated")
     add_set_argument(predict)
+    add_ideal_argument(predict)
     predict.add_argument("--mode", choices=["dynamic", "graph", "static"], help="execution mode (default: the spec's)")
     predict.add_argument("--overlap", choices=["max", "sum"], default="max")
     predict.add_argument("--compiled", action="store_true",
@@ -33,19 +34,21 @@ def register(commands) -> None:
                        help="scenario axis (batch, seq, kv_len, hidden, heads, kv_heads, ffn, layers) or spec field "
                             "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
     sweep.add_argument("--mode", choices=["dynamic", "graph", "static"])
+    add_ideal_argument(sweep)
     sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet)")
     sweep.add_argument("--json", action="store_true")
     sweep.set_defaults(handler=_sweep)
 
 
 def _predict(args) -> int:
-    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline import evaluate
     from perfmodel.workload.io import load_graph
 
     graph = load_graph(args.workload)
     overrides = parse_overrides(args.set)
-    evaluations = [evaluate(graph, load_hardware(name.strip(), overrides=overrides or None), mode=args.mode,
+    evaluations = [evaluate(graph, load_for_prediction(name.strip(), overrides=overrides or None, ideal=args.ideal),
+                            mode=args.mode,
                             overlap=args.overlap, fuse=True if args.compiled else None)
                    for name in args.on.split(",") if name.strip()]
     if args.json:
@@ -60,7 +63,8 @@ def _predict(args) -> int:
         return 0
     summary = []
     for evaluation in evaluations:
-        print(f"\n{graph.name} on {evaluation.hardware} ({evaluation.mode} mode, overlap {evaluation.overlap})")
+        print(f"\n{graph.name} on {evaluation.hardware} ({evaluation.mode} mode, overlap {evaluation.overlap}, "
+              f"{evaluation.parameters} parameters)")
         ops = sorted(evaluation.ops, key=lambda op: -op.total_s)[: args.top]
         rows = [[op.name, op.kind, op.count, format_quantity(op.flops, "flops_per_s").replace("/s", ""),
                  format_quantity(op.compute_s, "seconds"), format_quantity(max(op.memory_s.values(), default=0), "seconds"),
@@ -115,13 +119,13 @@ def parse_grid(items: list[str]) -> tuple[dict, dict]:
 def _sweep(args) -> int:
     import numpy as np
 
-    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline.sweep import grid_size, sweep
     from perfmodel.workload.builders import transformer_block
     from perfmodel.yaml_source import write_text_atomically
 
     scenario, spec = parse_grid(args.grid)
-    hardware = load_hardware(args.on)
+    hardware = load_for_prediction(args.on, ideal=args.ideal)
     total = grid_size({**scenario, **spec})
     if total == 0:
         raise PerfmodelError("give at least one --grid axis, e.g. --grid batch=1,8,64")

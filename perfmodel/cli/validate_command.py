@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from perfmodel.cli.overrides import add_ideal_argument
 from perfmodel.cli.tables import format_table
 from perfmodel.jsonable import to_jsonable
 
@@ -14,6 +15,7 @@ def register(commands) -> None:
     validate.add_argument("--csv", type=Path, help="measurements CSV (default: the shipped published_measurements.csv)")
     validate.add_argument("--json", action="store_true")
     validate.add_argument("--skipped", action="store_true", help="also list the skipped rows with their reasons")
+    add_ideal_argument(validate)
     validate.set_defaults(handler=_validate)
 
 
@@ -24,7 +26,7 @@ def _short(text: str, width: int) -> str:
 def _validate(args) -> int:
     from perfmodel.validation import summary, validate
 
-    rows = validate(args.csv)
+    rows = validate(args.csv, ideal=args.ideal)
     totals = summary(rows)
     if args.json:
         print(json.dumps({"rows": [{**to_jsonable(row), "error": row.error} for row in rows], "summary": totals},
@@ -35,7 +37,10 @@ def _validate(args) -> int:
               f"{row.measured:g} {_short(row.unit, 12)}", f"{row.predicted:.4g}", f"{100 * row.error:+.0f}%",
               _short(row.how, 60)] for row in predicted]
     print(format_table(["line", "group", "spec", "workload", "metric", "measured", "predicted", "error", "how"], table))
-    print(f"\n{totals['predicted']} rows predicted, {totals['skipped']} skipped; median |error| "
+    overlays = sorted({row.hardware for row in predicted if row.hardware.endswith("-achievable")})
+    print("\nparameters: " + ("ideal (datasheet) everywhere" if args.ideal else
+                             f"achievable overlays where they ship ({', '.join(overlays)}), datasheet elsewhere"))
+    print(f"{totals['predicted']} rows predicted, {totals['skipped']} skipped; median |error| "
           f"{100 * totals['all']:.0f}%" if totals["all"] is not None else "no row predicted")
     print("median |error| by group:  " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in totals["group"].items()))
     print("median |error| by family: " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in totals["family"].items()))

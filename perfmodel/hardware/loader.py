@@ -267,6 +267,24 @@ def _problems_from_validation(error: ValidationError, merged: _Merged, file: str
     return problems
 
 
+ACHIEVABLE_SUFFIX = "-achievable"
+
+
+def achievable_name(name: str) -> str | None:
+    """The catalog name of ``name``'s achievable overlay, if one ships (None otherwise)."""
+    candidate = f"{name}{ACHIEVABLE_SUFFIX}"
+    return candidate if not name.endswith(ACHIEVABLE_SUFFIX) and candidate in _catalog_index() else None
+
+
+def load_for_prediction(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None, *,
+                        ideal: bool = False) -> model.Hardware:
+    """The spec predictions use: a catalog device's achievable overlay (efficiencies fitted to
+    published microbenchmarks) where one ships, unless ``ideal`` asks for the datasheet roofline.
+    A path, an overlay or a device without one loads as given; the result names its parameter set."""
+    overlay = None if ideal else achievable_name(str(name_or_path))
+    return load_hardware(overlay or name_or_path, overrides)
+
+
 def load_hardware(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> model.Hardware:
     """Load and validate a spec by catalog name or path; raise :class:`SpecError` listing every problem."""
     try:
@@ -365,7 +383,11 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
         efficiency = model.Parameters(name=spec.efficiency.name, compute_efficiency=dict(spec.efficiency.compute),
                                       memory_efficiency=dict(spec.efficiency.memory),
                                       scheduling_scale=spec.efficiency.scheduling_scale or 1.0,
-                                      compute_latency_s=dict(spec.efficiency.compute_latency))
+                                      compute_latency_s=dict(spec.efficiency.compute_latency),
+                                      memory_latency_s=dict(spec.efficiency.memory_latency),
+                                      link_efficiency=dict(spec.efficiency.link),
+                                      collective_latency_s=dict(spec.efficiency.collective_latency),
+                                      kind=spec.efficiency.kind)
     sources = {key: model.Source(url=value.url, kind=value.kind, note=value.note)
                for key, value in spec.sources.items()}
     alternatives = tuple(

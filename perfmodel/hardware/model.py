@@ -201,6 +201,12 @@ class Parameters:
     or ``"*"``; ``scheduling_scale`` multiplies every overhead.
     ``compute_latency_s`` (op kind -> seconds) is a fixed start-up cost of every instance of that kind
     of op, which makes the effective efficiency size-dependent: ``e(F) = e F / (F + e peak t0)``.
+    ``memory_latency_s`` (level -> seconds) does the same for memory: a kernel that moves B bytes at a
+    level takes ``latency + B / (bandwidth x e)``, a bandwidth efficiency that saturates with transfer
+    size, ``e(B) = e B / (B + e bandwidth latency)`` (small transfers never reach the stream rate).
+    Collectives are alpha-beta on each link: ``collective_latency_s`` (alpha, per collective, on top of
+    the spec's per-step latency) and ``link_efficiency`` (beta: the share of the link bandwidth the
+    collective reaches). ``kind`` names the parameter set: ideal, achievable or calibrated.
     """
 
     name: str = "datasheet"
@@ -208,6 +214,23 @@ class Parameters:
     memory_efficiency: Mapping[str, float] = field(default_factory=dict)
     scheduling_scale: float = 1.0
     compute_latency_s: Mapping[str, float] = field(default_factory=dict)
+    memory_latency_s: Mapping[str, float] = field(default_factory=dict)
+    link_efficiency: Mapping[str, float] = field(default_factory=dict)
+    collective_latency_s: Mapping[str, float] = field(default_factory=dict)
+    kind: str = "ideal"  # "ideal" (datasheet), "achievable" (fitted to published microbenchmarks), "calibrated"
+
+    @property
+    def label(self) -> str:
+        """How outputs name this parameter set: 'ideal (datasheet)', 'achievable (h100-sxm-achievable)'..."""
+        return "ideal (datasheet)" if self.kind == "ideal" else f"{self.kind} ({self.name})"
+
+    def memory_latency(self, level: str) -> float:
+        return self.memory_latency_s.get(level, self.memory_latency_s.get("*", 0.0))
+
+    def link(self, link: str) -> tuple[float, float]:
+        """(bandwidth efficiency, base latency per collective) of a link."""
+        efficiency = self.link_efficiency.get(link, self.link_efficiency.get("*", 1.0))
+        return efficiency, self.collective_latency_s.get(link, self.collective_latency_s.get("*", 0.0))
 
     def compute(self, engine: str, dtype: str, kind: str | None = None) -> float:
         table = self.compute_efficiency

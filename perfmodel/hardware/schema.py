@@ -265,10 +265,14 @@ class EfficiencySpec(Sourced):
     """Fitted efficiencies (dimensionless multipliers of the datasheet peaks and bandwidths)."""
 
     name: Text
+    kind: Literal["achievable", "calibrated"] = "calibrated"
     compute: dict[str, PositiveFloat] = {}
     memory: dict[str, PositiveFloat] = {}
     scheduling_scale: PositiveFloat | None = None
     compute_latency: dict[str, Overhead] = {}
+    memory_latency: dict[str, Overhead] = {}
+    link: dict[str, PositiveFloat] = {}
+    collective_latency: dict[str, Overhead] = {}
 
 
 class OtherValue(Strict):

@@ -61,7 +61,7 @@ class LLMResult:
     bound_by_phase: dict
     time_by_bound_by_phase: dict
     power_watts: float
-    parameters: str = "datasheet"
+    parameters: str = "ideal (datasheet)"
 
     @property
     def chips(self) -> int:
@@ -159,10 +159,10 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     decode_graphs = [stage_graph(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
     steps = [float(_phase_time(g, hardware, execution, parallelism, send_decode, state)) for g in decode_graphs]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
-    prefill_eval = to_evaluation(prefill, evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state),
-                                 "datasheet")
     middle = evaluate_arrays(decode_graphs[1], hardware, mode=execution, resident_bytes=state)
-    decode_eval = to_evaluation(decode_graphs[1], middle, middle.parameters.name)
+    prefill_eval = to_evaluation(prefill, evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state),
+                                 middle.parameters.label)
+    decode_eval = to_evaluation(decode_graphs[1], middle, middle.parameters.label)
     tokens_per_s = scenario.batch / tpot
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
@@ -171,7 +171,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         capacity_bytes=placed.capacity_bytes, fits=placed.fits, weights_streamed=placed.weights_streamed,
         bound_by_phase={"prefill": prefill_eval.bound, "decode": decode_eval.bound},
         time_by_bound_by_phase={"prefill": prefill_eval.time_by_bound, "decode": decode_eval.time_by_bound},
-        power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.name)
+        power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.label)
 
 
 def max_batch(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism) -> int:

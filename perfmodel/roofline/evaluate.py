@@ -158,12 +158,17 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     memory_s = np.stack([bytes_by_level[index] / (_as_float(level.bandwidth_bytes_per_s)
                                                    * stack([parameters.memory(level.name, op.kind) for op in graph.ops]))
                          for index, level in enumerate(levels)])
+    if parameters.memory_latency_s:
+        # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
+        memory_s = memory_s + np.stack([np.where(bytes_by_level[index] > 0, parameters.memory_latency(level.name), 0.0)
+                                        for index, level in enumerate(levels)])
     link_s = np.zeros_like(compute_s)
     for position, cost in enumerate(costs):
         if cost.link is not None:
             link = hardware.links[cost.link]
-            link_s[position] = (_as_float(cost.link_bytes) / link.bandwidth_bytes_per_s_per_direction
-                                + _as_float(cost.link_latency_s))
+            efficiency, alpha = parameters.link(cost.link)
+            link_s[position] = (_as_float(cost.link_bytes) / (link.bandwidth_bytes_per_s_per_direction * efficiency)
+                                + _as_float(cost.link_latency_s) + alpha)
 
     anchors = _as_float([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
     launches = _as_float([c.launches for c in costs]).reshape(count_column.shape) * anchors

@@ -164,7 +164,7 @@ def evaluate(graph: Graph, hardware: Hardware, *, mode: str | None = None, overl
     arrays = evaluate_arrays(graph, hardware, mode=mode, overlap=overlap, parameters=parameters, fuse=fuse)
     if arrays.total_s.ndim != 1:
         raise PerfmodelError("this workload has array-valued dimensions: use perfmodel.sweep for it")
-    return to_evaluation(graph, arrays, arrays.parameters.name)
+    return to_evaluation(graph, arrays, arrays.parameters.label)
 
 
 def to_evaluation(graph: Graph, arrays: ArrayEvaluation, parameters_name: str) -> Evaluation:

@@ -60,6 +60,21 @@ FLOPS_PER_ELEMENT_BY_OP = {
 }
 RANDOM_ELEMENTWISE_OPS = {"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand_like", "uniform_", "normal_",
                           "randn_like", "exponential_"}
+# Point-wise aten ops by name, for callers without torch's op tags (profiler traces): each carries
+# torch's ``Tag.pointwise`` (checked by the calibration tests); an in-place ``name_`` matches ``name``.
+POINTWISE_OPS = frozenset({
+    "abs", "acos", "acosh", "add", "addcdiv", "addcmul", "angle", "asin", "asinh", "atan", "atan2", "atanh",
+    "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil",
+    "celu", "clamp", "clamp_max", "clamp_min", "clip", "copysign", "cos", "cosh", "deg2rad", "digamma", "div", "elu",
+    "eq", "erf", "erfc", "erfinv", "exp", "exp2", "expm1", "floor", "fmax", "fmin", "fmod", "frac", "ge", "gelu",
+    "gelu_backward", "gt", "hardshrink", "hardsigmoid", "hardtanh", "heaviside", "hypot", "isfinite", "isinf", "isnan",
+    "le", "leaky_relu", "lerp", "lgamma", "log", "log10", "log1p", "log2", "logaddexp", "logical_and", "logical_not",
+    "logical_or", "logical_xor", "logit", "lt", "masked_fill", "maximum", "minimum", "mish", "mul", "nan_to_num",
+    "ne", "neg", "pow", "reciprocal", "relu", "relu6", "remainder", "round", "rsqrt", "rsub", "selu", "sgn",
+    "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sin", "sinc", "sinh", "softplus", "softshrink",
+    "sqrt", "square", "sub", "tan", "tanh", "tanh_backward", "threshold", "threshold_backward", "true_divide",
+    "trunc", "where", "xlogy",
+})
 FREE_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
             "squeeze", "as_strided", "detach", "alias", "lift_fresh", "unflatten", "flatten", "split", "split_with_sizes",
             "unbind", "chunk", "narrow", "view_as", "expand_as", "_reshape_alias", "numpy_T", "diagonal", "unfold",
@@ -105,42 +120,77 @@ def matmul_class_flops(graph: Graph) -> float:
     return total
 
 
+def classify_aten(name: str, input_shapes: Sequence[Sequence[int]], output_shapes: Sequence[Sequence[int]] = (), *,
+                  pointwise: bool | None = None, transposed: bool | None = None,
+                  causal: bool = False) -> tuple[str, dict]:
+    """Kind and canonical attributes of one aten op, from its name and shapes: the op table shared by
+    :func:`capture` (shapes of real/fake tensors) and the calibration readers (``Input Dims`` of a
+    profiler trace). Needs no torch.
+
+    ``input_shapes``: the shapes of the op's top-level tensor arguments, in argument order (``addmm``:
+    bias, a, b); ``output_shapes``: of its outputs (convolutions read their spatial size there).
+    ``pointwise``: whether the op is point-wise (capture passes torch's ``Tag.pointwise``); ``None``
+    looks the name up in :data:`POINTWISE_OPS`. ``transposed`` (convolutions): ``None`` guesses from
+    the name. ``causal``: the attention's ``is_causal`` flag."""
+    shapes = [tuple(int(dim) for dim in shape) for shape in input_shapes]
+    kind = aten_kind(name, pointwise)
+    if kind == "matmul":
+        a, b = (shapes[1], shapes[2]) if name in ("addmm", "baddbmm") else (shapes[0], shapes[1])
+        batch = _prod(a[:-2]) if len(a) > 2 else 1
+        if name == "linear":  # weight is (out_features, in_features)
+            n = b[0] if len(b) > 1 else 1
+        else:
+            n = b[-1] if len(b) > 1 else 1
+        return kind, {"m": a[-2] if len(a) > 1 else 1, "n": n, "k": a[-1], "batch": batch}
+    if kind == "conv":
+        x, w = shapes[0], shapes[1]
+        transposed = "transpose" in name if transposed is None else transposed
+        spatial = x[2:] if transposed else tuple(output_shapes[0])[2:]
+        return kind, {"m": x[0] * _prod(spatial), "n": w[0], "k": _prod(w[1:]), "transposed": transposed}
+    if kind == "attention":
+        return kind, attention_attrs(shapes[0], shapes[1], causal)
+    if kind == "norm":
+        return kind, {"norm": NORM_OPS[name]}
+    if kind == "elementwise":
+        per_element = FLOPS_PER_ELEMENT_BY_OP.get(name.rstrip("_"))
+        return kind, {} if per_element is None else {"flops_per_element": per_element}
+    return kind, {}
+
+
+def aten_kind(name: str, pointwise: bool | None = None) -> str:
+    """The op kind of an aten op from its name (see :func:`classify_aten` for ``pointwise``)."""
+    for kind, names in (("matmul", MATMUL_OPS), ("conv", CONV_OPS), ("attention", ATTENTION_OPS),
+                        ("softmax", SOFTMAX_OPS), ("norm", NORM_OPS), ("reduction", REDUCTION_OPS),
+                        ("embedding", GATHER_OPS), ("copy", COPY_OPS)):
+        if name in names:
+            return kind
+    if pointwise is None:
+        pointwise = name in POINTWISE_OPS or name.rstrip("_") in POINTWISE_OPS
+    return "elementwise" if pointwise or name in RANDOM_ELEMENTWISE_OPS else "other"
+
+
+def aten_op(name: str, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], *, op_name: str | None = None,
+            pointwise: bool | None = None, transposed: bool | None = None, causal: bool = False) -> Op:
+    """The IR op of one aten call (``name`` without the ``aten::`` prefix), priced by the same table as a
+    capture (:func:`classify_aten`); an attention keeps only its first output, as in a capture."""
+    kind, attrs = classify_aten(name, [tensor.shape for tensor in inputs], [tensor.shape for tensor in outputs],
+                                pointwise=pointwise, transposed=transposed, causal=causal)
+    if kind == "attention":
+        outputs = tuple(outputs)[:1]
+    return Op(name=op_name or name, kind=kind, inputs=tuple(inputs), outputs=tuple(outputs), attrs=attrs,
+              provenance=f"aten.{name}")
+
+
 def _classify(name: str, func, args, outputs) -> tuple[str, dict]:
-    """Kind and canonical attributes of one aten op."""
+    """Kind and canonical attributes of one dispatched aten op (see :func:`classify_aten`)."""
     import torch
 
     tensors = [a for a in args if isinstance(a, torch.Tensor)]
-    if name in MATMUL_OPS:
-        if name in ("addmm", "baddbmm"):
-            a, b = tensors[1], tensors[2]
-        else:
-            a, b = tensors[0], tensors[1]
-        batch = _prod(a.shape[:-2]) if a.dim() > 2 else 1
-        return "matmul", {"m": int(a.shape[-2]) if a.dim() > 1 else 1, "n": int(b.shape[-1]), "k": int(a.shape[-1]),
-                          "batch": batch}
-    if name in CONV_OPS:
-        x, w = tensors[0], tensors[1]
-        transposed = bool(args[6]) if name == "convolution" and len(args) > 6 else "transpose" in name
-        out = outputs[0]
-        spatial = x.shape[2:] if transposed else out.shape[2:]
-        return "conv", {"m": int(x.shape[0]) * _prod(spatial), "n": int(w.shape[0]), "k": _prod(w.shape[1:]),
-                        "transposed": transposed}
-    if name in ATTENTION_OPS:
-        return "attention", attention_attrs(tensors[0], tensors[1], _causal_flag(func, args))
-    if name in SOFTMAX_OPS:
-        return "softmax", {}
-    if name in NORM_OPS:
-        return "norm", {"norm": NORM_OPS[name]}
-    if name in REDUCTION_OPS:
-        return "reduction", {}
-    if name in GATHER_OPS:
-        return "embedding", {}
-    if name in COPY_OPS:
-        return "copy", {}
-    if torch.Tag.pointwise in getattr(func, "tags", ()) or name in RANDOM_ELEMENTWISE_OPS:
-        per_element = FLOPS_PER_ELEMENT_BY_OP.get(name.rstrip("_"))
-        return "elementwise", {} if per_element is None else {"flops_per_element": per_element}
-    return "other", {}
+    transposed = bool(args[6]) if name == "convolution" and len(args) > 6 else None
+    causal = _causal_flag(func, args) if name in ATTENTION_OPS else False
+    return classify_aten(name, [tuple(t.shape) for t in tensors], [tuple(t.shape) for t in outputs],
+                         pointwise=torch.Tag.pointwise in getattr(func, "tags", ()), transposed=transposed,
+                         causal=causal)
 
 
 def _causal_flag(func, args) -> bool:
@@ -152,10 +202,12 @@ def _causal_flag(func, args) -> bool:
 
 
 def attention_attrs(query, key, causal: bool) -> dict:
-    batch = _prod(query.shape[:-3]) if query.dim() > 3 else 1
-    return {"batch": batch, "heads": int(query.shape[-3]) if query.dim() > 2 else 1,
-            "kv_heads": int(key.shape[-3]) if key.dim() > 2 else 1, "seq_q": int(query.shape[-2]),
-            "seq_kv": int(key.shape[-2]), "head_dim": int(query.shape[-1]), "causal": causal,
+    """Attributes of an attention from the query and key shapes (tensors or shape tuples)."""
+    query, key = tuple(getattr(query, "shape", query)), tuple(getattr(key, "shape", key))
+    batch = _prod(query[:-3]) if len(query) > 3 else 1
+    return {"batch": batch, "heads": int(query[-3]) if len(query) > 2 else 1,
+            "kv_heads": int(key[-3]) if len(key) > 2 else 1, "seq_q": int(query[-2]),
+            "seq_kv": int(key[-2]), "head_dim": int(query[-1]), "causal": causal,
             "implementation": "flash"}
 
 

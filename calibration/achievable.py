@@ -1,0 +1,221 @@
+"""Achievable overlays: the datasheet specs' efficiencies fitted to published microbenchmarks.
+
+``calibration/data/published/`` holds kernel-level measurements others published (matmul TFLOP/s by
+shape, bandwidth by working set and level, collective bandwidth by message size, FlashAttention
+TFLOP/s). Each row becomes one measurement record whose graph is the one op it measured, so the same
+fit as ``perfmodel calibrate`` (:func:`calibration.fit.fit`: prior toward the datasheet,
+identifiability, held-out error per class) turns them into an overlay spec
+``hardware_specs/gpu/<name>-achievable.yaml`` that ``extends`` the datasheet spec. Predictions use the
+overlay by default where one ships (``--ideal`` gives the datasheet roofline).
+
+Only microbenchmarks are used here; end-to-end application rows (LLM throughput, latency) are for
+validation only and never fit anything.
+
+Conventions for turning a published row into an op (device time only: the tables time kernels
+back to back, so the host's launch cost and the CUDA-graph node gap are not charged):
+* matmul: one (batch x) m x n x k product in the row's dtype (fp8 writes bf16); time = FLOPs / rate.
+* hbm rows: a read-only stream of the working set (``bytes``) from HBM, with no cache reuse (the
+  working set is at least twice the L2); time = volume / bandwidth, volume = the bytes the kernel
+  moves (streams x buffer for the STREAM-like kernels).
+* l2 rows: the same stream with a working set that fits the L2 (served from it by the warm-cache
+  rule). l1 rows are left out: the spec's innermost level is the shared-memory scratchpad, which a
+  cache benchmark does not exercise as such.
+* collectives: the op on ``gpus`` ranks over the spec's scale-up link; time from ``time_s``, or
+  message / algorithm bandwidth, or message x factor / bus bandwidth (nccl-tests conventions).
+* attention: forward FlashAttention rows (fwd+bwd and bwd rows need a backward model) with the
+  row's batch, heads, sequence length, head dim and causal flag; time = FLOPs as the benchmark
+  counts them / rate.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibration.published import load_published
+from calibration.records import MeasurementRecord
+from perfmodel.hardware.model import Hardware
+from perfmodel.workload.io import dumps
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+OVERLAYS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
+# H100 SXM and H200 are the same GH100 die at the same clocks (H200 changes only the HBM): on-die
+# measurements (matmul, attention, L2 streams) of either serve both, as the family's shared data;
+# HBM streams and collectives (which depend on the memory and the system) stay per device.
+SAME_DIE = {"h100-sxm": ("h100-sxm", "h200-sxm"), "h200-sxm": ("h200-sxm", "h100-sxm")}
+PATTERN_STREAMS = {"read": (1, 0), "init": (0, 1), "scale": (1, 1), "triad": (2, 1), "stencil3pt": (1, 1),
+                   "stencil5pt": (1, 1), "copy": (1, 1), "write": (0, 1)}
+BUS_FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (p - 1) / p,
+              "reduce_scatter": lambda p: (p - 1) / p, "all_to_all": lambda p: (p - 1) / p}
+ATTENTION_FORWARD_MATMULS = 4  # FlashAttention's benchmark counts 4 * b * s^2 * h * d for the forward
+
+
+@dataclass(frozen=True, kw_only=True)
+class Rows:
+    records: list[MeasurementRecord]
+    skipped: dict[str, int]
+
+
+def _record(name: str, op_class: str, duration_s: float, op: Op, row: dict, device: str) -> MeasurementRecord:
+    return MeasurementRecord(
+        name=name, op_class=op_class, duration_s=duration_s, device=device, tool=row["tool"],
+        tool_version=row["version"], flops_source="analytic_shapes", bytes_source="model_derived",
+        source_file=row["url"], source_row=row["line"], workload_json=dumps(Graph(name=name, ops=[op]), "json"))
+
+
+def _matmul(row: dict, device: str) -> MeasurementRecord | None:
+    dtype, batch, m, n, k = row["dtype"], row["batch"], row["m"], row["n"], row["k"]
+    flops = 2.0 * batch * m * n * k
+    duration = row["time_s"] if row.get("time_s") else flops / (row["measured_tflops"] * 1e12)
+    output = "bf16" if dtype == "fp8" else dtype
+    a_shape, b_shape, c_shape = ((batch, m, k), (batch, k, n), (batch, m, n)) if batch > 1 else ((m, k), (k, n), (m, n))
+    operands = (TensorSpec(shape=a_shape, dtype=dtype), TensorSpec(shape=b_shape, dtype=dtype))
+    op = Op(name="mm", kind="matmul", inputs=operands,
+            outputs=(TensorSpec(shape=c_shape, dtype=output),),
+            attrs={"m": m, "n": n, "k": k, "batch": batch, "dtype": dtype})
+    return _record(f"matmul_{dtype}_{batch}x{m}x{n}x{k}", f"matmul:{dtype}", duration, op, row, device)
+
+
+def _stream(row: dict, device: str, hardware: Hardware) -> MeasurementRecord | None:
+    level = row["level"]
+    if level == "l1" or row["pattern"] not in PATTERN_STREAMS:
+        return None
+    reads, writes = PATTERN_STREAMS[row["pattern"]]
+    streams = reads + writes
+    volume = float(row["bytes"])
+    buffer_elements = max(int(volume / streams / 4), 1)
+    role = "weight" if level == "hbm" else "activation"  # hbm: no cache reuse; l2: served by the warm cache
+    tensor = TensorSpec(shape=(buffer_elements,), dtype="fp32", role=role)
+    sink = TensorSpec(shape=(1,), dtype="fp32")
+    op = Op(name="stream", kind="elementwise", inputs=(tensor,) * reads or (sink,),
+            outputs=(tensor,) * writes if writes else (sink,), attrs={"flops_per_element": 0})
+    duration = volume / row["measured_bytes_per_s"]
+    return _record(f"stream_{level}_{row['pattern']}_{int(volume)}", f"stream:{level}", duration, op, row, device)
+
+
+def _collective(row: dict, device: str, hardware: Hardware) -> MeasurementRecord | None:
+    collective, ranks, message = row["collective"], int(row["gpus"]), float(row["message_bytes"])
+    if ranks < 2:
+        return None
+    if row.get("time_s"):
+        duration = row["time_s"]
+    elif row.get("alg_bytes_per_s"):
+        duration = message / row["alg_bytes_per_s"]
+    else:
+        duration = message * BUS_FACTOR[collective](ranks) / row["bus_bytes_per_s"]
+    link = next(link.name for link in hardware.links.values() if link.kind == "chip_to_chip")
+    op = Op(name="collective", kind="collective", attrs={"collective": collective, "bytes": message,
+                                                         "group_size": ranks, "dtype": "fp32", "link": link})
+    return _record(f"{collective}_{ranks}x_{int(message)}", f"collective:{collective}", duration, op, row, device)
+
+
+def _attention(row: dict, device: str) -> MeasurementRecord | None:
+    if row["direction"] != "fwd":
+        return None
+    batch, heads, seq, head_dim, causal = row["batch"], row["heads"], row["seq_len"], row["head_dim"], row["causal"]
+    counted = ATTENTION_FORWARD_MATMULS * batch * seq * seq * heads * head_dim / (2 if causal else 1)
+    duration = counted / (row["measured_tflops"] * 1e12)
+    tensor = TensorSpec(shape=(batch, heads, seq, head_dim), dtype=row["dtype"])
+    op = Op(name="sdpa", kind="attention", inputs=(tensor, tensor, tensor), outputs=(tensor,),
+            attrs={"batch": batch, "heads": heads, "kv_heads": heads, "seq_q": seq, "seq_kv": seq,
+                   "head_dim": head_dim, "causal": causal, "implementation": "flash", "dtype": row["dtype"]})
+    name = f"attention_{row['implementation']}_{batch}x{heads}x{seq}x{head_dim}{'_causal' if causal else ''}"
+    return _record(name, "attention", duration, op, row, device)
+
+
+def published_records(overlay: str, hardware: Hardware) -> Rows:
+    """Every published row usable for ``overlay``, as measurement records."""
+    die = SAME_DIE.get(overlay, (overlay,))
+    records, skipped = [], {}
+
+    def keep(record, reason: str) -> None:
+        if record is None:
+            skipped[reason] = skipped.get(reason, 0) + 1
+        elif math.isfinite(record.duration_s):
+            records.append(record)
+
+    for row in load_published("matmul"):
+        if row["device"] in die:
+            supported = any(row["dtype"] in engine.peak_flops_per_s for engine in hardware.compute.values())
+            keep(_matmul(row, row["device"]) if supported else None, f"matmul dtype {row['dtype']} has no peak")
+    for row in load_published("memory_bandwidth"):
+        if row["device"] == overlay or (row["device"] in die and row["level"] != "hbm"):
+            keep(_stream(row, row["device"], hardware), "l1 rows (no such level in the spec)")
+    for row in load_published("collectives"):
+        if row["device"] == overlay:  # collectives depend on the system's links: the device's own rows only
+            keep(_collective(row, row["device"], hardware), "collectives on one rank")
+    for row in load_published("attention"):
+        if row["device"] in die:
+            keep(_attention(row, row["device"]), "attention backward rows (no backward model yet)")
+    return Rows(records=records, skipped=skipped)
+
+
+def device_time_hardware(hardware: Hardware) -> Hardware:
+    """The spec with no host cost in graph mode: published kernel tables time the kernels alone."""
+    import dataclasses
+
+    execution = hardware.scheduling.modes["graph"]
+    device_only = dataclasses.replace(execution, program_launch_s=0.0, per_node_s=0.0)
+    scheduling = dataclasses.replace(hardware.scheduling, modes={**hardware.scheduling.modes, "graph": device_only})
+    return dataclasses.replace(hardware, scheduling=scheduling)
+
+
+def fit_overlay(overlay: str, *, seed: int = 0):
+    """Fit ``overlay``'s achievable parameters; returns (FitResult, records, datasheet spec, skipped)."""
+    from calibration.fit import fit
+    from perfmodel.hardware.loader import load_hardware
+
+    spec = load_hardware(overlay)
+    rows = published_records(overlay, spec)
+    result = fit(rows.records, device_time_hardware(spec), mode="graph", seed=seed)
+    return result, rows.records, spec, rows.skipped
+
+
+def write_overlay(overlay: str, directory: Path, *, seed: int = 0) -> tuple[Path, str]:
+    """Write ``<overlay>-achievable.yaml`` into ``directory``; return its path and the fit report."""
+    from calibration.report import fitted_spec_yaml, text_report
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.yaml_source import write_text_atomically
+
+    result, records, spec, skipped = fit_overlay(overlay, seed=seed)
+    name = f"{overlay}-achievable"
+    output = directory / f"{name}.yaml"
+    data_directory = Path(__file__).resolve().parent / "data" / "published"
+    text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name, kind="achievable")
+    write_text_atomically(output, text)
+    load_hardware(output)  # the overlay must load like any spec
+    report = text_report(result, records, spec)
+    if skipped:
+        report += "\nskipped rows: " + ", ".join(f"{count} x {reason}" for reason, count in skipped.items())
+    return output, report
+
+
+def main(argv=None) -> int:
+    """``python -m calibration.achievable [--write DIR] [OVERLAY ...]``: fit and print the reports."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m calibration.achievable", description=main.__doc__)
+    parser.add_argument("overlays", nargs="*", default=list(OVERLAYS))
+    parser.add_argument("--write", type=Path, help="directory for the <name>-achievable.yaml overlays")
+    parser.add_argument("--reports", type=Path, help="directory for the fit reports (<name>-achievable.txt)")
+    args = parser.parse_args(argv)
+    from perfmodel.yaml_source import write_text_atomically
+
+    for overlay in args.overlays:
+        if args.write:
+            path, report = write_overlay(overlay, args.write)
+            print(f"wrote {path}")
+        else:
+            result, records, spec, _ = fit_overlay(overlay)
+            from calibration.report import text_report
+
+            report = text_report(result, records, spec)
+        if args.reports:
+            write_text_atomically(args.reports / f"{overlay}-achievable.txt", report + "\n")
+        print(report.split("\n\nmeasurement")[0])
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
