@@ -168,13 +168,11 @@ def streaming_bytes(op: Op, context: CostContext) -> tuple[Any, ...]:
 
 def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, batch,
                  a_bytes_per_element: float, b_bytes_per_element: float, c_bytes_per_element: float,
-                 a_compulsory_elements=None, kernel: KernelShape | None = None) -> tuple[Any, ...]:
+                 a_compulsory_elements=None) -> tuple[Any, ...]:
     """Bytes per level for a (batched) tiled product; ``a_compulsory_elements`` replaces m*k for
     convolutions, whose im2col matrix re-reads each input element kernel-size times from on chip.
-    With a ``kernel``, the innermost level feeds that kernel's ``m x n`` output tile, re-reading A once
-    per column of tiles and B once per row of tiles (small tiles re-read their operands more often,
-    which is why a big GEMM does not take the small-M kernel); outer levels reuse what the next level
-    inward holds."""
+    Each level reuses what the next level inward holds (the innermost: the engine's accumulator tile);
+    ``select_kernel`` replaces the innermost level's traffic for declared kernels."""
     hardware = context.hardware
     result = []
     for index, level in enumerate(hardware.memory):
@@ -182,9 +180,7 @@ def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, b
             result.append(off_device_bytes(op, context))
             continue
         capacity = inner_capacity_bytes(hardware, index, engine)
-        if index == 0 and kernel is not None:  # the innermost level feeds the kernel's own output tile
-            reads_a, reads_b, writes_c = tile_elements_moved(m, n, k, kernel.m, kernel.n)
-        elif capacity is None:
+        if capacity is None:
             reads_a, reads_b, writes_c = m * k, k * n, m * n
         else:
             element_bytes = max(a_bytes_per_element, b_bytes_per_element, c_bytes_per_element)
@@ -206,6 +202,15 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim, bytes_per_e
 
 
 # -------------------------------------------------------------------------------------- padding
+def _executed_flops(units: int, m, n, k, batch, tile_m, tile_n, tile_k, split_k):
+    tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / tile_m), np.ceil(np.asarray(n, dtype=float) / tile_n)
+    k_blocks = np.ceil(np.asarray(k, dtype=float) / tile_k)
+    tiles = batch * tiles_m * tiles_n
+    split = np.where(split_k, np.clip(np.floor(units / tiles), 1.0, k_blocks), 1.0)
+    waves = np.ceil(tiles * split / units)
+    return C.FLOPS_PER_FMA * waves * units * tile_m * tile_n * np.ceil(k_blocks / split) * tile_k
+
+
 def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch, kernel: KernelShape | None = None):
     """FLOPs the engine actually performs with ``kernel`` (default: the engine's first candidate):
     dims padded to its tile, tiles quantized into waves over the units. When there are fewer output
@@ -217,12 +222,8 @@ def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch, kernel: KernelS
         kernel = candidates[0] if candidates else None
     if kernel is None:
         return C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
-    tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / kernel.m), np.ceil(np.asarray(n, dtype=float) / kernel.n)
-    k_blocks = np.ceil(np.asarray(k, dtype=float) / kernel.k)
-    tiles = batch * tiles_m * tiles_n
-    split = np.clip(np.floor(engine.units / tiles), 1.0, k_blocks) if kernel.split_k else 1.0
-    waves = np.ceil(tiles * split / engine.units)
-    return C.FLOPS_PER_FMA * waves * engine.units * kernel.m * kernel.n * np.ceil(k_blocks / split) * kernel.k
+    executed = _executed_flops(engine.units, m, n, k, batch, kernel.m, kernel.n, kernel.k, kernel.split_k)
+    return executed if np.ndim(executed) else float(executed)
 
 
 def _attr(op: Op, name: str, default=None):
@@ -249,44 +250,82 @@ def _bytes_per_element(op: Op, slot: int, group: str = "inputs") -> float:
     return get_dtype(tensor.dtype).bytes_per_element
 
 
-def _datasheet_time(hardware: Hardware, engine: ComputeEngine, peak_dtype: str, executed, traffic):
-    """max(compute, memory at every level) at datasheet rates: how a kernel heuristic ranks candidates."""
-    times = [np.asarray(executed, dtype=float) / engine.peak_flops_per_s[peak_dtype]]
-    times += [np.asarray(moved, dtype=float) / level.bandwidth_bytes_per_s
-              for moved, level in zip(traffic, hardware.memory, strict=True)]
-    return np.maximum.reduce(np.broadcast_arrays(*times))
-
-
 def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtype: str, m, n, k, batch,
                   bytes_per_element: tuple[float, float, float], a_compulsory_elements=None):
-    """Price the product with every candidate kernel of the engine and keep the fastest (per sweep
-    point), as cuBLAS/CUTLASS heuristics and XLA's autotuner do: a batch-1 GEMV takes the small-M
-    kernel and stays memory-bound instead of being padded into a 128-row tile.
-    Returns (executed FLOPs, bytes per level, kernel name)."""
-    candidates = engine.kernel_candidates or (None,)
+    """Price the product with every candidate kernel of the engine and keep the fastest at datasheet
+    rates (per sweep point), as cuBLAS/CUTLASS heuristics and XLA's autotuner do: a batch-1 GEMV takes
+    the small-M kernel and stays memory-bound instead of being padded into a 128-row tile.
+    Declared kernels are output-stationary tiles (GPU CTAs) whose operands the innermost level re-feeds
+    per tile; an engine's native tile alone (a weight-stationary systolic array: TPU MXU, Groq, Spyre)
+    keeps the accumulator-capacity reuse model. Levels outside the innermost do not depend on the
+    kernel. The candidates are priced at once, as arrays. Returns (executed FLOPs, bytes per level,
+    kernel name)."""
+    hardware = context.hardware
+    traffic = _tiled_bytes(op, context, engine, m, n, k, batch, *bytes_per_element,
+                           a_compulsory_elements=a_compulsory_elements)
+    candidates = engine.kernel_candidates
+    if not engine.kernels:
+        native = candidates[0] if candidates else None
+        return executed_matmul_flops(engine, m, n, k, batch, native), traffic, native.name if native else None
+    # Sweep points come from the op's dimensions and from array-valued spec fields (bandwidth, peak).
+    levels = hardware.memory
+    shape = np.broadcast_shapes(*(np.shape(value) for value in (m, n, k, batch, *traffic,
+                                                                engine.peak_flops_per_s[peak_dtype])),
+                                *(np.shape(level.bandwidth_bytes_per_s) for level in levels))
+    if not shape:
+        return _select_kernel_scalar(hardware, engine, peak_dtype, candidates, float(m), float(n), float(k),
+                                     float(batch), bytes_per_element, a_compulsory_elements, traffic)
+    column = (len(candidates),) + (1,) * len(shape)
+
+    def per_kernel(values):
+        return np.asarray(values, dtype=float).reshape(column)
+
+    tile_m, tile_n, tile_k = (per_kernel([getattr(kernel, dim) for kernel in candidates]) for dim in "mnk")
+    splits = np.asarray([kernel.split_k for kernel in candidates]).reshape(column)
+    executed = _executed_flops(engine.units, m, n, k, batch, tile_m, tile_n, tile_k, splits)
+    a_bytes, b_bytes, c_bytes = bytes_per_element
+    reads_a, reads_b, writes_c = tile_elements_moved(m, n, k, tile_m, tile_n)
+    if a_compulsory_elements is not None:
+        reads_a = reads_a * (a_compulsory_elements / (np.asarray(m, dtype=float) * k))
+    inner = batch * (reads_a * a_bytes + reads_b * b_bytes + writes_c * c_bytes) * _granule_factor(
+        hardware, 0, k, a_bytes)
+    outer = [np.asarray(moved, dtype=float) / level.bandwidth_bytes_per_s
+             for moved, level in zip(traffic[1:], levels[1:], strict=True)]
+    time = np.maximum.reduce(np.broadcast_arrays(executed / engine.peak_flops_per_s[peak_dtype],
+                                                 inner / levels[0].bandwidth_bytes_per_s, *outer))
+    best = np.argmin(time, axis=0)[None]
+    chosen_executed = np.take_along_axis(np.broadcast_to(executed, time.shape), best, axis=0)[0]
+    chosen_inner = np.take_along_axis(np.broadcast_to(inner, time.shape), best, axis=0)[0]
+    names = np.asarray([kernel.name for kernel in candidates])[best[0]]
+    if not shape:
+        return float(chosen_executed), (float(chosen_inner), *traffic[1:]), str(names)
+    return chosen_executed, (chosen_inner, *traffic[1:]), names
+
+
+def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype: str, candidates, m: float, n: float,
+                          k: float, batch: float, bytes_per_element, a_compulsory_elements, traffic):
+    """``select_kernel`` for one point, in plain floats (a graph of scalar ops prices ~10x faster so)."""
+    a_bytes, b_bytes, c_bytes = bytes_per_element
+    levels = hardware.memory
+    outer = max((float(moved) / level.bandwidth_bytes_per_s for moved, level in zip(traffic[1:], levels[1:],
+                                                                                      strict=True)), default=0.0)
+    granule = float(_granule_factor(hardware, 0, k, a_bytes))
+    a_scale = 1.0 if a_compulsory_elements is None else float(a_compulsory_elements) / (m * k)
+    peak, inner_bandwidth = engine.peak_flops_per_s[peak_dtype], levels[0].bandwidth_bytes_per_s
     best = None
     for kernel in candidates:
-        executed = executed_matmul_flops(engine, m, n, k, batch, kernel)
-        # Declared kernels are output-stationary tiles (GPU CTAs) whose operands are re-read per tile;
-        # an engine's native tile alone (a weight-stationary systolic array: TPU MXU, Groq, Spyre)
-        # keeps the accumulator-capacity reuse model.
-        traffic = _tiled_bytes(op, context, engine, m, n, k, batch, *bytes_per_element,
-                               a_compulsory_elements=a_compulsory_elements, kernel=kernel if engine.kernels else None)
-        time = _datasheet_time(context.hardware, engine, peak_dtype, executed, traffic)
-        name = kernel.name if kernel is not None else None
-        if best is None:
-            best = (time, executed, traffic, name)
-            continue
-        better = time < best[0]
-        if not np.ndim(better):
-            if better:
-                best = (time, executed, traffic, name)
-            continue
-        best = (np.where(better, time, best[0]), np.where(better, executed, best[1]),
-                tuple(np.where(better, new, old) for new, old in zip(traffic, best[2], strict=True)),
-                np.where(better, name, best[3]))
+        tiles = batch * math.ceil(m / kernel.m) * math.ceil(n / kernel.n)
+        k_blocks = math.ceil(k / kernel.k)
+        split = min(max(math.floor(engine.units / tiles), 1.0), k_blocks) if kernel.split_k else 1.0
+        waves = math.ceil(tiles * split / engine.units)
+        executed = C.FLOPS_PER_FMA * waves * engine.units * kernel.m * kernel.n * math.ceil(k_blocks / split) * kernel.k
+        inner = batch * (m * k * math.ceil(n / kernel.n) * a_scale * a_bytes + k * n * math.ceil(m / kernel.m) * b_bytes
+                         + m * n * c_bytes) * granule
+        time = max(executed / peak, inner / inner_bandwidth, outer)
+        if best is None or time < best[0]:
+            best = (time, executed, inner, kernel.name)
     assert best is not None
-    return best[1], best[2], best[3]
+    return best[1], (best[2], *traffic[1:]), best[3]
 
 
 def dequantize_flops(op: Op, weight_elements):
