@@ -84,3 +84,21 @@ def test_bad_input_exits_2_without_traceback(capsys, argv, fragment):
     assert code == 2
     assert fragment in err and "Traceback" not in err
     assert err.startswith("perfmodel: error:")
+
+
+def test_models_and_workloads_list_and_names_in_any_case(capsys):
+    import json
+
+    from perfmodel.cli import main
+    from perfmodel.llm.catalog import load_architecture, model_names
+
+    assert main(["models", "list", "--json"]) == 0
+    models = json.loads(capsys.readouterr().out)
+    assert [row["name"] for row in models] == model_names()
+    assert next(row for row in models if row["name"] == "mixtral-8x7b")["experts"] == 8
+    assert main(["workloads", "list", "--json"]) == 0
+    assert "transformer_block" in {row["name"] for row in json.loads(capsys.readouterr().out)}
+    assert main(["models"]) == 2  # an action is required: a clear error, no traceback
+    assert "required" in capsys.readouterr().err
+    assert load_architecture("Llama-2-7B").name == "llama-2-7b"
+    assert load_hardware("H100-SXM").name == "h100-sxm"

@@ -232,3 +232,15 @@ def test_set_on_llm_and_size(capsys):
                  "--set", "memory.hbm.bandwidth=6.7TB/s", "--json"]) == 0
     assert main(base + ["--set", "memory.hbm.bandwith=1TB/s"]) == 2
     assert "bandwith" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("attrs", "message"), [({"causal": "false"}, "must be true or false"),
+                                                ({"implementation": "cudnn-magic"}, "unknown attention implementation")])
+def test_attention_attributes_are_checked(attrs, message):
+    from perfmodel.errors import PerfmodelError
+
+    graph = _decode_attention(32, 8, 128)
+    op = graph.ops[0]
+    bad = Graph(name="bad", ops=[dataclasses.replace(op, attrs={**op.attrs, **attrs})])
+    with pytest.raises(PerfmodelError, match=message):
+        evaluate(bad, load_hardware(H100))

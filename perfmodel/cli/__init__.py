@@ -26,6 +26,7 @@ class _Parser(argparse.ArgumentParser):
 def build_parser() -> argparse.ArgumentParser:
     from perfmodel.cli import (
         capture_command,
+        catalog_command,
         llm_command,
         predict_command,
         roofline_command,
@@ -38,6 +39,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     specs_command.register(commands)
+    catalog_command.register(commands)
     predict_command.register(commands)
     capture_command.register(commands)
     llm_command.register(commands)

@@ -16,7 +16,7 @@ DEFAULT_SYSTEMS = "h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre"
 
 def register(commands) -> None:
     llm = commands.add_parser("llm", help="predict LLM inference (TTFT, TPOT, throughput, memory) on a system")
-    llm.add_argument("--model", required=True, help="a shipped model (perfmodel llm --list) or a config.json path")
+    llm.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
     llm.add_argument("--on", required=True, help="spec name or path")
     llm.add_argument("--batch", type=int, default=1)
     llm.add_argument("--prompt", type=int, default=1024, help="prompt tokens")

@@ -35,6 +35,7 @@ from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link
 from perfmodel.workload.ir import Op
 
 MATRIX_KINDS = ("matmul", "conv", "attention")
+ATTENTION_IMPLEMENTATIONS = ("flash", "naive")
 EQUIVALENT_DTYPES = {"bf16": ("fp16",), "fp16": ("bf16",)}
 ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
 
@@ -397,8 +398,13 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
     kv_heads = op.attrs.get("kv_heads") or heads
     window = op.attrs.get("window")
-    causal = bool(op.attrs.get("causal", False))
-    flash = op.attrs.get("implementation", "flash") == "flash"
+    causal, implementation = op.attrs.get("causal", False), op.attrs.get("implementation", "flash")
+    if not isinstance(causal, (bool, np.bool_)):
+        raise PerfmodelError(f"op {op.name!r}: attribute 'causal' must be true or false, got {causal!r}")
+    if implementation not in ATTENTION_IMPLEMENTATIONS:
+        raise PerfmodelError(f"op {op.name!r}: unknown attention implementation {implementation!r}; "
+                             f"known: {', '.join(ATTENTION_IMPLEMENTATIONS)}")
+    flash = implementation == "flash"
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     per_fma_pair = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * np.asarray(head_dim, dtype=float)
     full_pairs = np.asarray(seq_q, dtype=float) * seq_kv

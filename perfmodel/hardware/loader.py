@@ -81,6 +81,8 @@ def resolve_spec(name_or_path: str | Path, *, beside: Path | None = None) -> Pat
     index = _catalog_index()
     if text in index:
         return index[text]
+    if beside is None and text.lower() in index and not Path(text).is_file():  # catalog names in any case
+        return index[text.lower()]
     if beside is not None:
         candidate = (beside / text)
         if "/" in text or "\\" in text or text.startswith(".") or not candidate.is_file():

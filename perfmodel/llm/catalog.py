@@ -16,8 +16,8 @@ def model_names() -> list[str]:
 
 def load_config(name_or_path: str | Path) -> dict:
     path = Path(name_or_path)
-    if not path.is_file():
-        path = data_directory("workloads") / "llm" / f"{name_or_path}.json"
+    if not path.is_file():  # a shipped model, by name in any case (Llama-2-7B = llama-2-7b)
+        path = data_directory("workloads") / "llm" / f"{str(name_or_path).lower()}.json"
     if not path.is_file():
         raise PerfmodelError(f"no model {str(name_or_path)!r}: not a config.json file and not a shipped model "
                              f"({', '.join(model_names())})")
@@ -29,4 +29,5 @@ def load_config(name_or_path: str | Path) -> dict:
 
 def load_architecture(name_or_path: str | Path) -> Architecture:
     config = load_config(name_or_path)
-    return from_hf_config(config, name=Path(str(name_or_path)).name.removesuffix(".json"))
+    name = Path(str(name_or_path)).name.removesuffix(".json")
+    return from_hf_config(config, name=name if Path(str(name_or_path)).is_file() else name.lower())
