@@ -244,3 +244,16 @@ def test_attention_attributes_are_checked(attrs, message):
     bad = Graph(name="bad", ops=[dataclasses.replace(op, attrs={**op.attrs, **attrs})])
     with pytest.raises(PerfmodelError, match=message):
         evaluate(bad, load_hardware(H100))
+
+
+@pytest.mark.parametrize("argv", [
+    ["size", "--model", "llama-2-7b", "--ttft", "1s", "--tpot", "50ms", "--rate", "1.2.3/s"],
+    ["size", "--model", "llama-2-7b", "--ttft", "1s", "--tpot", "50ms", "--rate", "0/s"],
+    ["llm", "--model", "llama-2-7b", "--on", H100, "--tp", "0"],
+    ["llm", "--model", "llama-2-7b", "--on", H100, "--concurrency", "0"],
+    ["llm", "--model", "llama-2-7b", "--on", H100, "--concurrency", "4", "--max-tokens-per-step", "0"],
+])
+def test_bad_llm_and_size_arguments_exit_2(argv, capsys):
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("perfmodel: error:") and "Traceback" not in error

@@ -57,6 +57,7 @@ def register(commands) -> None:
 def _parallelism(args):
     from perfmodel.llm import Parallelism
 
+    _check_counts(args, ("tp", "pp", "ep", "chips"))
     tp, pp, chips = args.tp, args.pp, args.chips
     if chips is not None and tp is None and pp is None:
         tp, pp = chips, 1
@@ -71,6 +72,7 @@ def _llm(args) -> int:
     from perfmodel.llm import Scenario, continuous_batching_throughput, llm_predict, max_batch
     from perfmodel.llm.catalog import load_architecture
 
+    _check_counts(args, ("batch", "prompt", "gen", "concurrency", "max_tokens_per_step"))
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     scenario = Scenario(batch=args.batch, prompt_tokens=args.prompt, generated_tokens=args.gen,
@@ -122,11 +124,21 @@ def _llm(args) -> int:
 
 
 def _rate(text: str) -> float:
-    match = re.match(r"^\s*([\d.]+)\s*(/s|/min|rps)?\s*$", text)
-    if not match:
-        raise PerfmodelError(f"--rate {text!r}: expected requests per second such as '10/s' or '600/min'")
+    match = re.match(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*(/s|/min|rps)?\s*$", text)
+    if not match or float(match.group(1)) <= 0:
+        raise PerfmodelError(f"--rate {text!r}: expected a positive number of requests per second such as "
+                             "'10/s' or '600/min'")
     value = float(match.group(1))
     return value / 60 if match.group(2) == "/min" else value
+
+
+def _check_counts(args, names: tuple[str, ...]) -> None:
+    """Counts given on the command line must be at least 1 (0 is never a silent 'default')."""
+    for name in names:
+        value = getattr(args, name, None)
+        if value is not None and value < 1:
+            flag = "--" + name.replace("_", "-")
+            raise PerfmodelError(f"{flag} must be at least 1, got {value}")
 
 
 def _size(args) -> int:
@@ -134,6 +146,7 @@ def _size(args) -> int:
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.llm.sizing import Targets, pareto, size_system
 
+    _check_counts(args, ("prompt", "gen"))
     architecture = load_architecture(args.model)
     targets = Targets(ttft_s=parse_quantity(args.ttft, "seconds"), tpot_s=parse_quantity(args.tpot, "seconds"),
                       rate_per_s=_rate(args.rate), prompt_tokens=args.prompt, generated_tokens=args.gen)
