@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 
 from calibration.achievable import OVERLAYS, device_time_hardware, published_records
-from calibration.fit import _design, _predict, _solve, _weights, components, fit
+from calibration.fit import components, fit, heldout_errors, split_half, spread_weights
 from calibration.records import read_records
 from perfmodel.hardware.loader import load_hardware
 
@@ -43,22 +43,11 @@ def independent_run_errors(first, second, hardware, seed: int) -> tuple[float, d
     by_name = {record.name: record for record in second}
     paired = [record for record in first if record.name in by_name]
     classes = np.asarray([record.op_class for record in paired])
-    rng = np.random.default_rng(seed)
-    train, test = [], []
-    for name in sorted(set(classes)):
-        members = np.flatnonzero(classes == name)
-        rng.shuffle(members)
-        half = len(members) // 2
-        train.extend(members[:half] if len(members) > 1 else [])
-        test.extend(members[half:])
-    train, test = np.asarray(train), np.asarray(test)
-    parts = components(paired, hardware)
-    measured_first = np.asarray([record.duration_s for record in paired])
-    design = _design(parts, train)
-    solution, design, _ = _solve(parts, measured_first, train, _weights(paired, np.arange(len(paired)))[train])
-    predicted = _predict(parts, solution.x, design)
-    measured_second = np.asarray([by_name[paired[index].name].duration_s for index in test])
-    errors = np.abs(predicted[test] - measured_second) / measured_second
+    train, test = split_half(classes, seed)
+    measured = np.asarray([record.duration_s for record in paired])
+    observed = np.asarray([by_name[record.name].duration_s for record in paired])
+    errors = np.abs(heldout_errors(components(paired, hardware), measured, train, test, spread_weights(paired),
+                                   observed))
     per_class = {name: float(statistics.median(errors[classes[test] == name])) for name in sorted(set(classes[test]))}
     return float(np.median(errors)), per_class
 

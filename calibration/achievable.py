@@ -64,7 +64,7 @@ def _record(name: str, op_class: str, duration_s: float, op: Op, row: dict, devi
         source_file=row["url"], source_row=row["line"], workload_json=dumps(Graph(name=name, ops=[op]), "json"))
 
 
-def _matmul(row: dict, device: str) -> MeasurementRecord | None:
+def _matmul(row: dict, device: str) -> MeasurementRecord:
     dtype, batch, m, n, k = row["dtype"], row["batch"], row["m"], row["n"], row["k"]
     flops = 2.0 * batch * m * n * k
     duration = row["time_s"] if row.get("time_s") else flops / (row["measured_tflops"] * 1e12)
@@ -77,7 +77,7 @@ def _matmul(row: dict, device: str) -> MeasurementRecord | None:
     return _record(f"matmul_{dtype}_{batch}x{m}x{n}x{k}", f"matmul:{dtype}", duration, op, row, device)
 
 
-def _stream(row: dict, device: str, hardware: Hardware) -> MeasurementRecord | None:
+def _stream(row: dict, device: str) -> MeasurementRecord | None:
     level = row["level"]
     if level == "l1" or row["pattern"] not in PATTERN_STREAMS:
         return None
@@ -141,7 +141,7 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
             keep(_matmul(row, row["device"]) if supported else None, f"matmul dtype {row['dtype']} has no peak")
     for row in load_published("memory_bandwidth"):
         if row["device"] == overlay or (row["device"] in die and row["level"] != "hbm"):
-            keep(_stream(row, row["device"], hardware), "l1 rows (no such level in the spec)")
+            keep(_stream(row, row["device"]), "l1 rows (no such level in the spec)")
     for row in load_published("collectives"):
         if row["device"] == overlay:  # collectives depend on the system's links: the device's own rows only
             keep(_collective(row, row["device"], hardware), "collectives on one rank")

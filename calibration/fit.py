@@ -41,7 +41,6 @@ from perfmodel.workload.ir import concatenate
 
 MIN_RECORDS_PER_PARAMETER = 3
 BINDING_SHARE = 0.3  # a component "binds" a record when its time is at least this share of the busy time
-COMPUTE_BINDING_SHARE = 0.3
 EFFICIENCY_BOUNDS = (1e-3, 4.0)
 LAUNCH_BOUNDS_S = (1e-8, 1e-2)
 ROBUST_SCALE = 0.1  # soft-L1 switches from quadratic to linear beyond ~10% log error
@@ -51,7 +50,9 @@ MIN_RECORDS_FOR_LATENCY = 3
 LATENCY_KINDS = ("matmul", "conv", "attention", "norm", "softmax", "reduction")
 LATENCY_BOUNDS_S = (1e-9, 1e-3)
 SMOOTH_MAX_POWER = 6
-PRIOR_LOG_SIGMA = 0.5      # an efficiency of 0.6 costs as much as a 1-sigma residual... of ~0.5 in log
+# Prior width in log space: moving an efficiency by a factor e^0.5 (1.65x) costs as much as one
+# measurement missed by ROBUST_SCALE (10%); a departure must be carried by several measurements.
+PRIOR_LOG_SIGMA = 0.5
 SPREAD_FLOOR = 0.2         # relative spread at which a measurement counts half (weight 1/sqrt(2))
 UNIDENTIFIED_SHARE = 1e-6  # data-Jacobian column norm below this share of the largest: unidentified
 INITIAL_LATENCY_S = 1e-6
@@ -235,7 +236,7 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     keys = np.asarray(parts.compute_keys)
     link = parts.link_time
     busy = np.maximum.reduce([parts.compute_s, parts.memory_s.max(axis=0), link])
-    compute_binding = in_subset & (parts.compute_s >= COMPUTE_BINDING_SHARE * busy) & (parts.compute_s > 0)
+    compute_binding = in_subset & (parts.compute_s >= BINDING_SHARE * busy) & (parts.compute_s > 0)
     # Sparse keys fall back along the lookup chain of Parameters.compute: "kind:engine:dtype", then
     # the kind, then "engine:dtype", then everything ("*"), each level needing enough measurements.
     compute_groups, left = [], compute_binding.copy()
@@ -244,10 +245,11 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     for label_of in fallbacks:
         labels = np.asarray([label_of(key) for key in keys])
         for label in sorted(set(labels[left])):
-            mask = (labels == label) & np.isin(np.arange(len(keys)), np.flatnonzero(
-                np.isin(keys, keys[left & (labels == label)])))
+            # The ops whose keys still need a parameter and fall under this label.
+            mask = (labels == label) & np.isin(keys, keys[left & (labels == label)]) & ~_covered(compute_groups,
+                                                                                             len(keys))
             if _records_where(parts, left & mask) >= MIN_RECORDS_PER_PARAMETER:
-                compute_groups.append((label, mask & ~_covered(compute_groups, len(keys))))
+                compute_groups.append((label, mask))
                 left &= ~mask
     memory_groups = []
     outermost = len(parts.level_names) - 1
@@ -310,9 +312,10 @@ def _prior(parts: Components, design: Design):
     return np.asarray(efficiency_indices, dtype=int), np.asarray(centres)
 
 
-def _weights(records, subset: np.ndarray) -> np.ndarray:
+def spread_weights(records) -> np.ndarray:
+    """Each measurement's weight in the fit: ``1 / sqrt(1 + (relative spread / SPREAD_FLOOR)^2)``."""
     relative = np.asarray([record.spread_s / record.duration_s if record.duration_s > 0 else 0.0 for record in records])
-    return 1.0 / np.sqrt(1.0 + (relative[subset] / SPREAD_FLOOR) ** 2)
+    return 1.0 / np.sqrt(1.0 + (relative / SPREAD_FLOOR) ** 2)
 
 
 def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray):
@@ -368,7 +371,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     parts = components(records, hardware, mode) if parts is None else parts
     measured = np.asarray([record.duration_s for record in records])
     everything = np.arange(len(records))
-    weights = _weights(records, everything)
+    weights = spread_weights(records)
     solution, design, data_rows = _solve(parts, measured, everything, weights)
     errors, unbound = _standard_errors(solution, data_rows)
     names = design.names
@@ -410,8 +413,11 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
                      success=bool(solution.success), message=message + f"; optimizer: {solution.message}")
 
 
-def _heldout_errors(parts: Components, measured: np.ndarray, train: np.ndarray, test: np.ndarray,
-                    weights: np.ndarray) -> np.ndarray:
+def heldout_errors(parts: Components, measured: np.ndarray, train: np.ndarray, test: np.ndarray,
+                   weights: np.ndarray, observed: np.ndarray | None = None) -> np.ndarray:
+    """Fit on ``train``; the relative errors of the predictions of ``test`` against ``observed``
+    (default: the measurements fitted; another run of the same shapes for an independent check)."""
+    observed = measured if observed is None else observed
     design = _design(parts, train)
     if design.names:
         solution, design, _ = _solve(parts, measured, train, weights[train])
@@ -420,13 +426,12 @@ def _heldout_errors(parts: Components, measured: np.ndarray, train: np.ndarray, 
         theta = np.zeros(0)
     # A kind of work absent from the training half keeps its datasheet efficiency (1.0).
     predicted = _predict(parts, theta, design)
-    return (predicted[test] - measured[test]) / measured[test]
+    return (predicted[test] - observed[test]) / observed[test]
 
 
-def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int,
-                 weights: np.ndarray | None = None) -> tuple[float, dict[str, float]]:
-    """Fit on a random half of the measurements, predict the other half (stratified by class)."""
-    weights = np.ones(len(measured)) if weights is None else weights
+def split_half(classes, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A random half of each class's measurements to fit on, the rest to predict (a class of one is
+    predicted only)."""
     rng = np.random.default_rng(seed)
     train, test = [], []
     for name in sorted(set(classes)):
@@ -435,7 +440,15 @@ def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int,
         half = len(members) // 2
         train.extend(members[:half] if len(members) > 1 else [])
         test.extend(members[half:])
-    errors = _heldout_errors(parts, measured, np.asarray(train), np.asarray(test), weights)
+    return np.asarray(train, dtype=int), np.asarray(test, dtype=int)
+
+
+def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int,
+                 weights: np.ndarray | None = None) -> tuple[float, dict[str, float]]:
+    """Fit on a random half of the measurements, predict the other half (stratified by class)."""
+    weights = np.ones(len(measured)) if weights is None else weights
+    train, test = split_half(classes, seed)
+    errors = heldout_errors(parts, measured, train, test, weights)
     by_class = {}
     for name in sorted(set(classes)):
         selected = [abs(error) for error, index in zip(errors, test, strict=True) if classes[index] == name]
@@ -454,5 +467,5 @@ def kfold(parts: Components, measured: np.ndarray, seed: int, folds: int,
     for fold in range(folds):
         test = order[fold::folds]
         train = np.setdiff1d(order, test)
-        errors.extend(np.abs(_heldout_errors(parts, measured, train, test, weights)))
+        errors.extend(np.abs(heldout_errors(parts, measured, train, test, weights)))
     return float(np.median(errors))

@@ -170,14 +170,13 @@ def _groq_parallelism(architecture, hardware, scenario):
     """The fewest chips that hold the model: tp 8 (growing while the heads allow), then the
     smallest pp whose weights, KV cache and activations fit in each chip's SRAM."""
     from perfmodel.llm import Parallelism
-    from perfmodel.llm.metrics import memory_per_chip
+    from perfmodel.llm.metrics import placement
 
-    capacity = hardware.outermost_on_device.total_capacity_bytes
     tp = 8
     while tp <= architecture.heads:
         for pp in range(1, architecture.layers + 1):
             parallelism = Parallelism(tp=tp, pp=pp)
-            if sum(float(v) for v in memory_per_chip(architecture, scenario, parallelism).values()) <= capacity:
+            if placement(architecture, hardware, scenario, parallelism).fits:
                 return parallelism
         tp *= 2
     raise _Skip("the model does not fit on any tp x pp of this system")

@@ -291,7 +291,6 @@ def test_records_carry_measurement_conditions_and_old_csvs_still_read(tmp_path):
 
 
 def test_bench_cli_records_threads_allocator_and_noise(tmp_path, capsys, monkeypatch):
-    pytest.importorskip("torch")
     import calibration.harness as harness
 
     chosen = [case for case in harness.suite(quick=True) if case.name in ("add_1000", "gemm_fp32_64")]
@@ -418,7 +417,8 @@ def test_malformed_shapes_are_errors_not_unmapped():
 def test_reader_and_capture_share_one_op_table():
     """Every op a capture records is classified identically from its shapes alone (the path the trace
     and generic readers take)."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from calibration.harness import suite
     from perfmodel.workload.capture import capture
 
@@ -435,7 +435,8 @@ def test_reader_and_capture_share_one_op_table():
 
 
 def test_pointwise_table_agrees_with_torch_tags():
-    torch = pytest.importorskip("torch")
+    import torch
+
     for name in sorted(POINTWISE_OPS):
         packet = getattr(torch.ops.aten, name, None)
         if packet is None:

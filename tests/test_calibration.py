@@ -234,7 +234,6 @@ def test_calibrate_refuses_records_without_graphs(tmp_path, capsys):
 
 
 def test_bench_quick_subset_runs(tmp_path):
-    pytest.importorskip("torch")
     from calibration.harness import run_suite, suite
 
     cases = [case for case in suite(quick=True) if case.name in ("add_1000", "gemm_fp32_64", "chain_20x16")]

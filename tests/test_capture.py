@@ -8,17 +8,17 @@ import textwrap
 
 import pytest
 
-torch = pytest.importorskip("torch")  # the test command installs torch; the core works without it
-transformers = pytest.importorskip("transformers")
+# The test command installs torch and transformers (".[dev,torch]"): a missing one fails here, never skips.
+import torch
+import transformers
+from torch._subclasses.fake_tensor import FakeTensorMode
+from torch.utils.flop_counter import FlopCounterMode
 
-from torch._subclasses.fake_tensor import FakeTensorMode  # noqa: E402
-from torch.utils.flop_counter import FlopCounterMode  # noqa: E402
-
-from perfmodel.cli import main  # noqa: E402
-from perfmodel.errors import PerfmodelError  # noqa: E402
-from perfmodel.hardware.loader import load_hardware  # noqa: E402
-from perfmodel.roofline import evaluate  # noqa: E402
-from perfmodel.workload.capture import capture, matmul_class_flops  # noqa: E402
+from perfmodel.cli import main
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.loader import load_hardware
+from perfmodel.roofline import evaluate
+from perfmodel.workload.capture import capture, matmul_class_flops
 
 
 def counted_by_torch(graph) -> float:

@@ -257,3 +257,22 @@ def test_bad_llm_and_size_arguments_exit_2(argv, capsys):
     assert main(argv) == 2
     error = capsys.readouterr().err
     assert error.startswith("perfmodel: error:") and "Traceback" not in error
+
+
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000), batch=st.integers(1, 8))
+def test_scalar_and_array_kernel_selection_agree(m, n, k, batch):
+    from perfmodel.costs.rules import CostContext, select_kernel
+
+    hardware = load_hardware(H100)
+    engine = hardware.compute["tensor_cores"]
+    a = TensorSpec(shape=(m, k), dtype="bf16")
+    op = Op(name="mm", kind="matmul", inputs=(a, TensorSpec(shape=(k, n), dtype="bf16")),
+            outputs=(TensorSpec(shape=(m, n), dtype="bf16"),))
+    context = CostContext(hardware=hardware)
+    scalar = select_kernel(op, context, engine, "bf16", m, n, k, batch, (2, 2, 2))
+    array = select_kernel(op, context, engine, "bf16", np.array([m]), n, k, batch, (2, 2, 2))
+    assert scalar[2] == array[2][0]
+    assert scalar[0] == pytest.approx(array[0][0], rel=1e-12)
+    for one, many in zip(scalar[1], array[1], strict=True):
+        assert one == pytest.approx(np.asarray(many).ravel()[0], rel=1e-12)

@@ -1,12 +1,12 @@
 """The shipped specs say what the hardware is: binary capacities, sourced per-step link latencies, the
 memory order rule, matmul kernel candidates, and what-if capacity changes that move the usable share."""
 
-import textwrap
 
 import pytest
 
 from perfmodel.errors import SpecError
 from perfmodel.hardware.loader import catalog, load_hardware, validate_spec_file
+from tests.test_spec_errors import write
 
 GIB = 2**30
 MIB = 2**20
@@ -162,12 +162,6 @@ scheduling:
     dynamic: {kernel_launch: 5 us, source: sheet}
 power: {tdp: 300 W, source: sheet}
 """
-
-
-def write(tmp_path, text, name="tiny.yaml"):
-    path = tmp_path / name
-    path.write_text(textwrap.dedent(text))
-    return path
 
 
 def test_an_inner_level_slower_than_the_level_behind_it_is_an_error(tmp_path):

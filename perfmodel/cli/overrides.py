@@ -22,7 +22,7 @@ def parse_overrides(items: list[str]) -> dict[str, str]:
 
 
 IDEAL_HELP = ("use the datasheet roofline (ideal parameters) instead of the achievable overlay fitted to published "
-              "microbenchmarks, where one ships (a100-sxm-80gb, h100-sxm, h200-sxm, b200)")
+              "microbenchmarks, where one ships (the *-achievable specs of 'perfmodel specs list')")
 
 
 def add_ideal_argument(parser) -> None:

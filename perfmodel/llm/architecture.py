@@ -13,6 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
+import numpy as np
+
 from perfmodel.errors import PerfmodelError
 
 GATED_MLP_MATRICES = 3  # gate, up, down
@@ -43,8 +45,6 @@ class Architecture:
     def cached_tokens(self, context):
         """Tokens of KV cache a sequence keeps: a sliding-window model keeps a rolling buffer of the
         last ``sliding_window`` (Mistral 7B paper, arXiv 2310.06825, section 2 "Rolling Buffer Cache")."""
-        import numpy as np
-
         return context if self.sliding_window is None else np.minimum(context, self.sliding_window)
 
     @property

@@ -31,7 +31,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.roofline.evaluate import evaluate_arrays
+from perfmodel.roofline.evaluate import ArrayEvaluation, evaluate_arrays
 from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
@@ -102,9 +102,8 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     act_bytes = DTYPES[scenario.activation_dtype].bytes_per_element
     a, tp, pp = architecture, parallelism.tp, parallelism.pp
     stage_layers = math.ceil(a.layers / pp)
-    if pp == 1:
-        ends = a.embedding_parameters + (0 if a.tied_embeddings else a.head_parameters) + (
-            a.head_parameters - a.vocab * a.hidden if a.tied_embeddings else 0)
+    if pp == 1:  # one stage holds both ends; a tied head shares the embedding's matrix
+        ends = a.embedding_parameters + a.head_parameters - (a.vocab * a.hidden if a.tied_embeddings else 0)
     else:
         ends = max(a.embedding_parameters, a.head_parameters)
     stage_parameters = stage_layers * a.layer_parameters + ends
@@ -128,13 +127,12 @@ def placement(architecture: Architecture, hardware: Hardware, scenario: Scenario
     return residency(hardware, memory["weights"], others)
 
 
-def _phase_time(graph: Graph, hardware: Hardware, mode: str, parallelism: Parallelism, send: Graph,
-                resident_bytes=0.0):
-    arrays = evaluate_arrays(graph, hardware, mode=mode, resident_bytes=resident_bytes)
-    stage = arrays.total_s.sum(axis=0) + arrays.program_s
-    total = parallelism.pp * stage
+def phase_time(stage: ArrayEvaluation, hardware: Hardware, parallelism: Parallelism, send: Graph):
+    """One phase through all ``pp`` stages: the evaluated stage (and its program launch) ``pp`` times,
+    plus the activations handed between stages ``pp - 1`` times."""
+    total = parallelism.pp * (stage.total_s.sum(axis=0) + stage.program_s)
     if parallelism.pp > 1:
-        send_arrays = evaluate_arrays(send, hardware, mode=mode, fuse=False)
+        send_arrays = evaluate_arrays(send, hardware, mode=stage.mode, fuse=False)
         total = total + (parallelism.pp - 1) * send_arrays.total_s.sum(axis=0)
     return total
 
@@ -154,14 +152,15 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     prefill = stage_graph(architecture, scenario, parallelism, phase="prefill", context=prompt)
     send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
     send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
-    ttft = float(_phase_time(prefill, hardware, execution, parallelism, send_prefill, state))
+    prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state)
+    ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
     decode_graphs = [stage_graph(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
-    steps = [float(_phase_time(g, hardware, execution, parallelism, send_decode, state)) for g in decode_graphs]
+    decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state) for g in decode_graphs]
+    steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
-    middle = evaluate_arrays(decode_graphs[1], hardware, mode=execution, resident_bytes=state)
-    prefill_eval = to_evaluation(prefill, evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state),
-                                 middle.parameters.label)
+    middle = decode_arrays[1]
+    prefill_eval = to_evaluation(prefill, prefill_arrays, middle.parameters.label)
     decode_eval = to_evaluation(decode_graphs[1], middle, middle.parameters.label)
     tokens_per_s = scenario.batch / tpot
     return LLMResult(

@@ -18,11 +18,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfmodel.costs.residency import has_external_store, on_device_capacity_bytes
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.llm.metrics import _phase_time, batched_prefill_s, execution_mode, llm_predict, max_batch
+from perfmodel.llm.metrics import batched_prefill_s, execution_mode, llm_predict, max_batch, phase_time
+from perfmodel.roofline.evaluate import evaluate_arrays
 from perfmodel.workload.ir import Graph
 
 MAX_BATCH_EVALUATED = 4096
@@ -74,8 +76,7 @@ def candidate_parallelisms(architecture: Architecture, hardware: Hardware, scena
     """tp: powers of two within the chip-to-chip domain that the heads allow; pp: powers of two, and
     the smallest pp whose weights fit on each chip (SRAM-only systems need exactly that)."""
     domain = _domain(hardware)
-    capacity = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
-    streams = any(level.off_device for level in hardware.memory)
+    capacity, streams = on_device_capacity_bytes(hardware), has_external_store(hardware)
     weight_bytes = architecture.parameter_count() * _bytes(scenario.weight_dtype)
     options = []
     tp = 1
@@ -120,7 +121,8 @@ def size_system(architecture: Architecture, hardware: Hardware, targets: Targets
         context = targets.prompt_tokens + max(targets.generated_tokens // 2, 1)
         decode = stage_graph(architecture, scenario, parallelism, phase="decode", context=context)
         send = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
-        tpot = np.broadcast_to(_phase_time(decode, hardware, execution, parallelism, send), batches.shape)
+        stage = evaluate_arrays(decode, hardware, mode=execution)
+        tpot = np.broadcast_to(phase_time(stage, hardware, parallelism, send), batches.shape)
         ok = tpot <= targets.tpot_s
         index = int(np.nonzero(ok)[0][-1]) if ok.any() else 0
         concurrency, step = int(batches[index]), float(tpot[index])

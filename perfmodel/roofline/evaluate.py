@@ -148,8 +148,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     compute_s = executed / peaks + latency
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
-    side = [(c, op) for c, op in zip(costs, graph.ops, strict=True) if c.side_engine is not None]
-    if side:
+    if any(c.side_engine is not None for c in costs):
         side_s = stack([0.0 if c.side_engine is None else c.side_flops / (
             hardware.compute[c.side_engine].peak_flops_per_s[c.side_peak_dtype]
             * parameters.compute(c.side_engine, c.side_peak_dtype, op.kind)) for c, op in zip(costs, graph.ops,
