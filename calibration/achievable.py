@@ -38,6 +38,7 @@ from calibration.records import MeasurementRecord
 from perfmodel.hardware.model import Hardware
 from perfmodel.workload.io import dumps
 from perfmodel.workload.ir import Graph, Op, TensorSpec
+from perfmodel.workload.op_kinds import matmul_flops
 
 OVERLAYS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
 # H100 SXM and H200 are the same GH100 die at the same clocks (H200 changes only the HBM): on-die
@@ -66,7 +67,7 @@ def _record(name: str, op_class: str, duration_s: float, op: Op, row: dict, devi
 
 def _matmul(row: dict, device: str) -> MeasurementRecord:
     dtype, batch, m, n, k = row["dtype"], row["batch"], row["m"], row["n"], row["k"]
-    flops = 2.0 * batch * m * n * k
+    flops = float(matmul_flops(m, n, k, batch))
     duration = row["time_s"] if row.get("time_s") else flops / (row["measured_tflops"] * 1e12)
     output = "bf16" if dtype == "fp8" else dtype
     a_shape, b_shape, c_shape = ((batch, m, k), (batch, k, n), (batch, m, n)) if batch > 1 else ((m, k), (k, n), (m, n))

@@ -36,8 +36,9 @@ import numpy as np
 from calibration.fit import Components
 from calibration.records import MeasurementRecord, Measurements, Unmapped, group_unmapped, kernel_label
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import Hardware
-from perfmodel.workload.ir import OP_KINDS
+from perfmodel.workload.op_kinds import OP_KIND_TABLE, op_kind
 
 # Kernel-name fragments (lower case) -> op kind, first match wins: cuDNN/CUTLASS convolutions name
 # their implicit GEMMs fprop/dgrad/wgrad, PyTorch's native kernels name what they do.
@@ -98,26 +99,24 @@ def _compute(record: MeasurementRecord, hardware: Hardware, kind: str):
 
 
 def _preferred_engine(hardware: Hardware, kind: str):
-    wanted = "matrix" if kind in ("matmul", "conv", "attention") else "vector"
+    entry = op_kind(kind)
+    wanted = entry.engine if entry is not None else "vector"
     engines = sorted(hardware.compute.values(), key=lambda engine: engine.kind != wanted)
     return engines[0] if engines else None
 
 
 def counter_components(records, hardware: Hardware, mode: str | None = None) -> Components:
     """The fit's components of Nsight Compute records (see the module docstring): one row per kernel."""
-    mode_name = hardware.scheduling.default_mode if mode is None else mode
-    if mode_name not in hardware.scheduling.modes:
-        raise PerfmodelError(f"{hardware.name} offers execution modes {', '.join(hardware.scheduling.modes)}; "
-                             f"not {mode_name!r}")
-    execution = hardware.scheduling.modes[mode_name]
-    launch_s = execution.kernel_launch_s or execution.per_node_s or execution.program_launch_s
+    mode_name = resolve_mode(hardware, mode)
+    execution, model = hardware.scheduling.modes[mode_name], execution_model(mode_name)
+    launch_s = model.launch_ceiling_s(execution)
     levels = counter_levels(hardware)
     count = len(records)
     compute_s, fixed_s, scheduling_s = np.zeros(count), np.zeros(count), np.zeros(count)
     memory_s = np.zeros((len(hardware.memory), count))
     keys, kinds = [], []
     for index, record in enumerate(records):
-        kind = record.op_class if record.op_class in OP_KINDS else kernel_kind(record.name)
+        kind = record.op_class if record.op_class in OP_KIND_TABLE else kernel_kind(record.name)
         seconds, engine_name, dtype = _compute(record, hardware, kind)
         engine = hardware.compute[engine_name] if engine_name else _preferred_engine(hardware, kind)
         compute_s[index] = seconds
@@ -133,7 +132,7 @@ def counter_components(records, hardware: Hardware, mode: str | None = None) -> 
     return Components(record_of_op=np.arange(count), compute_s=compute_s, memory_s=memory_s,
                       scheduling_s=scheduling_s, fixed_s=fixed_s, compute_keys=tuple(keys), kinds=tuple(kinds),
                       counts=np.ones(count), level_names=tuple(level.name for level in hardware.memory),
-                      overlapped=mode_name == "dynamic" and execution.host_overlap, launch_s=launch_s,
+                      execution_model=model, execution=execution, launch_s=launch_s,
                       records=count)
 
 

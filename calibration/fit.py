@@ -35,9 +35,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.model import Hardware, Parameters
+from perfmodel.hardware.execution_models import ExecutionModel, execution_model
+from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters
 from perfmodel.roofline.evaluate import evaluate_arrays
 from perfmodel.workload.ir import concatenate
+from perfmodel.workload.op_kinds import OP_KIND_TABLE
 
 MIN_RECORDS_PER_PARAMETER = 3
 BINDING_SHARE = 0.3  # a component "binds" a record when its time is at least this share of the busy time
@@ -45,9 +47,6 @@ EFFICIENCY_BOUNDS = (1e-3, 4.0)
 LAUNCH_BOUNDS_S = (1e-8, 1e-2)
 ROBUST_SCALE = 0.1  # soft-L1 switches from quadratic to linear beyond ~10% log error
 MIN_RECORDS_FOR_LATENCY = 3
-# Element-wise ops get no latency of their own: with one launch each, theirs would be the launch
-# cost itself, which they identify.
-LATENCY_KINDS = ("matmul", "conv", "attention", "norm", "softmax", "reduction")
 LATENCY_BOUNDS_S = (1e-9, 1e-3)
 SMOOTH_MAX_POWER = 6
 # Prior width in log space: moving an efficiency by a factor e^0.5 (1.65x) costs as much as one
@@ -71,7 +70,8 @@ class Components:
     kinds: tuple[str, ...]
     counts: np.ndarray
     level_names: tuple[str, ...]
-    overlapped: bool
+    execution_model: ExecutionModel      # the mode's behaviour: how scheduling combines with device time
+    execution: ExecutionMode             # the mode's numbers in the spec
     launch_s: float
     records: int
     link_s: np.ndarray | None = None      # datasheet link time (bytes / bandwidth + per-step latency)
@@ -146,14 +146,13 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
     merged, owner = concatenate(graphs)
     # Always from the datasheet: a calibrated spec's own factors must not become the starting point.
     arrays = evaluate_arrays(merged, hardware, mode=mode, fuse=False, parameters=Parameters(name="datasheet"))
-    execution = hardware.scheduling.modes[arrays.mode]
+    execution, model = hardware.scheduling.modes[arrays.mode], execution_model(arrays.mode)
     keys = tuple(f"{op.kind}:{cost.engine}:{cost.peak_dtype}" for op, cost in zip(merged.ops, arrays.costs, strict=True))
     return Components(record_of_op=np.asarray(owner), compute_s=arrays.compute_s, memory_s=arrays.memory_s,
                       scheduling_s=arrays.scheduling_s, fixed_s=arrays.fixed_s,
                       compute_keys=keys, kinds=tuple(op.kind for op in merged.ops),
                       counts=arrays.counts, level_names=arrays.level_names,
-                      overlapped=arrays.mode == "dynamic" and execution.host_overlap,
-                      launch_s=execution.kernel_launch_s or execution.per_node_s or execution.program_launch_s,
+                      execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
                       records=len(records), link_s=arrays.link_s,
                       link_names=tuple(cost.link or "" for cost in arrays.costs))
 
@@ -214,7 +213,7 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
         busy = stacked.max(axis=0)
     busy = busy + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale
-    per_op = np.maximum(busy, scheduling) if parts.overlapped else busy + scheduling
+    per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
 
 
@@ -273,7 +272,9 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
         # A latency needs transfers of different sizes (otherwise it cannot be told from the efficiency).
         if _records_where(parts, binding) >= 2 * MIN_RECORDS_PER_PARAMETER and sizes.size and sizes.max() > 10 * sizes.min():
             memory_latency.append((name, index))
-    latency_kinds = tuple(kind for kind in LATENCY_KINDS
+    # Kinds with a start-up latency (the op-kind table's ``startup_latency``). Element-wise ops get none:
+    # with one launch each, theirs would be the launch cost itself, which they identify.
+    latency_kinds = tuple(kind for kind, entry in OP_KIND_TABLE.items() if entry.startup_latency
                           if _records_where(parts, in_subset & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY)
     links = np.asarray(parts.links)
     link_names = tuple(name for name in sorted(set(links[in_subset])) if name

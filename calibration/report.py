@@ -11,6 +11,7 @@ import yaml
 
 from calibration.fit import FitResult
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import execution_model
 from perfmodel.hardware.model import Hardware
 from perfmodel.units import format_quantity
 
@@ -151,9 +152,8 @@ def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements:
     if "kernel_launch_s" in identified:
         mode = spec.scheduling.default_mode
         execution = spec.scheduling.modes[mode]
-        # The same order as calibration.fit.components picks the mode's per-kernel cost.
-        launch_field = ("kernel_launch" if execution.kernel_launch_s else "per_node" if execution.per_node_s
-                        else "program_launch")
+        # The field whose cost the fit scaled (calibration.fit.components asks the same registry).
+        launch_field = execution_model(mode).launch_field(execution).removesuffix("_s")
         data["scheduling"] = {"modes": {mode: {launch_field: format_quantity(identified["kernel_launch_s"], "seconds",
                                                                              digits=DIGITS),
                                                "source": "calibration"}}}

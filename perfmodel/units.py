@@ -14,6 +14,8 @@ Conventions
 * Compute rates count operations per second: ``FLOP/s``, ``FLOPS``, ``OP/s`` and ``OPS`` are the
   same dimension (integer ``TOPS`` and floating-point ``TFLOP/s`` are both "operations per second").
 * A bare number on a dimensional field is an error: the unit must be written.
+* A fused multiply-add counts as 2 FLOPs (``FLOPS_PER_FMA``), as in every vendor peak and in
+  ``torch.utils.flop_counter``.
 
 The parser is a small table lookup rather than pint so that ``import perfmodel`` stays fast and the
 core depends on the standard library only; the test suite checks it against pint.
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from perfmodel.errors import UnitError
 
 BITS_PER_BYTE = 8
+FLOPS_PER_FMA = 2
 
 
 @dataclass(frozen=True, kw_only=True)

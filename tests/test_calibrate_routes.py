@@ -324,7 +324,8 @@ def test_counter_components_by_hand():
     assert parts.fixed_s == pytest.approx([0.0, 2 * 2e-6])  # tensor-core kernels' fixed time, per launch
     # A device-timed kernel pays no launch; a host-timed one pays the dynamic mode's launch per kernel.
     assert parts.scheduling_s == pytest.approx([0.0, 2 * spec.scheduling.modes["dynamic"].kernel_launch_s])
-    assert parts.overlapped and parts.launch_s == spec.scheduling.modes["dynamic"].kernel_launch_s
+    assert parts.execution_model.overlapped(parts.execution)
+    assert parts.launch_s == spec.scheduling.modes["dynamic"].kernel_launch_s
 
 
 @pytest.mark.parametrize("spec, expected", [

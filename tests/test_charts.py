@@ -8,6 +8,7 @@ from perfmodel.hardware.loader import catalog, load_hardware
 from perfmodel.roofline import evaluate
 from perfmodel.roofline.charts import classic_roofline, hierarchical_roofline, scheduling_roofline
 from perfmodel.workload import builders
+from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 TOLERANCE = 1 + 1e-9
 
@@ -20,6 +21,39 @@ def test_ridge_point_is_peak_over_bandwidth(name):
     assert data.ridge_flop_per_byte == pytest.approx(data.peak_flops_per_s / memory.bandwidth_bytes_per_s)
     assert data.attainable_flops_per_s(data.ridge_flop_per_byte) == pytest.approx(data.peak_flops_per_s)
     assert data.attainable_flops_per_s(data.ridge_flop_per_byte / 10) == pytest.approx(data.peak_flops_per_s / 10)
+
+
+@pytest.mark.parametrize("name, dtype, ridge", [
+    ("h100-sxm", "bf16", 989.4e12 / 3.35e12),        # 295 FLOP/B: 989.4 TFLOP/s dense bf16, 3.35 TB/s HBM3
+    ("tpu-v5e", "bf16", 197e12 / 819e9),             # 241 FLOP/B: 197 TFLOP/s bf16, 819 GB/s HBM2e
+    ("ibm-spyre", "fp16", 98.304e12 / 204.8e9),      # 480 FLOP/B: 98.3 TFLOP/s fp16, 204.8 GB/s LPDDR5
+    ("groq-lpu-v1", "fp16", 188e12 / 80e12),         # 2.35 FLOP/B: 188 TFLOP/s fp16, 80 TB/s SRAM
+])
+def test_ridge_points_by_hand(name, dtype, ridge):
+    data = classic_roofline(load_hardware(name))
+    assert data.dtype == dtype
+    assert data.ridge_flop_per_byte == pytest.approx(ridge, rel=1e-9)
+
+
+def test_points_sit_on_the_roof_that_binds_them():
+    """Hand-worked points on a round-number device (tests/test_rule_oracles.py): 100 TFLOP/s bf16
+    matrix engine, 10 TFLOP/s fp32 vector engine, one DRAM level at 1 TB/s."""
+    from tests.test_rule_oracles import FLAT, matmul
+
+    add = Op(name="add", kind="elementwise", outputs=(TensorSpec(shape=(1024, 1024), dtype="fp32"),),
+             inputs=(TensorSpec(shape=(1024, 1024), dtype="fp32"),) * 2)
+    graph = Graph(name="two", ops=[matmul(4096, 4096, 4096), add])
+    data = classic_roofline(FLAT, evaluate(graph, FLAT))
+    assert data.dtype == "bf16" and data.peak_flops_per_s == 100e12  # the matmul's time dominates
+    assert data.ridge_flop_per_byte == pytest.approx(100e12 / 1e12)
+    points = {point.name: point for point in data.points}
+    # 4096^3 matmul: 2 x 4096^3 FLOPs over 3 x 4096^2 x 2 bytes = 1365.3 FLOP/B, compute bound at the peak.
+    assert points["mm"].intensity_flop_per_byte == pytest.approx(2 * 4096**3 / (3 * 4096**2 * 2), rel=1e-12)
+    assert points["mm"].achieved_flops_per_s == pytest.approx(100e12, rel=1e-12)
+    # fp32 add of 1M elements: 1 FLOP per 12 bytes, memory bound on the 1 TB/s roof: 83.3 GFLOP/s.
+    assert points["add"].intensity_flop_per_byte == pytest.approx(1 / 12, rel=1e-12)
+    assert points["add"].achieved_flops_per_s == pytest.approx(1e12 / 12, rel=1e-12)
+    assert (points["mm"].bound, points["add"].bound) == ("compute", "memory:dram")
 
 
 @pytest.mark.parametrize("name, dtype", [("h100-sxm", "bf16"), ("tpu-v5e", "bf16"), ("ibm-spyre", "fp16"),
@@ -57,6 +91,16 @@ def test_static_programs_get_a_whole_program_point():
     data = scheduling_roofline(spyre, evaluation)
     [program] = [p for p in data.points if p.kind == "program"]
     assert program.achieved_flops_per_s <= program.granularity_flops_per_launch / data.launch_s * TOLERANCE
+    # By hand: 8 element-wise ops of 2^20 bf16 elements (2 bytes), 1 FLOP each, fused into one kernel
+    # whose input is read and output written once at LPDDR5 (the first and last op, 2 MiB each), while
+    # every op moves its 4 MiB through the LX scratchpad; the program pays its launch and 3 runtime DMAs
+    # (torch-spyre launch_jobplan: correction blob, inputs, outputs).
+    static, lx, dram = spyre.scheduling.modes["static"], spyre.level("lx"), spyre.level("lpddr5")
+    assert program.granularity_flops_per_launch == 8 * (1 << 20)
+    total = (static.program_launch_s + 3 * static.dma_setup_s + 2 * (2 << 20) / dram.bandwidth_bytes_per_s
+             + 6 * (4 << 20) / lx.bandwidth_bytes_per_s)
+    assert program.achieved_flops_per_s == pytest.approx(8 * (1 << 20) / total, rel=1e-9)
+    assert data.launch_s == static.program_launch_s
 
 
 @pytest.mark.parametrize("suffix", ["png", "svg", "pdf"])

@@ -234,16 +234,15 @@ def test_set_on_llm_and_size(capsys):
     assert "bandwith" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("attrs", "message"), [({"causal": "false"}, "must be true or false"),
-                                                ({"implementation": "cudnn-magic"}, "unknown attention implementation")])
-def test_attention_attributes_are_checked(attrs, message):
-    from perfmodel.errors import PerfmodelError
+@pytest.mark.parametrize(("attrs", "message"), [({"causal": "false"}, "causal: must be true or false"),
+                                                ({"implementation": "cudnn-magic"},
+                                                 "implementation: must be one of flash, naive")])
+def test_attention_attributes_are_checked_when_the_graph_is_built(attrs, message):
+    from perfmodel.errors import WorkloadError
 
-    graph = _decode_attention(32, 8, 128)
-    op = graph.ops[0]
-    bad = Graph(name="bad", ops=[dataclasses.replace(op, attrs={**op.attrs, **attrs})])
-    with pytest.raises(PerfmodelError, match=message):
-        evaluate(bad, load_hardware(H100))
+    op = _decode_attention(32, 8, 128).ops[0]
+    with pytest.raises(WorkloadError, match=message):
+        Graph(name="bad", ops=[dataclasses.replace(op, attrs={**op.attrs, **attrs})])
 
 
 @pytest.mark.parametrize("argv", [

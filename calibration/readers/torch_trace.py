@@ -15,6 +15,7 @@ from pathlib import Path
 
 from calibration.readers.common import ReaderError, fail, load_json, positive_duration
 from calibration.records import MeasurementRecord
+from perfmodel.workload.op_kinds import matmul_flops
 
 US = 1e-6
 DEVICE_CATEGORIES = ("kernel", "gpu_memcpy", "gpu_memset")
@@ -26,13 +27,13 @@ def flops_from_dims(name: str, dims) -> float:
         short = name.removeprefix("aten::")
         if short == "mm":
             (m, k), (_, n) = dims[0], dims[1]
-            return 2.0 * m * n * k
+            return float(matmul_flops(m, n, k))
         if short == "addmm":
             (m, k), (_, n) = dims[1], dims[2]
-            return 2.0 * m * n * k
+            return float(matmul_flops(m, n, k))
         if short in ("bmm", "baddbmm"):
             a, b = (dims[0], dims[1]) if short == "bmm" else (dims[1], dims[2])
-            return 2.0 * a[0] * a[1] * a[2] * b[2]
+            return float(matmul_flops(a[1], b[2], a[2], a[0]))
         if short == "linear":
             x, w = dims[0], dims[1]
             tokens = math.prod(x[:-1])

@@ -6,7 +6,7 @@ import json
 import re
 import sys
 
-from perfmodel.cli.overrides import add_ideal_argument, add_set_argument, parse_overrides
+from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
 from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity, parse_quantity
@@ -28,7 +28,7 @@ def register(commands) -> None:
     llm.add_argument("--weights", default="bf16", help="weight dtype (bf16, fp16, fp8, int8, int4...)")
     llm.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
     llm.add_argument("--activations", default="bf16", help="activation dtype")
-    llm.add_argument("--mode", choices=["eager", "graph"], help="host drives kernels one by one, or graphs/programs")
+    add_mode_argument(llm)
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
     llm.add_argument("--max-tokens-per-step", type=int,
                      help="with --concurrency: token budget per scheduler step (chunked prefill); default unlimited")
@@ -47,7 +47,7 @@ def register(commands) -> None:
     size.add_argument("--gen", type=int, default=256)
     size.add_argument("--weights", default="bf16")
     size.add_argument("--kv", default=None)
-    size.add_argument("--mode", choices=["eager", "graph"])
+    add_mode_argument(size)
     add_set_argument(size)
     add_ideal_argument(size)
     size.add_argument("--json", action="store_true")
@@ -142,6 +142,7 @@ def _check_counts(args, names: tuple[str, ...]) -> None:
 
 
 def _size(args) -> int:
+    from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.llm.sizing import Targets, pareto, size_system
@@ -150,10 +151,16 @@ def _size(args) -> int:
     architecture = load_architecture(args.model)
     targets = Targets(ttft_s=parse_quantity(args.ttft, "seconds"), tpot_s=parse_quantity(args.tpot, "seconds"),
                       rate_per_s=_rate(args.rate), prompt_tokens=args.prompt, generated_tokens=args.gen)
-    results, parameter_sets = {}, {}
+    results, parameter_sets, unavailable = {}, {}, {}
     overrides = parse_overrides(args.set) or None
     for name in [item.strip() for item in args.on.split(",") if item.strip()]:
         hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal)
+        parameter_sets[name] = hardware.efficiency.label if hardware.efficiency else "ideal (datasheet)"
+        try:  # a system that does not offer the requested mode (eager on Groq) is reported, not sized
+            resolve_mode(hardware, args.mode)
+        except PerfmodelError as error:
+            results[name], unavailable[name] = [], str(error)
+            continue
         weights = args.weights
         options = size_system(architecture, hardware, targets, weight_dtype=weights, kv_dtype=args.kv or "bf16",
                               mode=args.mode) if _supports(hardware, weights) else []
@@ -162,12 +169,12 @@ def _size(args) -> int:
             options = size_system(architecture, hardware, targets, weight_dtype=alternative, kv_dtype=alternative,
                                   activation_dtype=alternative, mode=args.mode)
         results[name] = options
-        parameter_sets[name] = hardware.efficiency.label if hardware.efficiency else "ideal (datasheet)"
     if args.json:
         print(json.dumps({name: {"parameters": parameter_sets[name],
                                  "best": options[0].to_dict() if options and options[0].meets_targets else None,
                                  "pareto": [o.to_dict() for o in pareto(options)],
-                                 "closest": min(options, key=lambda o: o.tpot_s).to_dict() if options else None}
+                                 "closest": min(options, key=lambda o: o.tpot_s).to_dict() if options else None,
+                                 **({"unavailable": unavailable[name]} if name in unavailable else {})}
                           for name, options in results.items()}, indent=1))
         return 0
     rows, front = [], []
@@ -175,7 +182,7 @@ def _size(args) -> int:
         best = options[0] if options and options[0].meets_targets else None
         if best is None:
             closest = min(options, key=lambda o: o.tpot_s) if options else None
-            note = "no option fits" if closest is None else (
+            note = unavailable.get(name, "no option fits") if closest is None else (
                 f"misses the targets; fastest: TPOT {format_quantity(closest.tpot_s, 'seconds')}, "
                 f"TTFT {format_quantity(closest.ttft_s, 'seconds')} on {closest.parallelism.chips} chips")
             rows.append([name, "-", "-", "-", "-", "-", "-", "-", note])

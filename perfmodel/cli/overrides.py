@@ -1,4 +1,5 @@
-"""``--set FIELD=VALUE`` what-ifs, one syntax for every command that loads a spec."""
+"""Arguments shared by every command that evaluates on a spec: ``--set FIELD=VALUE`` what-ifs, ``--ideal``
+and ``--mode`` (one vocabulary, from the execution-model registry)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,9 @@ IDEAL_HELP = ("use the datasheet roofline (ideal parameters) instead of the achi
 
 def add_ideal_argument(parser) -> None:
     parser.add_argument("--ideal", action="store_true", help=IDEAL_HELP)
+
+
+def add_mode_argument(parser) -> None:
+    from perfmodel.hardware.execution_models import mode_choices, mode_help
+
+    parser.add_argument("--mode", choices=mode_choices(), help=mode_help())

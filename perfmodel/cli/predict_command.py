@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument, add_set_argument, parse_overrides
+from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
 from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity, parse_quantity
@@ -18,7 +18,7 @@ def register(commands) -> None:
     predict.add_argument("--on", required=True, help="spec names or paths, comma-separated")
     add_set_argument(predict)
     add_ideal_argument(predict)
-    predict.add_argument("--mode", choices=["dynamic", "graph", "static"], help="execution mode (default: the spec's)")
+    add_mode_argument(predict)
     predict.add_argument("--overlap", choices=["max", "sum"], default="max")
     predict.add_argument("--compiled", action="store_true",
                          help="fuse element-wise and reduction chains as torch.compile/XLA do (in any mode)")
@@ -33,7 +33,7 @@ def register(commands) -> None:
     sweep.add_argument("--grid", action="append", default=[], metavar="AXIS=V1,V2,...",
                        help="scenario axis (batch, seq, kv_len, hidden, heads, kv_heads, ffn, layers) or spec field "
                             "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
-    sweep.add_argument("--mode", choices=["dynamic", "graph", "static"])
+    add_mode_argument(sweep)
     add_ideal_argument(sweep)
     sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet)")
     sweep.add_argument("--json", action="store_true")
@@ -120,12 +120,15 @@ def _sweep(args) -> int:
     import numpy as np
 
     from perfmodel.hardware.loader import load_for_prediction
-    from perfmodel.roofline.sweep import grid_size, sweep
+    from perfmodel.roofline.sweep import as_override, grid_size, sweep
     from perfmodel.workload.builders import transformer_block
     from perfmodel.yaml_source import write_text_atomically
 
     scenario, spec = parse_grid(args.grid)
     hardware = load_for_prediction(args.on, ideal=args.ideal)
+    for axis, values in spec.items():  # the spec schema checks every swept value, exactly as --set does
+        for value in values:
+            load_for_prediction(args.on, overrides={axis: as_override(axis, value)}, ideal=args.ideal)
     total = grid_size({**scenario, **spec})
     if total == 0:
         raise PerfmodelError("give at least one --grid axis, e.g. --grid batch=1,8,64")

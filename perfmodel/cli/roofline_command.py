@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 from pathlib import Path
 
+from perfmodel.cli.overrides import add_mode_argument
 from perfmodel.errors import PerfmodelError
 from perfmodel.yaml_source import open_for_reading
 
@@ -16,7 +17,7 @@ def register(commands) -> None:
     roofline.add_argument("--kind", choices=["classic", "hierarchical", "scheduling", "breakdown"], default="classic")
     roofline.add_argument("--measured", type=Path, help="CSV of measurements: name, flops, bytes, duration_s")
     roofline.add_argument("--dtype", help="dtype of the compute roof (default: the workload's)")
-    roofline.add_argument("--mode", choices=["dynamic", "graph", "static"])
+    add_mode_argument(roofline)
     roofline.add_argument("-o", "--output", type=Path, required=True, help="chart file: .png, .svg or .pdf")
     roofline.set_defaults(handler=_roofline)
 

@@ -1,10 +1,11 @@
 """FLOP-counting conventions, as named constants (documented, not magic numbers).
 
-* A fused multiply-add counts as 2 FLOPs (``FLOPS_PER_FMA``), as in every vendor peak and in
-  ``torch.utils.flop_counter``: a matmul of (m x k) by (k x n) is 2*m*n*k FLOPs.
-* Element-wise ops count ``attrs['flops_per_element']`` FLOPs per output element (default 1; the
-  capture sets ``perfmodel.workload.capture.FLOPS_PER_ELEMENT_BY_OP`` for transcendental functions
-  such as exp, tanh and gelu).
+* A fused multiply-add counts as 2 FLOPs (``units.FLOPS_PER_FMA``), as in every vendor peak and in
+  ``torch.utils.flop_counter``: a matmul of (m x k) by (k x n) is 2*m*n*k FLOPs
+  (``workload.op_kinds.matmul_flops``).
+* Element-wise ops count ``attrs['flops_per_element']`` FLOPs per output element (default 1; every
+  graph source sets ``perfmodel.workload.op_kinds.FLOPS_PER_ELEMENT_BY_FUNCTION`` for transcendental
+  functions such as exp, tanh, silu and gelu).
 * softmax counts 5 per element (max, subtract, exp, sum, divide); layer norm 8 (mean, subtract,
   square, variance sum, rsqrt-scale, multiply, scale, shift); RMS norm 5; a reduction 1 per input
   element. These follow common analytical models (e.g. LLM-Viewer, the scaling book) and are
@@ -24,7 +25,8 @@
   optimistic floor unless a kernel avoids them (the lop3 "magic number" int4 conversion).
 """
 
-FLOPS_PER_FMA = 2
+from perfmodel.units import FLOPS_PER_FMA  # noqa: F401  (one definition, re-exported for the rules)
+
 FLOPS_PER_ELEMENTWISE = 1
 FLOPS_PER_SOFTMAX_ELEMENT = 5
 FLOPS_PER_LAYERNORM_ELEMENT = 8

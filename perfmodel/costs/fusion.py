@@ -1,6 +1,7 @@
 """Fusion as a compiler does it (XLA, torch.compile/Inductor, Spyre's and Groq's compilers).
 
-Element-wise, normalization, softmax, reduction and copy ops that consume the output of the
+Fusible ops (the op-kind table's ``fusible``: element-wise, normalization, softmax, reduction and
+copy) that consume the output of the
 previous op of their group join that group (chains and epilogues); any other op starts a group.
 A group is one kernel: one launch, and its intermediates stay on chip, so at every level but the
 innermost it moves only its external inputs and outputs.
@@ -11,8 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from perfmodel.workload.ir import Graph
-
-FUSIBLE_KINDS = frozenset({"elementwise", "norm", "softmax", "reduction", "copy"})
+from perfmodel.workload.op_kinds import OP_KIND_TABLE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -45,7 +45,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     group_of: list[int] = []
     for position, op in enumerate(graph.ops):
         previous = position - 1
-        joins = (position > 0 and op.kind in FUSIBLE_KINDS and previous in producers[position]
+        joins = (position > 0 and OP_KIND_TABLE[op.kind].fusible and previous in producers[position]
                  and op.count == graph.ops[previous].count)
         group_of.append(group_of[previous] if joins else position)
     internal_in, internal_out = [], []

@@ -33,9 +33,8 @@ from perfmodel.dtypes import get_dtype
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link
 from perfmodel.workload.ir import Op
+from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
-MATRIX_KINDS = ("matmul", "conv", "attention")
-ATTENTION_IMPLEMENTATIONS = ("flash", "naive")
 EQUIVALENT_DTYPES = {"bf16": ("fp16",), "fp16": ("bf16",)}
 ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
 
@@ -75,6 +74,10 @@ COST_RULES: dict[str, CostRule] = {}
 
 
 def cost_rule(kind: str) -> Callable[[CostRule], CostRule]:
+    """Register the cost rule of an op kind of the table (``workload.op_kinds``)."""
+    if kind not in OP_KIND_TABLE:
+        raise ValueError(f"no op kind {kind!r} in the op-kind table; register it first (workload.op_kinds.register)")
+
     def register(rule: CostRule) -> CostRule:
         if kind in COST_RULES:
             raise ValueError(f"a cost rule for {kind!r} is already registered ({COST_RULES[kind].__name__})")
@@ -114,14 +117,15 @@ def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
 # ----------------------------------------------------------------------------------------- engines
 def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[ComputeEngine, str]:
     """The engine that runs an op of ``op_kind`` in ``dtype``, and the dtype whose peak applies."""
-    preferred = "matrix" if op_kind in MATRIX_KINDS else "vector"
+    entry = OP_KIND_TABLE.get(op_kind)
+    preferred = entry.engine if entry is not None else "vector"
     engines = list(hardware.compute.values())
     candidates = [dtype, *EQUIVALENT_DTYPES.get(dtype, ())]
     for wanted in candidates:
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
             if engine.peak_flops_per_s.get(wanted, 0) > 0:
                 return engine, wanted
-    if op_kind not in MATRIX_KINDS:  # upcast floats; integer and boolean ALUs assumed at the fp32 rate
+    if preferred != "matrix":  # upcast floats; integer and boolean ALUs assumed at the fp32 rate
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
             if engine.peak_flops_per_s.get("fp32", 0) > 0:
                 return engine, "fp32"
@@ -357,7 +361,7 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     the vector engine inside the same kernel."""
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
-    flops = C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
+    flops = matmul_flops(m, n, k, batch)
     executed, traffic, kernel = select_kernel(
         op, context, engine, peak_dtype, m, n, k, batch,
         (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")))
@@ -376,7 +380,7 @@ def conv_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k = _attr(op, "m"), _attr(op, "n"), _attr(op, "k")
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     input_elements = op.inputs[0].numel if op.inputs else np.asarray(m, dtype=float) * k
-    flops = C.FLOPS_PER_FMA * np.asarray(m, dtype=float) * n * k
+    flops = matmul_flops(m, n, k)
     executed, traffic, kernel = select_kernel(
         op, context, engine, peak_dtype, m, n, k, 1,
         (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")),
@@ -399,19 +403,16 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     kv_heads = op.attrs.get("kv_heads") or heads
     window = op.attrs.get("window")
     causal, implementation = op.attrs.get("causal", False), op.attrs.get("implementation", "flash")
-    if not isinstance(causal, (bool, np.bool_)):
-        raise PerfmodelError(f"op {op.name!r}: attribute 'causal' must be true or false, got {causal!r}")
-    if implementation not in ATTENTION_IMPLEMENTATIONS:
-        raise PerfmodelError(f"op {op.name!r}: unknown attention implementation {implementation!r}; "
-                             f"known: {', '.join(ATTENTION_IMPLEMENTATIONS)}")
     flash = implementation == "flash"
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     per_fma_pair = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * np.asarray(head_dim, dtype=float)
     full_pairs = np.asarray(seq_q, dtype=float) * seq_kv
     pairs = attended_pairs(seq_q, seq_kv, causal, window)
     masked = causal or window is not None
-    # A flash kernel skips only whole masked blocks: on average half a block per query row is waste.
-    executed_pairs = np.minimum(full_pairs, pairs + np.asarray(seq_q, dtype=float) * C.FLASH_ATTENTION_BLOCK / 2) \
+    # A flash kernel skips only whole masked blocks: a diagonal block of B keys computes B*B pairs of
+    # which B(B+1)/2 are attended, so each query row wastes (B-1)/2 pairs on average; over a causal
+    # square of n blocks that is exactly the documented n(n+1)/2 blocks.
+    executed_pairs = np.minimum(full_pairs, pairs + np.asarray(seq_q, dtype=float) * (C.FLASH_ATTENTION_BLOCK - 1) / 2) \
         if flash and masked else full_pairs
     scale = np.asarray(batch, dtype=float) * heads
     useful = scale * pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
@@ -420,7 +421,11 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     q_bytes = _bytes_per_element(op, 0)
     kv_bytes = _bytes_per_element(op, 1)
     group = np.asarray(heads, dtype=float) / kv_heads
-    kv_span = np.asarray(seq_kv, dtype=float) if window is None else np.minimum(seq_kv, np.asarray(window) + seq_q)
+    # Keys any query sees: a causal window of W reaches back W - 1 keys from the first of seq_q queries.
+    if window is None:
+        kv_span = np.asarray(seq_kv, dtype=float)
+    else:
+        kv_span = np.minimum(seq_kv, np.asarray(window, dtype=float) + (np.asarray(seq_q) - 1 if causal else 0))
     kv_fraction = executed_pairs / np.maximum(full_pairs, 1.0)
     q_and_o = 2 * scale * np.asarray(seq_q, dtype=float) * head_dim * q_bytes
     compulsory = q_and_o + 2 * np.asarray(batch, dtype=float) * kv_heads * kv_span * head_dim * kv_bytes
@@ -501,7 +506,9 @@ def copy_cost(op: Op, context: CostContext) -> OpCost:
 
 
 # ------------------------------------------------------------------------------------ collectives
-COLLECTIVE_TRAFFIC = {  # bytes each chip sends per byte of payload, as a function of group size p
+# Bytes each chip sends per byte of payload, as a function of group size p: one entry per collective
+# of the op-kind table (``op_kinds.COLLECTIVES``; a test checks they match).
+COLLECTIVE_TRAFFIC = {
     "all_reduce": lambda p: 2 * (p - 1) / p,
     "all_gather": lambda p: (p - 1) / p,
     "reduce_scatter": lambda p: (p - 1) / p,
@@ -524,9 +531,16 @@ def collective_steps(collective: str, topology: str, group_size: int) -> float:
     return phases * max(per_phase, 1 if p > 1 else 0)
 
 
-def links_in_use(link: Link) -> int:
-    """Links a chip drives at once in a collective: both directions of each torus or ring dimension,
-    every port on a switch, full mesh or dragonfly."""
+def links_in_use(link: Link, collective: str = "all_reduce", group_size: int = 2) -> int:
+    """Links a chip drives at once in a collective: every port of a switch or dragonfly (they all
+    reach the fabric); else one link for a point-to-point send (to a neighbour), one per peer on a
+    full mesh (at most p - 1), both directions of each ring or torus dimension."""
+    if link.topology in ("switch", "dragonfly"):
+        return link.links_per_chip
+    if collective == "send":
+        return 1
+    if link.topology == "fully_connected":
+        return max(min(link.links_per_chip, group_size - 1), 1)
     per_topology = {"ring": 2, "torus2d": 4, "torus3d": 6, "mesh2d": 4, "point_to_point": 1}
     return min(link.links_per_chip, per_topology.get(link.topology, link.links_per_chip))
 
@@ -548,15 +562,15 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
     """Ring-style collectives priced on a link: bytes on the wire per chip over the bandwidth of the
     links in use, plus per-step latency (topology-aware); the payload is read and written in memory."""
     collective = op.attrs.get("collective", "all_reduce")
-    if collective not in COLLECTIVE_TRAFFIC:
-        raise PerfmodelError(f"op {op.name!r}: unknown collective {collective!r}; known: {', '.join(COLLECTIVE_TRAFFIC)}")
     group = int(_attr(op, "group_size"))
     payload = np.asarray(op.attrs.get("bytes", op.input_bytes), dtype=float)
     link = choose_link(context.hardware, op.attrs.get("link"))
-    wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link)
+    wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link, collective, group)
     latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)
-    reduce_flops = payload / get_dtype(op.dtype).bytes_per_element * (collective in ("all_reduce", "reduce_scatter"))
+    # A ring reduce-scatter adds (p-1)/p of the payload per chip (Thakur, Rabenseifner & Gropp 2005).
+    reduce_flops = (payload / get_dtype(op.dtype).bytes_per_element * (group - 1) / max(group, 1)
+                    * (collective in ("all_reduce", "reduce_scatter")))
     memory = tuple(0.0 if level.off_device else 2 * payload for level in context.hardware.memory)
     return OpCost(flops=reduce_flops, executed_flops=reduce_flops, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=memory, barriers=1, link=link.name, link_bytes=wire_bytes, link_latency_s=latency)

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import yaml
 
+from perfmodel.units import FLOPS_PER_FMA
+
 # FLOP per cycle per core for fp32 by widest FMA datapath: 2 FMA pipes x lanes x 2 FLOP per FMA.
 FMA_PIPES = 2
-FLOPS_PER_FMA = 2
 FP32_LANES_AVX512_NATIVE = 16
 FP32_LANES_256_BIT = 8
 FP32_LANES_128_BIT = 4

@@ -27,7 +27,6 @@ Management = Literal["hardware", "software"]
 Topology = Literal["switch", "ring", "torus2d", "torus3d", "mesh2d", "fully_connected", "dragonfly",
                    "point_to_point"]
 LinkKind = Literal["chip_to_chip", "host", "network", "external_store"]
-ModeName = Literal["dynamic", "graph", "static"]
 SourceKind = Literal["datasheet", "datasheet-secondary", "measured", "vendor-code", "dev-measured",
                      "estimate", "detected", "what-if"]
 
@@ -166,7 +165,7 @@ class ExecutionMode:
       own kernels on the dispatching thread: no, so dispatch and work add up).
     """
 
-    name: ModeName
+    name: str  # a registered execution model (hardware.execution_models)
     kernel_launch_s: float = 0.0
     program_launch_s: float = 0.0
     per_node_s: float = 0.0
@@ -179,7 +178,7 @@ class ExecutionMode:
 class Scheduling:
     """The execution modes the device's software stack offers, and which one is the default."""
 
-    default_mode: ModeName
+    default_mode: str
     modes: Mapping[str, ExecutionMode]
 
     def __post_init__(self) -> None:

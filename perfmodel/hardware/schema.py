@@ -26,13 +26,13 @@ from pydantic import (
 )
 
 from perfmodel.dtypes import DTYPES
+from perfmodel.hardware.execution_models import EXECUTION_MODELS
 from perfmodel.hardware.model import (
     EngineKind,
     Family,
     LevelKind,
     LinkKind,
     Management,
-    ModeName,
     SourceKind,
     Topology,
 )
@@ -238,11 +238,15 @@ class ModeSpec(Sourced):
 
 
 class SchedulingSpec(Strict):
-    default_mode: ModeName
-    modes: dict[ModeName, ModeSpec]
+    default_mode: str
+    modes: dict[str, ModeSpec]
 
     @model_validator(mode="after")
     def _default_is_a_mode(self):
+        unknown = [name for name in self.modes if name not in EXECUTION_MODELS]
+        if unknown:  # names come from the execution-model registry (hardware.execution_models)
+            raise ValueError(f"unknown execution mode(s) {', '.join(map(repr, unknown))}; registered modes: "
+                             f"{', '.join(EXECUTION_MODELS)}")
         if self.default_mode not in self.modes:
             raise ValueError(f"default_mode {self.default_mode!r} is not one of the modes given "
                              f"({', '.join(self.modes) or 'none'})")

@@ -41,6 +41,7 @@ class Architecture:
     experts_per_token: int = 1
     lm_head_bias: bool = False
     sliding_window: int | None = None  # keys each query sees (Mistral); None: the whole context
+    activation: str = "silu"  # the MLP's activation function (config ``hidden_act``/``activation_function``)
 
     def cached_tokens(self, context):
         """Tokens of KV cache a sequence keeps: a sliding-window model keeps a rolling buffer of the
@@ -105,6 +106,12 @@ def _required(config: Mapping, *keys: str):
     raise PerfmodelError(f"config lacks {' / '.join(keys)}: a decoder config needs it (see workloads/llm/*.json)")
 
 
+def _activation(config: Mapping, default: str) -> str:
+    """The MLP activation's function family: ``gelu_new``, ``gelu_pytorch_tanh``... -> gelu; swish -> silu."""
+    name = str(config.get("hidden_act") or config.get("activation_function") or default).lower()
+    return "gelu" if name.startswith("gelu") else "silu" if name in ("silu", "swish") else name
+
+
 def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
     """An :class:`Architecture` from a Hugging Face ``config.json`` mapping (no download)."""
     model_type = str(config.get("model_type", "llama"))
@@ -117,7 +124,7 @@ def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
             head_dim=hidden // heads, intermediate=int(config.get("n_inner") or 4 * hidden),
             vocab=int(_required(config, "vocab_size")), max_positions=int(_required(config, "n_positions")),
             tied_embeddings=bool(config.get("tie_word_embeddings", False)), gated_mlp=False, mlp_bias=True,
-            layer_norm_bias=True, norms_per_layer=1, lm_head_bias=True)
+            layer_norm_bias=True, norms_per_layer=1, lm_head_bias=True, activation=_activation(config, "gelu"))
     hidden = int(_required(config, "hidden_size"))
     heads = int(_required(config, "num_attention_heads"))
     kv_heads = int(config.get("num_key_value_heads") or heads)
@@ -129,4 +136,5 @@ def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
         vocab=int(_required(config, "vocab_size")), max_positions=int(_required(config, "max_position_embeddings")),
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
         experts=int(config.get("num_local_experts") or 1), experts_per_token=int(config.get("num_experts_per_tok") or 1),
-        sliding_window=int(config["sliding_window"]) if config.get("sliding_window") else None)
+        sliding_window=int(config["sliding_window"]) if config.get("sliding_window") else None,
+        activation=_activation(config, "silu"))

@@ -21,6 +21,7 @@ from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
 from perfmodel.workload.ir import Graph, Op, TensorSpec
+from perfmodel.workload.op_kinds import activation_flops_per_element
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -144,7 +145,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         touched = touched.astype(np.int64) if isinstance(touched, np.ndarray) else int(touched)
         ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, layers, batch=touched),
                 _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, layers, inputs=2,
-                             flops_per_element=5),
+                             flops_per_element=activation_flops_per_element(a.activation, gated=True)),
                 _linear("layers.moe.experts.down", per_expert, width, hidden, s, layers, batch=touched)]
         if p.ep > 1:
             ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
@@ -152,10 +153,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         width = a.intermediate // p.tp
         if a.gated_mlp:
             ops += [_linear("layers.mlp.gate_up_proj", tokens, hidden, 2 * width, s, layers),
-                    _elementwise("layers.mlp.act", tokens, width, act, layers, inputs=2, flops_per_element=5)]
+                    _elementwise("layers.mlp.act", tokens, width, act, layers, inputs=2,
+                                 flops_per_element=activation_flops_per_element(a.activation, gated=True))]
         else:
             ops += [_linear("layers.mlp.fc_in", tokens, hidden, width, s, layers),
-                    _elementwise("layers.mlp.act", tokens, width, act, layers, flops_per_element=8)]
+                    _elementwise("layers.mlp.act", tokens, width, act, layers,
+                                 flops_per_element=activation_flops_per_element(a.activation, gated=False))]
         ops.append(_linear("layers.mlp.down_proj", tokens, width, hidden, s, layers))
     if p.tp > 1:
         ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))

@@ -28,6 +28,7 @@ import numpy as np
 from perfmodel.costs.residency import Residency, residency
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
@@ -38,7 +39,6 @@ from perfmodel.workload.ir import Graph
 ACTIVATION_BUFFERS = 2  # input and output of the widest op are live at once
 LOGIT_BYTES = 4  # fp32 logits
 SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
-HOST_MODES = {"eager": ("dynamic",), "graph": ("graph", "static")}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -81,18 +81,6 @@ class LLMResult:
             "time_by_bound_by_phase": self.time_by_bound_by_phase, "power_watts": self.power_watts,
             "parameters": self.parameters,
         }
-
-
-def execution_mode(hardware: Hardware, host_mode: str | None) -> str:
-    """'eager' -> the spec's dynamic mode; 'graph' -> its graph or static mode; None -> default."""
-    if host_mode is None:
-        return hardware.scheduling.default_mode
-    if host_mode not in HOST_MODES:
-        raise PerfmodelError(f"mode must be 'eager' or 'graph', got {host_mode!r}")
-    for candidate in HOST_MODES[host_mode]:
-        if candidate in hardware.scheduling.modes:
-            return candidate
-    return hardware.scheduling.default_mode
 
 
 def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> dict:
@@ -144,7 +132,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     if parallelism.pp > 1 or parallelism.tp > 1:
         if not any(link.kind in ("chip_to_chip", "network") for link in hardware.links.values()):
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
-    execution = execution_mode(hardware, mode)
+    execution = resolve_mode(hardware, mode)
     memory = {key: float(np.max(value)) for key, value in memory_per_chip(architecture, scenario, parallelism).items()}
     placed = placement(architecture, hardware, scenario, parallelism)
     state = placed.other_bytes

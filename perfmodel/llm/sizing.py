@@ -20,10 +20,11 @@ import numpy as np
 
 from perfmodel.costs.residency import has_external_store, on_device_capacity_bytes
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.llm.metrics import batched_prefill_s, execution_mode, llm_predict, max_batch, phase_time
+from perfmodel.llm.metrics import batched_prefill_s, llm_predict, max_batch, phase_time
 from perfmodel.roofline.evaluate import evaluate_arrays
 from perfmodel.workload.ir import Graph
 
@@ -109,7 +110,7 @@ def size_system(architecture: Architecture, hardware: Hardware, targets: Targets
     """Every viable option for ``hardware``, cheapest (fewest chips) first."""
     base = Scenario(batch=1, prompt_tokens=targets.prompt_tokens, generated_tokens=targets.generated_tokens,
                     weight_dtype=weight_dtype, kv_dtype=kv_dtype, activation_dtype=activation_dtype)
-    execution = execution_mode(hardware, mode)
+    execution = resolve_mode(hardware, mode)
     options = []
     for parallelism in candidate_parallelisms(architecture, hardware, base):
         largest = min(max_batch(architecture, hardware, base, parallelism), MAX_BATCH_EVALUATED)

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import execution_model
 from perfmodel.hardware.model import Hardware
 from perfmodel.roofline.results import Evaluation
 
@@ -102,9 +103,8 @@ def _level(hardware: Hardware, level: str | None):
 
 
 def launch_cost_s(hardware: Hardware, mode: str) -> float:
-    execution = hardware.scheduling.modes[mode]
-    return {"dynamic": execution.kernel_launch_s, "graph": execution.per_node_s or execution.program_launch_s,
-            "static": execution.program_launch_s}[mode]
+    """The launch ceiling of a mode: per kernel where the mode pays per kernel, else per program."""
+    return execution_model(mode).launch_ceiling_s(hardware.scheduling.modes[mode])
 
 
 def _points(evaluation: Evaluation, levels: list[str]) -> tuple[OpPoint, ...]:
@@ -152,7 +152,7 @@ def scheduling_roofline(hardware: Hardware, evaluation: Evaluation, *, dtype: st
     """Compute roof plus the scheduling ceiling ``granularity / launch_s`` (see the module docstring)."""
     data = classic_roofline(hardware, evaluation, dtype=dtype)
     points = data.points
-    if evaluation.mode != "dynamic":
+    if execution_model(evaluation.mode).fuses:
         # One program launch covers every op: the whole program is the point that meets that ceiling.
         flops = evaluation.flops_total
         points = (*points, OpPoint(name="<whole program>", kind="program", bound=evaluation.bound,
@@ -160,8 +160,6 @@ def scheduling_roofline(hardware: Hardware, evaluation: Evaluation, *, dtype: st
                                    achieved_flops_per_s=flops / evaluation.total_s, time_share=1.0,
                                    granularity_flops_per_launch=flops))
     launch = launch_cost_s(hardware, evaluation.mode)
-    if evaluation.mode == "static":
-        launch = hardware.scheduling.modes["static"].program_launch_s
     engines = [engine for engine in hardware.compute.values() if engine.peak_flops_per_s.get(data.dtype, 0) > 0]
     fixed = max((engine.kernel_fixed_s for engine in engines), default=0.0)
     return RooflineData(hardware=data.hardware, dtype=data.dtype, peak_flops_per_s=data.peak_flops_per_s,

@@ -9,7 +9,8 @@ For each op (or fused kernel) on a device with parameters p::
 
 Every kernel (a fused group counts once) also pays its engine's device-side fixed time
 ``kernel_fixed_s`` (start-up and tail; spec ``kernel_fixed_time``), added to ``busy_s``, whoever
-launched it. The scheduling cost comes from the execution mode in the spec (never from the family name):
+launched it. The scheduling cost comes from the execution mode in the spec (never from the family
+name), priced by its registered behaviour (``hardware.execution_models``):
 
 * ``dynamic`` (GPU eager, CPU): the host dispatches every kernel, overlapping device work, so an op
   takes ``max(busy_s, launches * kernel_launch_s)``: a stream of small kernels is host-bound. Where
@@ -35,19 +36,13 @@ from perfmodel.costs.fusion import FusionPlan, no_fusion, plan_fusion
 from perfmodel.costs.residency import residency
 from perfmodel.costs.rules import CostContext, OpCost, op_cost
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import Hardware, Parameters
 from perfmodel.workload.ir import Graph
 
 Overlap = Literal["max", "sum"]
 PROGRAM_LAUNCH_NAME = "<program launch>"
-# A launched program moves its inputs in and outputs out, plus (Spyre) a host-built correction blob:
-# torch-spyre runtime docs, "launch_jobplan: HostCompute -> H2D DMA of correction blob -> Compute;
-# H2D/D2H DMA steps for graph inputs/outputs".
-RUNTIME_DMAS_PER_PROGRAM = 3
 DATASHEET = Parameters()
-
-
-
 
 @dataclass(frozen=True, kw_only=True)
 class ArrayEvaluation:
@@ -99,11 +94,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     (``costs.residency``)."""
     if overlap not in ("max", "sum"):
         raise PerfmodelError(f"overlap must be 'max' or 'sum', got {overlap!r}")
-    mode_name = hardware.scheduling.default_mode if mode is None else mode
-    if mode_name not in hardware.scheduling.modes:
-        raise PerfmodelError(f"{hardware.name} offers execution modes {', '.join(hardware.scheduling.modes)}; "
-                             f"not {mode_name!r}")
-    execution = hardware.scheduling.modes[mode_name]
+    mode_name = resolve_mode(hardware, mode)
+    execution, model = hardware.scheduling.modes[mode_name], execution_model(mode_name)
     if parameters is DATASHEET and hardware.efficiency is not None:
         parameters = hardware.efficiency  # a calibrated spec carries its fitted efficiencies
     if not graph.ops:
@@ -113,14 +105,15 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     on_device, resident = placement.capacity_bytes, placement.weights_resident
     context = CostContext(hardware=hardware, weights_resident=resident)
     costs = tuple(op_cost(op, context) for op in graph.ops)
-    fused = mode_name in ("graph", "static") if fuse is None else fuse
+    fused = model.fuses if fuse is None else fuse
     plan = plan_fusion(graph) if fused else no_fusion(graph)
 
     levels = hardware.memory
     counts = _as_float([op.count for op in graph.ops])
     spec_values = [level.bandwidth_bytes_per_s for level in levels]
     spec_values += [rate for engine in hardware.compute.values() for rate in engine.peak_flops_per_s.values()]
-    spec_values += [execution.kernel_launch_s, execution.program_launch_s, execution.per_node_s]
+    spec_values += [execution.kernel_launch_s, execution.program_launch_s, execution.per_node_s, execution.dma_setup_s,
+                    execution.sync_s]
     shape = np.broadcast_shapes(*[np.shape(value) for cost in costs
                                   for value in (cost.flops, cost.executed_flops, cost.link_bytes, *cost.bytes_by_level)],
                                 *[np.shape(value) for value in spec_values])
@@ -175,12 +168,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     barriers = _as_float([c.barriers for c in costs]).reshape(count_column.shape)
     scale = parameters.scheduling_scale
     sync_and_dma = (dmas * execution.dma_setup_s + barriers * execution.sync_s) * scale
-    if mode_name == "dynamic":
-        scheduling_s = launches * execution.kernel_launch_s * scale + sync_and_dma
-    elif mode_name == "graph":
-        scheduling_s = launches * execution.per_node_s * scale + sync_and_dma
-    else:
-        scheduling_s = sync_and_dma
+    scheduling_s = launches * model.per_kernel_s(execution) * scale + sync_and_dma
     scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
 
     # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.
@@ -189,16 +177,12 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
 
     components = np.concatenate([compute_s[None], memory_s, link_s[None]])
     busy = (components.max(axis=0) if overlap == "max" else components.sum(axis=0)) + fixed_s
-    overlapped = mode_name == "dynamic" and execution.host_overlap
-    per_instance = np.maximum(busy, scheduling_s) if overlapped else busy + scheduling_s
+    per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     # Launch/dispatch costs and the kernel's fixed time together are the scheduling bottleneck.
     bound_index = np.concatenate([components, (scheduling_s + fixed_s)[None]]).argmax(axis=0)
 
-    program_s = 0.0
-    if mode_name in ("graph", "static"):
-        program_s = (execution.program_launch_s + RUNTIME_DMAS_PER_PROGRAM * execution.dma_setup_s
-                     * (mode_name == "static")) * scale
+    program_s = model.per_program_s(execution) * scale
     return ArrayEvaluation(
         hardware=hardware, mode=mode_name, overlap=overlap, level_names=tuple(level.name for level in levels),
         costs=costs, fusion=plan, counts=counts, flops=flops * count_column, executed_flops=executed * count_column,

@@ -19,23 +19,34 @@ import numpy as np
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.roofline.evaluate import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
+from perfmodel.units import DIMENSIONS
 from perfmodel.workload.ir import Graph
 
-LEVEL_FIELDS = {"bandwidth": "bandwidth_bytes_per_s", "capacity": "capacity_bytes", "latency": "latency_s"}
+# The spec fields a sweep varies: YAML field name -> record attribute. Only fields some cost rule reads
+# are offered (a memory level's ``latency`` is documentation: no rule reads it, so sweeping it would
+# change nothing). Each value is checked by the spec schema as ``--set`` would check it
+# (``sweep_value_problems``), and ``tests/test_registries.py`` checks that ``--set`` and ``--grid``
+# give the same result for every field.
+LEVEL_FIELDS = {"bandwidth": "bandwidth_bytes_per_s", "capacity": "capacity_bytes"}
 MODE_FIELDS = {"kernel_launch": "kernel_launch_s", "program_launch": "program_launch_s", "per_node": "per_node_s",
                "dma_setup": "dma_setup_s", "sync": "sync_s"}
-SPEC_AXIS_DIMENSIONS = {"bandwidth": "bytes_per_s", "capacity": "bytes", "latency": "seconds", "peak": "flops_per_s",
+SPEC_AXIS_DIMENSIONS = {"bandwidth": "bytes_per_s", "capacity": "bytes", "peak": "flops_per_s",
                         **{field: "seconds" for field in MODE_FIELDS}}
 
 
 def spec_axis_dimension(path: str) -> str:
-    """The unit dimension of a dotted spec field that sweeps and ``--set`` accept."""
+    """The unit dimension of a dotted spec field that sweeps accept."""
     parts = path.split(".")
     key = "peak" if len(parts) >= 3 and parts[0] == "compute" and parts[2] == "peak" else parts[-1]
-    if key not in SPEC_AXIS_DIMENSIONS:
-        raise PerfmodelError(f"cannot sweep {path!r}; sweepable fields: memory.<level>.bandwidth|capacity|latency, "
+    if key not in SPEC_AXIS_DIMENSIONS or (parts[0] == "memory" and key not in LEVEL_FIELDS):
+        raise PerfmodelError(f"cannot sweep {path!r}; sweepable fields: memory.<level>.bandwidth|capacity, "
                              "compute.<engine>.peak.<dtype>, scheduling.modes.<mode>.<overhead>")
     return SPEC_AXIS_DIMENSIONS[key]
+
+
+def as_override(path: str, value: float) -> str:
+    """An SI value of a sweepable field as the text ``--set`` takes (exact: ``repr`` keeps every digit)."""
+    return f"{value!r} {DIMENSIONS[spec_axis_dimension(path)].unit}"
 
 
 def hardware_with(hardware: Hardware, values: Mapping[str, object]) -> Hardware:
@@ -133,4 +144,4 @@ def grid_size(axes: Mapping[str, Sequence]) -> int:
     return int(np.prod([len(values) for values in axes.values()])) if axes else 0
 
 
-__all__ = ["SweepResult", "grid_size", "hardware_with", "spec_axis_dimension", "sweep"]
+__all__ = ["SweepResult", "as_override", "grid_size", "hardware_with", "spec_axis_dimension", "sweep"]

@@ -7,6 +7,7 @@ Dimensions may be numpy integer arrays: the result is then a sweep over those sc
 from __future__ import annotations
 
 from perfmodel.workload.ir import Graph, Op, TensorSpec
+from perfmodel.workload.op_kinds import activation_flops_per_element
 
 
 def _t(shape, dtype, role="activation") -> TensorSpec:
@@ -83,7 +84,7 @@ def transformer_block(batch=1, seq=2048, hidden=4096, heads=32, kv_heads=None, f
         linear(f"{prefix}.mlp.gate_proj", tokens, hidden, ffn, dtype, weight_dtype),
         linear(f"{prefix}.mlp.up_proj", tokens, hidden, ffn, dtype, weight_dtype),
         Op(name=f"{prefix}.mlp.act", kind="elementwise", provenance="aten.silu", inputs=(act(tokens, ffn), act(tokens, ffn)),
-           outputs=(act(tokens, ffn),), attrs={"flops_per_element": 5}),
+           outputs=(act(tokens, ffn),), attrs={"flops_per_element": activation_flops_per_element("silu", gated=True)}),
         linear(f"{prefix}.mlp.down_proj", tokens, ffn, hidden, dtype, weight_dtype),
         Op(name=f"{prefix}.mlp.residual", kind="elementwise", provenance="aten.add",
            inputs=(act(tokens, hidden), act(tokens, hidden)), outputs=(act(tokens, hidden),)),

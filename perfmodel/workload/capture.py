@@ -24,57 +24,22 @@ from typing import Any, Sequence
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.workload.ir import Graph, Op, TensorSpec
+from perfmodel.workload.op_kinds import (
+    ATTENTION_OPS,
+    COPY_OPS,
+    FLOPS_PER_ELEMENT_BY_FUNCTION,
+    NORM_OPS,
+    OP_KIND_TABLE,
+    POINTWISE_OPS,
+    RANDOM_ELEMENTWISE_OPS,
+    matmul_flops,
+)
 
 TORCH_DTYPES = {
     "float64": "fp64", "float32": "fp32", "bfloat16": "bf16", "float16": "fp16", "float8_e4m3fn": "fp8",
     "float8_e5m2": "fp8", "int64": "int64", "int32": "int32", "int16": "int16", "int8": "int8", "uint8": "uint8",
     "bool": "bool", "complex64": "complex64", "complex128": "complex128",
 }
-MATMUL_OPS = {"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "_int_mm"}
-CONV_OPS = {"convolution", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
-            "_convolution", "cudnn_convolution", "mkldnn_convolution"}
-ATTENTION_OPS = {"scaled_dot_product_attention", "_scaled_dot_product_flash_attention",
-                 "_scaled_dot_product_flash_attention_for_cpu", "_scaled_dot_product_efficient_attention",
-                 "_scaled_dot_product_cudnn_attention", "_scaled_dot_product_fused_attention_overrideable",
-                 "_scaled_dot_product_attention_math", "_flash_attention_forward", "_efficient_attention_forward"}
-SOFTMAX_OPS = {"softmax", "_softmax", "log_softmax", "_log_softmax", "_safe_softmax"}
-NORM_OPS = {"native_layer_norm": "layer", "layer_norm": "layer", "rms_norm": "rms", "_fused_rms_norm": "rms",
-            "native_group_norm": "group", "group_norm": "group", "native_batch_norm": "batch",
-            "_native_batch_norm_legit_no_training": "batch", "_native_batch_norm_legit": "batch",
-            "batch_norm": "batch", "instance_norm": "instance"}
-REDUCTION_OPS = {"sum", "mean", "amax", "amin", "max", "min", "var", "std", "var_mean", "std_mean", "argmax", "argmin",
-                 "prod", "norm", "linalg_vector_norm", "logsumexp", "cumsum", "cumprod", "any", "all", "max_pool2d",
-                 "avg_pool2d", "adaptive_avg_pool2d", "max_pool2d_with_indices", "_adaptive_avg_pool2d", "avg_pool1d",
-                 "adaptive_avg_pool1d", "max_pool1d", "mean_dim"}
-GATHER_OPS = {"embedding", "index_select", "gather", "index", "take", "embedding_bag", "_embedding_bag"}
-COPY_OPS = {"cat", "stack", "clone", "copy_", "copy", "_to_copy", "contiguous", "constant_pad_nd", "repeat",
-            "index_put", "index_put_", "scatter", "scatter_", "scatter_add", "masked_scatter", "roll", "flip", "tril",
-            "triu", "fill_", "zero_", "new_ones", "new_zeros", "ones_like", "zeros_like", "full_like", "fill",
-            "split_with_sizes_copy", "unbind_copy", "pad", "reflection_pad2d", "replication_pad2d", "upsample_nearest2d"}
-# Arithmetic per element of transcendental point-wise ops, counted as the basic operations of their
-# usual implementations (polynomial/rational approximations): estimates, not hardware counts.
-FLOPS_PER_ELEMENT_BY_OP = {
-    "exp": 4, "exp2": 4, "expm1": 4, "log": 4, "log1p": 4, "log2": 4, "sin": 4, "cos": 4, "tan": 6,
-    "tanh": 6, "sigmoid": 5, "erf": 6, "erfc": 6, "rsqrt": 2, "sqrt": 2, "pow": 4, "reciprocal": 1,
-    "gelu": 12, "silu": 6, "mish": 12, "softplus": 8, "elu": 5, "hardswish": 4, "hardsigmoid": 3,
-}
-RANDOM_ELEMENTWISE_OPS = {"bernoulli", "bernoulli_", "native_dropout", "dropout", "rand_like", "uniform_", "normal_",
-                          "randn_like", "exponential_"}
-# Point-wise aten ops by name, for callers without torch's op tags (profiler traces): each carries
-# torch's ``Tag.pointwise`` (checked by the calibration tests); an in-place ``name_`` matches ``name``.
-POINTWISE_OPS = frozenset({
-    "abs", "acos", "acosh", "add", "addcdiv", "addcmul", "angle", "asin", "asinh", "atan", "atan2", "atanh",
-    "bitwise_and", "bitwise_left_shift", "bitwise_not", "bitwise_or", "bitwise_right_shift", "bitwise_xor", "ceil",
-    "celu", "clamp", "clamp_max", "clamp_min", "clip", "copysign", "cos", "cosh", "deg2rad", "digamma", "div", "elu",
-    "eq", "erf", "erfc", "erfinv", "exp", "exp2", "expm1", "floor", "fmax", "fmin", "fmod", "frac", "ge", "gelu",
-    "gelu_backward", "gt", "hardshrink", "hardsigmoid", "hardtanh", "heaviside", "hypot", "isfinite", "isinf", "isnan",
-    "le", "leaky_relu", "lerp", "lgamma", "log", "log10", "log1p", "log2", "logaddexp", "logical_and", "logical_not",
-    "logical_or", "logical_xor", "logit", "lt", "masked_fill", "maximum", "minimum", "mish", "mul", "nan_to_num",
-    "ne", "neg", "pow", "reciprocal", "relu", "relu6", "remainder", "round", "rsqrt", "rsub", "selu", "sgn",
-    "sigmoid", "sigmoid_backward", "sign", "silu", "silu_backward", "sin", "sinc", "sinh", "softplus", "softshrink",
-    "sqrt", "square", "sub", "tan", "tanh", "tanh_backward", "threshold", "threshold_backward", "true_divide",
-    "trunc", "where", "xlogy",
-})
 FREE_OPS = {"view", "_unsafe_view", "reshape", "t", "transpose", "permute", "expand", "slice", "select", "unsqueeze",
             "squeeze", "as_strided", "detach", "alias", "lift_fresh", "unflatten", "flatten", "split", "split_with_sizes",
             "unbind", "chunk", "narrow", "view_as", "expand_as", "_reshape_alias", "numpy_T", "diagonal", "unfold",
@@ -111,12 +76,12 @@ def matmul_class_flops(graph: Graph) -> float:
     for op in graph.ops:
         attrs = op.attrs
         if op.kind == "matmul":
-            total += 2 * attrs.get("batch", 1) * attrs["m"] * attrs["n"] * attrs["k"] * op.count
+            total += matmul_flops(attrs["m"], attrs["n"], attrs["k"], attrs.get("batch", 1)) * op.count
         elif op.kind == "conv":
-            total += 2 * attrs["m"] * attrs["n"] * attrs["k"] * op.count
-        elif op.kind == "attention":
-            total += (4 * attrs["batch"] * attrs["heads"] * attrs["seq_q"] * attrs["seq_kv"] * attrs["head_dim"]
-                      * op.count)
+            total += matmul_flops(attrs["m"], attrs["n"], attrs["k"]) * op.count
+        elif op.kind == "attention":  # QK^T and PV: two (seq_q x head_dim x seq_kv) products per head
+            total += 2 * matmul_flops(attrs["seq_q"], attrs["seq_kv"], attrs["head_dim"],
+                                      attrs["batch"] * attrs["heads"]) * op.count
     return total
 
 
@@ -152,18 +117,16 @@ def classify_aten(name: str, input_shapes: Sequence[Sequence[int]], output_shape
     if kind == "norm":
         return kind, {"norm": NORM_OPS[name]}
     if kind == "elementwise":
-        per_element = FLOPS_PER_ELEMENT_BY_OP.get(name.rstrip("_"))
+        per_element = FLOPS_PER_ELEMENT_BY_FUNCTION.get(name.rstrip("_"))
         return kind, {} if per_element is None else {"flops_per_element": per_element}
     return kind, {}
 
 
 def aten_kind(name: str, pointwise: bool | None = None) -> str:
     """The op kind of an aten op from its name (see :func:`classify_aten` for ``pointwise``)."""
-    for kind, names in (("matmul", MATMUL_OPS), ("conv", CONV_OPS), ("attention", ATTENTION_OPS),
-                        ("softmax", SOFTMAX_OPS), ("norm", NORM_OPS), ("reduction", REDUCTION_OPS),
-                        ("embedding", GATHER_OPS), ("copy", COPY_OPS)):
-        if name in names:
-            return kind
+    for kind in OP_KIND_TABLE.values():  # the table's aten targets; point-wise ops by tag or name below
+        if kind.name != "elementwise" and name in kind.aten:
+            return kind.name
     if pointwise is None:
         pointwise = name in POINTWISE_OPS or name.rstrip("_") in POINTWISE_OPS
     return "elementwise" if pointwise or name in RANDOM_ELEMENTWISE_OPS else "other"

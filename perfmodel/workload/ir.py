@@ -22,11 +22,8 @@ import numpy as np
 
 from perfmodel.dtypes import DTYPES, get_dtype
 from perfmodel.errors import PerfmodelError, Problem, WorkloadError
+from perfmodel.workload.op_kinds import OP_KIND_TABLE
 
-OpKind = Literal["matmul", "conv", "attention", "elementwise", "reduction", "norm", "softmax", "embedding",
-                 "collective", "copy", "other"]
-OP_KINDS: tuple[str, ...] = ("matmul", "conv", "attention", "elementwise", "reduction", "norm", "softmax",
-                             "embedding", "collective", "copy", "other")
 TensorRole = Literal["activation", "weight", "kv_cache"]
 TENSOR_ROLES: tuple[str, ...] = ("activation", "weight", "kv_cache")
 
@@ -60,7 +57,7 @@ class Op:
     """One operation of a workload (or a group of identical ones, with ``count``)."""
 
     name: str
-    kind: OpKind
+    kind: str  # a registered op kind (workload.op_kinds)
     inputs: tuple[TensorSpec, ...] = ()
     outputs: tuple[TensorSpec, ...] = ()
     attrs: Mapping[str, object] = field(default_factory=dict)
@@ -126,15 +123,6 @@ def _is_positive_dimension(dim) -> bool:
     return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and dim > 0
 
 
-def _positive_dims(value) -> bool:
-    array = np.asarray(value)
-    return bool(np.all(array > 0))
-
-
-DIMENSION_ATTRS = ("m", "n", "k", "batch", "heads", "kv_heads", "seq_q", "seq_kv", "head_dim", "elements",
-                   "groups", "group_size", "bytes")
-
-
 def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
     """Everything wrong with a graph: bad kinds, dtypes, dimensions, counts, names, edges, cycles."""
     problems: list[Problem] = []
@@ -150,8 +138,12 @@ def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
         elif op.name in seen:
             add(f"{where}.name", f"duplicate op name {op.name!r} (also op {seen[op.name]}); names must be unique")
         seen.setdefault(op.name, position)
-        if op.kind not in OP_KINDS:
-            add(f"{where}.kind", f"unknown kind {op.kind!r}; allowed: {', '.join(OP_KINDS)}")
+        kind = OP_KIND_TABLE.get(op.kind)
+        if kind is None:
+            add(f"{where}.kind", f"unknown kind {op.kind!r}; allowed: {', '.join(OP_KIND_TABLE)}")
+        else:  # typed attributes from the op-kind table, checked here so that a graph is whole when built
+            for attr, message in kind.attribute_problems(op):
+                add(f"{where}.attrs" if attr == "*" else f"{where}.attrs.{attr}", message)
         if not isinstance(op.count, int) or isinstance(op.count, bool) or op.count < 1:
             add(f"{where}.count", f"count must be a positive integer, got {op.count!r}")
         for group, tensors in (("inputs", op.inputs), ("outputs", op.outputs)):
@@ -163,11 +155,8 @@ def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
                     add(f"{path}.shape", f"every dimension must be a positive integer, got {list(tensor.shape)}")
                 if tensor.role not in TENSOR_ROLES:
                     add(f"{path}.role", f"unknown role {tensor.role!r}; allowed: {', '.join(TENSOR_ROLES)}")
-        if "dtype" in op.attrs and op.attrs["dtype"] not in DTYPES:
+        if isinstance(op.attrs.get("dtype"), str) and op.attrs["dtype"] not in DTYPES:
             add(f"{where}.attrs.dtype", f"unknown dtype {op.attrs['dtype']!r}; allowed: {', '.join(DTYPES)}")
-        for attr in DIMENSION_ATTRS:
-            if attr in op.attrs and not _positive_dims(op.attrs[attr]):
-                add(f"{where}.attrs.{attr}", f"must be more than zero, got {op.attrs[attr]!r}")
     for number, edge in enumerate(graph.edges):
         if len(edge) != 2:
             add(f"edges.{number}", f"an edge is [producer, consumer], got {list(edge)}")
