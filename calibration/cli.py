@@ -146,7 +146,7 @@ def _explained(loaded) -> dict:
 
 
 def _explained_text(explained: dict) -> str:
-    from perfmodel.cli.tables import format_table
+    from perfmodel.tables import format_table
     from perfmodel.units import format_quantity
 
     lines = [f"the fit explains {explained['explained_share']:.1%} of the measured time "

@@ -37,7 +37,7 @@ import numpy as np
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
 from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters
-from perfmodel.roofline.evaluate import evaluate_arrays
+from perfmodel.roofline.arrays import evaluate_arrays
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE
 

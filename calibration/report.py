@@ -55,7 +55,7 @@ def _value_text(name: str, value: float | None) -> str:
 
 
 def text_report(result: FitResult, records, spec: Hardware) -> str:
-    from perfmodel.cli.tables import format_table
+    from perfmodel.tables import format_table
 
     lines = [f"calibration of {spec.name} on {len(records)} measurements "
              f"({records[0].device}; {records[0].tool_version})", ""]
@@ -92,7 +92,7 @@ def text_report(result: FitResult, records, spec: Hardware) -> str:
 def save_residual_chart(result: FitResult, path: str | Path) -> None:
     from perfmodel import plotting
 
-    plt = plotting._pyplot()
+    plt = plotting.pyplot()
     figure, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), layout="constrained")
     classes = sorted(set(result.classes))
     cmap = plt.get_cmap("tab10")
@@ -119,9 +119,9 @@ def save_residual_chart(result: FitResult, path: str | Path) -> None:
 def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements: Path, output: Path,
                      records, *, name: str | None = None, kind: str = "calibrated") -> str:
     """A spec that extends ``base`` (a catalog name, or a file in the output's directory)."""
-    from perfmodel.hardware.loader import _catalog_index
+    from perfmodel.hardware.loader import catalog_index
 
-    if base not in _catalog_index():
+    if base not in catalog_index():
         base_path = Path(base).resolve()
         if base_path.parent != output.resolve().parent:
             raise PerfmodelError(f"the fitted spec must extend {base} by catalog name or sit beside it: write it into "

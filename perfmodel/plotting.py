@@ -24,7 +24,7 @@ LEVEL_COLOURS = ("tab:blue", "tab:green", "tab:orange", "tab:cyan", "tab:olive",
 MARKER_AREA = (12, 400)  # points^2 for the smallest and the largest time share
 
 
-def _pyplot():
+def pyplot():
     import matplotlib
 
     if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf", "svg", "cairo"):
@@ -37,7 +37,7 @@ def _pyplot():
 def _new_axes(ax, size=(8, 5.5)):
     if ax is not None:
         return ax
-    _, ax = _pyplot().subplots(figsize=size, layout="constrained")
+    _, ax = pyplot().subplots(figsize=size, layout="constrained")
     return ax
 
 
@@ -155,7 +155,7 @@ def plot_scheduling_roofline(data, ax=None, *, title: str | None = None):
 
 def plot_side_by_side(datas, kind: str = "classic", measured=()):
     """One panel per system (the same workload on each); returns the array of Axes."""
-    plt = _pyplot()
+    plt = pyplot()
     columns = min(len(datas), 3)
     rows = -(-len(datas) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(5.2 * columns, 4.2 * rows), layout="constrained", squeeze=False)
@@ -176,7 +176,7 @@ def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound"):
     keys = sorted({key for group in groups for key in group}, key=lambda key: -sum(g.get(key, 0) for g in groups))
     labels = [evaluation.hardware for evaluation in evaluations]
     bottom = np.zeros(len(evaluations))
-    cmap = _pyplot().get_cmap("tab20")
+    cmap = pyplot().get_cmap("tab20")
     for index, key in enumerate(keys):
         values = np.array([group.get(key, 0.0) for group in groups]) * 1e3
         colour = BOUND_COLOURS.get(key, cmap(index % 20)) if by == "bound" else cmap(index % 20)
@@ -249,7 +249,7 @@ def save_figure(figure_or_ax, path: str | Path) -> None:
         os.replace(temporary, path)
     finally:
         Path(temporary).unlink(missing_ok=True)
-        _pyplot().close(figure)
+        pyplot().close(figure)
 
 
 def save_spec_rooflines(records: Sequence[dict], path: str | Path) -> None:

@@ -151,6 +151,7 @@ def format_quantity(value: float, dimension: str, *, digits: int = 4, binary: bo
     ``digits`` is the number of significant digits; ``binary=True`` uses KiB/MiB/GiB for sizes.
     """
     info = DIMENSIONS[dimension]
+    prefixes: tuple[tuple[str, float], ...]
     if dimension == "seconds":
         prefixes = _DISPLAY_SECONDS
     elif binary and dimension in ("bytes", "bytes_per_s"):

@@ -12,7 +12,7 @@ from perfmodel.llm.catalog import load_architecture, load_config, model_names
 from perfmodel.llm.graphs import stage_graph
 from perfmodel.llm.metrics import memory_per_chip
 from perfmodel.llm.sizing import Targets, size_system
-from perfmodel.roofline.evaluate import evaluate_arrays
+from perfmodel.roofline.arrays import evaluate_arrays
 from perfmodel.validation import summary, validate
 
 REQUIRED_MODELS = {"llama-2-7b", "llama-2-13b", "llama-2-70b", "llama-3.1-8b", "llama-3.1-70b", "llama-3.1-405b",

@@ -36,7 +36,7 @@ from perfmodel.hardware.model import (
     Scheduling,
     Tile,
 )
-from perfmodel.roofline.evaluate import evaluate_arrays
+from perfmodel.roofline.arrays import evaluate_arrays
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 EXACT = 1e-12  # relative tolerance: the oracles are exact up to float rounding

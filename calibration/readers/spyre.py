@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from calibration.readers.common import ReaderError, fail, positive_duration
-from calibration.readers.torch_trace import US, _events
+from calibration.readers.torch_trace import US, trace_events
 from calibration.records import MeasurementRecord
 
 COUNTER_BITS = 32
@@ -21,7 +21,7 @@ PHASES = {" DmaI": ("TS1", "TS2", "dma_in"), " Cmpt Prep": ("TS2", "TS3", "prep"
           " Cmpt Exec": ("TS3", "TS4", "compute"), " DmaO": ("TS4", "TS5", "dma_out")}
 
 
-def _counter(value, path, row, column) -> int:
+def trace_counter(value, path, row, column) -> int:
     text = str(value).strip()
     try:
         return int(text, 16) if text.lower().startswith("0x") else int(text)
@@ -37,7 +37,7 @@ def cycles_between(start: int, end: int) -> int:
 def read_flex_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CLOCK_HZ) -> list[MeasurementRecord]:
     path = Path(path)
     records = []
-    for index, event in enumerate(_events(path)):
+    for index, event in enumerate(trace_events(path)):
         if not isinstance(event, dict) or event.get("ph") != "B":
             continue
         name = str(event.get("name", ""))
@@ -49,8 +49,8 @@ def read_flex_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CLOCK_HZ)
         if first not in counters or last not in counters:
             raise fail(path, f"event {index}", last if first in counters else first,
                        f"missing cycle counter in {name!r}")
-        cycles = cycles_between(_counter(counters[first], path, f"event {index}", first),
-                                _counter(counters[last], path, f"event {index}", last))
+        cycles = cycles_between(trace_counter(counters[first], path, f"event {index}", first),
+                                trace_counter(counters[last], path, f"event {index}", last))
         levels = {"pcie": float(counters["Bytes"])} if "Bytes" in counters else {}
         records.append(MeasurementRecord(
             name=name.removesuffix(phase), op_class=op_class, duration_s=cycles / clock_hz, bytes_by_level=levels,
@@ -67,7 +67,7 @@ def read_spyre_torch_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CL
     counters are valid, else the event's ``dur``. Memcpy/memset events become transfer records."""
     path = Path(path)
     records = []
-    for index, event in enumerate(_events(path)):
+    for index, event in enumerate(trace_events(path)):
         if not isinstance(event, dict) or event.get("ph") != "X":
             continue
         category = event.get("cat")
@@ -77,7 +77,7 @@ def read_spyre_torch_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CL
         cycles = args.get("cycles_ts")
         duration = None
         if category == "kernel" and isinstance(cycles, list) and len(cycles) == 5 and any(cycles):
-            counts = [_counter(value, path, f"event {index}", "cycles_ts") for value in cycles]
+            counts = [trace_counter(value, path, f"event {index}", "cycles_ts") for value in cycles]
             duration = cycles_between(counts[2], counts[3]) / clock_hz
         if duration is None:
             try:

@@ -47,7 +47,7 @@ def flops_from_dims(name: str, dims) -> float:
     return math.nan
 
 
-def _events(path: Path, data=None) -> list[dict]:
+def trace_events(path: Path, data=None) -> list[dict]:
     data = load_json(path) if data is None else data
     events = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(events, list):
@@ -65,7 +65,7 @@ def _duration(event: dict, path, index: int) -> float:
 
 def read_torch_trace(path: str | Path, *, tool_version: str = "") -> list[MeasurementRecord]:
     path = Path(path)
-    events = _events(path)
+    events = trace_events(path)
     cpu_ops = [(index, event) for index, event in enumerate(events)
                if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") == "cpu_op"]
     device = [(index, event) for index, event in enumerate(events)

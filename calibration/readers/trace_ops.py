@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from calibration.readers.common import ReaderError, fail, load_json
-from calibration.readers.spyre import DEFAULT_SOC_CLOCK_HZ, _counter, cycles_between
-from calibration.readers.torch_trace import DEVICE_CATEGORIES, US, _events
+from calibration.readers.spyre import DEFAULT_SOC_CLOCK_HZ, cycles_between, trace_counter
+from calibration.readers.torch_trace import DEVICE_CATEGORIES, US, trace_events
 from calibration.records import MeasurementRecord, Measurements, Unmapped, group_unmapped, kernel_label
 from calibration.shapes import NotMapped, ShapeError, trace_op
 from perfmodel.errors import PerfmodelError
@@ -141,7 +141,7 @@ def _host_unmapped(roots) -> list[Unmapped]:
 def _spyre_seconds(event: dict, path, index: int, clock_hz: float) -> float | None:
     cycles = (event.get("args") or {}).get("cycles_ts")
     if isinstance(cycles, list) and len(cycles) == 5 and any(cycles):
-        counts = [_counter(value, path, f"event {index}", "cycles_ts") for value in cycles]
+        counts = [trace_counter(value, path, f"event {index}", "cycles_ts") for value in cycles]
         return cycles_between(counts[0], counts[4]) / clock_hz
     return None
 
@@ -169,7 +169,7 @@ def read_trace_ops(path: str | Path, *, hardware=None, spyre: bool = False,
     the ops are priced on (ops it cannot run are unmapped)."""
     path = Path(path)
     data = load_json(path)
-    events = _events(path, data)
+    events = trace_events(path, data)
     properties = data.get("deviceProperties") if isinstance(data, dict) else None
     device_name = next((str(item.get("name")) for item in properties or [] if isinstance(item, dict)
                         and item.get("name")), "spyre" if spyre else "")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from perfmodel.cli.tables import format_table
+from perfmodel.tables import format_table
 
 
 def register(commands) -> None:

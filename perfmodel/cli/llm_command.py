@@ -7,8 +7,8 @@ import re
 import sys
 
 from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
-from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
+from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
 DEFAULT_SYSTEMS = "h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre"

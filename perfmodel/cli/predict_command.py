@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 
 from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
-from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError
+from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
 
@@ -58,7 +58,7 @@ def _predict(args) -> int:
     if args.csv:
         import pandas as pd
 
-        frames = [evaluation.to_frame().assign(hardware=evaluation.hardware) for evaluation in evaluations]
+        frames = [pd.DataFrame(evaluation.rows()).assign(hardware=evaluation.hardware) for evaluation in evaluations]
         pd.concat(frames).to_csv(sys.stdout, index=False)
         return 0
     summary = []

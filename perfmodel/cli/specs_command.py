@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from perfmodel.cli.tables import format_table
 from perfmodel.errors import PerfmodelError, SpecError
 from perfmodel.jsonable import to_jsonable
+from perfmodel.tables import format_table
 from perfmodel.units import format_quantity
 
 DEFAULT_COMPARE = ("h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre", "epyc-zen4-2vcpu")

@@ -6,8 +6,8 @@ import json
 from pathlib import Path
 
 from perfmodel.cli.overrides import add_ideal_argument
-from perfmodel.cli.tables import format_table
 from perfmodel.jsonable import to_jsonable
+from perfmodel.tables import format_table
 
 
 def register(commands) -> None:

@@ -2,7 +2,7 @@
 
 A rule maps an op on a device to an :class:`OpCost`: useful and executed FLOPs (after padding to
 the engine's native tile and quantization into waves over its units), the engine and dtype that do
-the work, bytes at every memory level (innermost first), launches, runtime DMAs, barriers, and link
+the work, bytes at every memory level (innermost first), launches, barriers, and link
 traffic for collectives. Rules broadcast over numpy arrays in attributes (sweeps).
 
 Engines: matmul, conv and attention run on a ``matrix`` engine, the rest on a ``vector`` engine;
@@ -49,7 +49,6 @@ class OpCost:
     peak_dtype: str
     bytes_by_level: tuple[Any, ...]
     launches: int = 1
-    dmas: int = 0
     barriers: int = 0
     link: str | None = None
     link_bytes: Any = 0.0

@@ -16,6 +16,8 @@ All functions broadcast over numpy arrays (sweeps).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from perfmodel.costs.conventions import FLASH_TILES_ON_CHIP, OUTPUT_BLOCK_SHARE
@@ -73,7 +75,7 @@ def padded_bytes(shape, bytes_per_element: float, granule_bytes: float | None):
     """Bytes of a tensor whose innermost dimension is padded to the transfer granule (Spyre sticks)."""
     if not shape:
         return bytes_per_element
-    rows = 1.0
+    rows: Any = 1.0  # a float, or an array over sweep points
     for dim in shape[:-1]:
         rows = rows * np.asarray(dim, dtype=float)
     row_bytes = np.asarray(shape[-1], dtype=float) * bytes_per_element

@@ -32,6 +32,8 @@ if TYPE_CHECKING:
     from perfmodel.hardware.model import ExecutionMode, Hardware
 
 STYLES = ("eager", "compiled")
+# An SI value of a spec field: a float, or an array of them when a sweep varies the field.
+SIValue = float | np.ndarray
 # A launched Spyre program moves its inputs in and outputs out, plus a host-built correction blob:
 # torch-spyre runtime docs, "launch_jobplan: HostCompute -> H2D DMA of correction blob -> Compute;
 # H2D/D2H DMA steps for graph inputs/outputs".
@@ -52,27 +54,29 @@ class ExecutionModel:
     fuses: bool
     kernel_overhead: str | None = None
     host_dispatched: bool = False
-    program_overhead: Callable[[ExecutionMode], float] = _no_program_cost
+    program_overhead: Callable[[ExecutionMode], SIValue] = _no_program_cost
     aliases: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
             raise ValueError(f"execution model {self.name!r}: style must be one of {STYLES}, got {self.style!r}")
 
-    def per_kernel_s(self, execution: ExecutionMode) -> float:
+    def per_kernel_s(self, execution: ExecutionMode) -> SIValue:
         """Scheduling cost of one launched kernel in this mode."""
-        return getattr(execution, self.kernel_overhead) if self.kernel_overhead else 0.0
+        value: SIValue = getattr(execution, self.kernel_overhead) if self.kernel_overhead else 0.0
+        return value
 
-    def per_program_s(self, execution: ExecutionMode) -> float:
+    def per_program_s(self, execution: ExecutionMode) -> SIValue:
         return self.program_overhead(execution)
 
     def overlapped(self, execution: ExecutionMode) -> bool:
         """Whether per-kernel scheduling overlaps device work (host dispatch ahead of the device)."""
         return self.host_dispatched and execution.host_overlap
 
-    def combine(self, busy, scheduling, execution: ExecutionMode):
+    def combine(self, busy: np.ndarray, scheduling: np.ndarray, execution: ExecutionMode) -> np.ndarray:
         """An op's time from its device-busy time and its scheduling time."""
-        return np.maximum(busy, scheduling) if self.overlapped(execution) else busy + scheduling
+        combined: np.ndarray = np.maximum(busy, scheduling) if self.overlapped(execution) else busy + scheduling
+        return combined
 
     def launch_field(self, execution: ExecutionMode) -> str:
         """The spec field (``ExecutionMode`` attribute) that sets this mode's launch ceiling: the
@@ -81,9 +85,10 @@ class ExecutionModel:
             return self.kernel_overhead
         return "program_launch_s"
 
-    def launch_ceiling_s(self, execution: ExecutionMode) -> float:
+    def launch_ceiling_s(self, execution: ExecutionMode) -> SIValue:
         """The launch cost a scheduling-aware roofline and the fit scale: per kernel, or per program."""
-        return getattr(execution, self.launch_field(execution))
+        value: SIValue = getattr(execution, self.launch_field(execution))
+        return value
 
 
 EXECUTION_MODELS: dict[str, ExecutionModel] = {}
@@ -132,7 +137,7 @@ def resolve_mode(hardware: Hardware, requested: str | None) -> str:
         if not matches:
             raise PerfmodelError(f"unknown execution mode {requested!r}; known: {', '.join(mode_choices())}")
         style, wanted = matches[0].style, matches[0].name
-    if wanted in offered:
+    if wanted is not None and wanted in offered:
         return wanted
     same_style = [name for name in offered if name in EXECUTION_MODELS and EXECUTION_MODELS[name].style == style]
     if same_style:
@@ -141,11 +146,11 @@ def resolve_mode(hardware: Hardware, requested: str | None) -> str:
                          f"not {requested!r}")
 
 
-def _graph_program_s(execution: ExecutionMode) -> float:
+def _graph_program_s(execution: ExecutionMode) -> SIValue:
     return execution.program_launch_s
 
 
-def _static_program_s(execution: ExecutionMode) -> float:
+def _static_program_s(execution: ExecutionMode) -> SIValue:
     return execution.program_launch_s + RUNTIME_DMAS_PER_PROGRAM * execution.dma_setup_s
 
 

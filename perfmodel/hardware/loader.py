@@ -23,7 +23,7 @@ from pydantic import ValidationError
 
 from perfmodel.errors import Problem, SpecError, UnitError
 from perfmodel.hardware import model
-from perfmodel.hardware.schema import SCHEMA_VERSION, HardwareSpec, _numeric_field_paths, memory_order_problems
+from perfmodel.hardware.schema import SCHEMA_VERSION, HardwareSpec, memory_order_problems, numeric_field_paths
 from perfmodel.paths import spec_directories
 from perfmodel.units import parse_quantity
 from perfmodel.yaml_source import YamlDocument, join_path, read_yaml
@@ -56,7 +56,7 @@ def spec_files() -> list[Path]:
 
 
 @lru_cache(maxsize=1)
-def _catalog_index() -> dict[str, Path]:
+def catalog_index() -> dict[str, Path]:
     index: dict[str, Path] = {}
     for path in spec_files():
         document = read_yaml(path)
@@ -68,7 +68,7 @@ def _catalog_index() -> dict[str, Path]:
 def catalog() -> list[CatalogEntry]:
     """The shipped specs (and any in ``$PERFMODEL_SPEC_PATH``), each loaded and validated."""
     entries = []
-    for name, path in _catalog_index().items():
+    for name, path in catalog_index().items():
         hardware = load_hardware(path)
         entries.append(CatalogEntry(name=name, family=hardware.family, vendor=hardware.vendor,
                                     description=hardware.description, path=path))
@@ -78,7 +78,7 @@ def catalog() -> list[CatalogEntry]:
 def resolve_spec(name_or_path: str | Path, *, beside: Path | None = None) -> Path:
     """A catalog name, or a path to a file; with ``beside``, only files in that directory."""
     text = str(name_or_path)
-    index = _catalog_index()
+    index = catalog_index()
     if text in index:
         return index[text]
     if beside is None and text.lower() in index and not Path(text).is_file():  # catalog names in any case
@@ -275,7 +275,7 @@ ACHIEVABLE_SUFFIX = "-achievable"
 def achievable_name(name: str) -> str | None:
     """The catalog name of ``name``'s achievable overlay, if one ships (None otherwise)."""
     candidate = f"{name}{ACHIEVABLE_SUFFIX}"
-    return candidate if not name.endswith(ACHIEVABLE_SUFFIX) and candidate in _catalog_index() else None
+    return candidate if not name.endswith(ACHIEVABLE_SUFFIX) and candidate in catalog_index() else None
 
 
 def load_for_prediction(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None, *,
@@ -336,7 +336,7 @@ def validate_spec_file(path: str | Path) -> list[Problem]:
 
 
 def _collect_field_sources(prefix: str, spec: Any, out: dict[str, str]) -> None:
-    for path in _numeric_field_paths(spec):
+    for path in numeric_field_paths(spec):
         out[f"{prefix}.{path}"] = spec.source_of(path)
 
 

@@ -104,7 +104,7 @@ class Sourced(Strict):
 
     @model_validator(mode="after")
     def _field_sources_name_fields(self):
-        present = _numeric_field_paths(self)
+        present = numeric_field_paths(self)
         unknown = sorted(key for key in self.field_sources if not any(_within(path, key) for path in present))
         if unknown:
             raise ValueError(f"field_sources names {unknown}, which are not numeric fields (or groups of them) "
@@ -131,7 +131,7 @@ def _check_source_id(source: str, info: ValidationInfo) -> str:
     return source
 
 
-def _numeric_field_paths(model: BaseModel, prefix: str = "") -> list[str]:
+def numeric_field_paths(model: BaseModel, prefix: str = "") -> list[str]:
     """Dotted paths of the numeric fields set on ``model`` (nested models, dicts of numbers and dicts of
     models included: ``peak.fp8``, ``tile.m``, ``kernels.small_m.m``)."""
     paths = []
@@ -146,9 +146,9 @@ def _numeric_field_paths(model: BaseModel, prefix: str = "") -> list[str]:
             paths.extend(f"{path}.{key}" for key in value)
         elif isinstance(value, dict) and all(isinstance(item, BaseModel) for item in value.values()):
             for key, item in value.items():
-                paths.extend(_numeric_field_paths(item, f"{path}.{key}."))
+                paths.extend(numeric_field_paths(item, f"{path}.{key}."))
         elif isinstance(value, BaseModel):
-            paths.extend(_numeric_field_paths(value, f"{path}."))
+            paths.extend(numeric_field_paths(value, f"{path}."))
     return paths
 
 

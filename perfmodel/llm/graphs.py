@@ -28,7 +28,7 @@ from perfmodel.workload.op_kinds import activation_flops_per_element
 class Scenario:
     """One inference request shape: ``batch`` sequences of ``prompt_tokens`` generating ``generated_tokens``."""
 
-    batch: int
+    batch: int | np.ndarray  # an array of batch sizes evaluates them all at once (sizing)
     prompt_tokens: int
     generated_tokens: int
     weight_dtype: str = "bf16"

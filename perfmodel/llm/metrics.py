@@ -32,7 +32,7 @@ from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.roofline.evaluate import ArrayEvaluation, evaluate_arrays
+from perfmodel.roofline.arrays import ArrayEvaluation, evaluate_arrays
 from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
@@ -150,7 +150,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     middle = decode_arrays[1]
     prefill_eval = to_evaluation(prefill, prefill_arrays, middle.parameters.label)
     decode_eval = to_evaluation(decode_graphs[1], middle, middle.parameters.label)
-    tokens_per_s = scenario.batch / tpot
+    tokens_per_s = float(scenario.batch / tpot)  # llm_predict takes one batch size
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
         ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,

@@ -25,7 +25,7 @@ from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.llm.metrics import batched_prefill_s, llm_predict, max_batch, phase_time
-from perfmodel.roofline.evaluate import evaluate_arrays
+from perfmodel.roofline.arrays import evaluate_arrays
 from perfmodel.workload.ir import Graph
 
 MAX_BATCH_EVALUATED = 4096

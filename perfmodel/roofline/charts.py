@@ -104,7 +104,7 @@ def _level(hardware: Hardware, level: str | None):
 
 def launch_cost_s(hardware: Hardware, mode: str) -> float:
     """The launch ceiling of a mode: per kernel where the mode pays per kernel, else per program."""
-    return execution_model(mode).launch_ceiling_s(hardware.scheduling.modes[mode])
+    return float(execution_model(mode).launch_ceiling_s(hardware.scheduling.modes[mode]))
 
 
 def _points(evaluation: Evaluation, levels: list[str]) -> tuple[OpPoint, ...]:

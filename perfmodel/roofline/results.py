@@ -16,7 +16,7 @@ import numpy as np
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.jsonable import to_jsonable
-from perfmodel.roofline.evaluate import (
+from perfmodel.roofline.arrays import (
     DATASHEET,
     PROGRAM_LAUNCH_NAME,
     ArrayEvaluation,
@@ -140,22 +140,16 @@ class Evaluation:
             "ops": [to_jsonable(op) for op in self.ops],
         }
 
-    def to_frame(self):
-        """One row per op (pandas DataFrame); levels become ``bytes:<level>`` and ``memory_s:<level>``."""
-        import pandas as pd
-
+    def rows(self) -> list[dict]:
+        """One flat record per op, ready for ``pandas.DataFrame(evaluation.rows())``; levels become
+        ``bytes:<level>`` and ``memory_s:<level>`` columns (the pure core does not import pandas)."""
         rows = []
         for op in self.ops:
             row = {key: value for key, value in to_jsonable(op).items() if key not in ("bytes", "memory_s")}
             row.update({f"bytes:{level}": value for level, value in op.bytes.items()})
             row.update({f"memory_s:{level}": value for level, value in op.memory_s.items()})
             rows.append(row)
-        return pd.DataFrame(rows)
-
-    def to_csv(self, path) -> None:
-        from perfmodel.yaml_source import write_text_atomically
-
-        write_text_atomically(path, self.to_frame().to_csv(index=False))
+        return rows
 
 
 def evaluate(graph: Graph, hardware: Hardware, *, mode: str | None = None, overlap: Overlap = "max",

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
-from perfmodel.roofline.evaluate import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
+from perfmodel.roofline.arrays import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
 from perfmodel.units import DIMENSIONS
 from perfmodel.workload.ir import Graph
 
@@ -49,7 +49,7 @@ def as_override(path: str, value: float) -> str:
     return f"{value!r} {DIMENSIONS[spec_axis_dimension(path)].unit}"
 
 
-def hardware_with(hardware: Hardware, values: Mapping[str, object]) -> Hardware:
+def hardware_with(hardware: Hardware, values: Mapping[str, Any]) -> Hardware:
     """A copy of ``hardware`` with dotted fields set to SI values (scalars or arrays)."""
     for path, value in values.items():
         parts = path.split(".")
@@ -118,7 +118,8 @@ def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str
     grids = np.meshgrid(*[np.asarray(values) for values in axes.values()], indexing="ij")
     flat = {name: grid.ravel() for name, grid in zip(axes, grids, strict=True)}
     size = next(iter(flat.values())).size
-    totals, by_bound = [], {}
+    totals: list[np.ndarray] = []
+    by_bound: dict[str, list[np.ndarray]] = {}
     labels = None
     for start in range(0, size, chunk_points):
         stop = min(start + chunk_points, size)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -58,9 +58,9 @@ class Op:
 
     name: str
     kind: str  # a registered op kind (workload.op_kinds)
-    inputs: tuple[TensorSpec, ...] = ()
-    outputs: tuple[TensorSpec, ...] = ()
-    attrs: Mapping[str, object] = field(default_factory=dict)
+    inputs: Sequence[TensorSpec] = ()          # stored as a tuple
+    outputs: Sequence[TensorSpec] = ()
+    attrs: Mapping[str, Any] = field(default_factory=dict)  # numbers, arrays (sweeps), flags, text
     count: int = 1
     provenance: str = ""
 
@@ -96,8 +96,8 @@ class Graph:
     """Ops in execution order and producer->consumer edges (pairs of op names)."""
 
     name: str
-    ops: tuple[Op, ...]
-    edges: tuple[tuple[str, str], ...] = ()
+    ops: Sequence[Op]                          # stored as a tuple
+    edges: Sequence[tuple[str, str]] = ()      # stored as a tuple
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "ops", tuple(self.ops))
@@ -120,7 +120,7 @@ class Graph:
 def _is_positive_dimension(dim) -> bool:
     if isinstance(dim, np.ndarray):
         return dim.dtype.kind in "iu" and bool(np.all(dim > 0))
-    return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and dim > 0
+    return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and bool(dim > 0)
 
 
 def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
@@ -181,7 +181,9 @@ def concatenate(graphs, name: str = "concatenated") -> tuple[Graph, list[int]]:
     each op came from: lets many small measured workloads be evaluated in one vectorized call."""
     from dataclasses import replace
 
-    ops, edges, owner = [], [], []
+    ops: list[Op] = []
+    edges: list[tuple[str, str]] = []
+    owner: list[int] = []
     for index, graph in enumerate(graphs):
         prefix = f"g{index}."
         ops.extend(replace(op, name=prefix + op.name) for op in graph.ops)

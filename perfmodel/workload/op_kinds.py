@@ -35,7 +35,7 @@ class Attribute:
     required: bool = False
     choices: tuple[str, ...] = ()
 
-    def problem(self, value) -> str | None:
+    def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` for this attribute, or None."""
         if self.type == "flag":
             return None if isinstance(value, (bool, np.bool_)) else f"must be true or false, got {value!r}"
@@ -90,7 +90,7 @@ class OpKind:
     def attribute(self, name: str) -> Attribute | None:
         return self.attributes.get(name, COMMON_ATTRIBUTES.get(name))
 
-    def attribute_problems(self, op) -> list[tuple[str, str]]:
+    def attribute_problems(self, op: Any) -> list[tuple[str, str]]:
         """(attribute, message) for every missing required or mistyped attribute of ``op``."""
         attrs = op.attrs
         problems = [(name, f"a {self.name} op needs attribute {name!r}")
@@ -120,14 +120,14 @@ def op_kind(name: str) -> OpKind | None:
     return OP_KIND_TABLE.get(name)
 
 
-def kinds_where(predicate) -> frozenset[str]:
+def kinds_where(predicate: Callable[[OpKind], bool]) -> frozenset[str]:
     """Names of the registered kinds whose entry satisfies ``predicate`` (the table is the one list)."""
     return frozenset(name for name, kind in OP_KIND_TABLE.items() if predicate(kind))
 
 
-def matmul_flops(m, n, k, batch=1):
+def matmul_flops(m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
     """Useful FLOPs of ``batch`` (m x k) @ (k x n) products: 2 per multiply-add, as every vendor peak
-    and ``torch.utils.flop_counter`` count them."""
+    and ``torch.utils.flop_counter`` count them. Dimensions are ints or arrays (sweeps); so is the result."""
     return FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
 
 
@@ -191,7 +191,7 @@ ATTENTION_IMPLEMENTATIONS = ("flash", "naive")
 COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send")
 
 
-def _matmul_dimensions_known(op) -> str | None:
+def _matmul_dimensions_known(op: Any) -> str | None:
     if all(name in op.attrs for name in "mnk") or len(op.inputs) >= 2:
         return None
     return "a matmul op needs attributes m, n and k, or two input tensors to read them from"

@@ -19,8 +19,9 @@ name), priced by its registered behaviour (``hardware.execution_models``):
 * ``graph`` (CUDA graphs, torch.compile, XLA): chains are fused; the program pays one
   ``program_launch_s``, and each kernel ``per_node_s`` of device-side gap: ``busy_s + per_node_s``.
 * ``static`` (Groq, Cerebras, Spyre): the compiler fixed the schedule and fused the chains; no
-  per-op dispatch, but each program pays ``program_launch_s`` and its runtime DMAs, and barriers
-  and runtime-orchestrated DMAs inside cost ``sync_s`` and ``dma_setup_s``.
+  per-op dispatch, but each program pays ``program_launch_s`` and its runtime-orchestrated DMAs
+  (``dma_setup_s`` each), and barriers inside (collectives) cost ``sync_s``. DMAs between memory
+  levels inside a program are compiled into the schedule and priced as memory traffic.
 
 The program-level costs appear as one extra row named ``<program launch>`` (kind ``launch``).
 """
@@ -164,11 +165,10 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
 
     anchors = _as_float([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
     launches = _as_float([c.launches for c in costs]).reshape(count_column.shape) * anchors
-    dmas = _as_float([c.dmas for c in costs]).reshape(count_column.shape)
     barriers = _as_float([c.barriers for c in costs]).reshape(count_column.shape)
     scale = parameters.scheduling_scale
-    sync_and_dma = (dmas * execution.dma_setup_s + barriers * execution.sync_s) * scale
-    scheduling_s = launches * model.per_kernel_s(execution) * scale + sync_and_dma
+    synchronization = barriers * execution.sync_s * scale
+    scheduling_s = launches * model.per_kernel_s(execution) * scale + synchronization
     scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
 
     # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.
