@@ -6,7 +6,8 @@ every row: each device's achievable overlay (fitted to published microbenchmarks
 rows) where one ships, or the datasheet specs with ``ideal=True``; nothing is tuned to a row.
 
 Conventions for reproducing rows:
-* TensorRT-LLM and gpt-fast runs use CUDA graphs (``graph`` mode); a row marked eager uses ``eager``.
+* TensorRT-LLM and gpt-fast runs use CUDA graphs (the `compiled` mode: graph on GPUs, the static program on
+  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream.
 * Static-batching throughput = batch x output tokens / (TTFT + (output - 1) x TPOT), per GPU when
   the row says so; in-flight-batching "max-load" rows run at the largest batch that fits (capped at
   TensorRT-LLM's default ``max_batch_size`` of 2048) with continuous batching.
@@ -33,6 +34,9 @@ from perfmodel.paths import data_directory
 TRT_MAX_BATCH = 2048
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
+# A prompt stated only as "short": gpt-fast's generate.py default prompt, "Hello, my name is", is
+# 6 Llama tokens with BOS; 8 rounds it up (decode time barely depends on it).
+SHORT_PROMPT_TOKENS = 8
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -108,21 +112,24 @@ def _dtypes(precision: str, system: str) -> dict | None:
 
 
 def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Parallelism, Scenario, continuous_batching_throughput, llm_predict, max_batch
-    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.catalog import load_architecture, load_config
+    from perfmodel.llm.eager import stage_graphs_for
+    from perfmodel.llm.graphs import stage_graph
 
     hardware, architecture = load_for_prediction(spec, ideal=ideal), load_architecture(model)
     dtypes = _dtypes(row["precision"], row["system"])
     if dtypes is None:
         raise _Skip(f"precision {row['precision']!r} cannot be mapped to dtypes")
     metric = row["metric"].lower()
-    mode = "eager" if "eager" in row["workload"].lower() else "graph"
-    if spec in ("groq-lpu-v1", "cerebras-wse-3"):
-        mode = None
+    mode = "eager" if "eager" in row["workload"].lower() else "compiled"
+    graphs, _ = stage_graphs_for(load_config(model), hardware, mode)
     chips = _int(row["chips"])
     api = "user" in row["batch"].lower() or "per user" in metric
-    prompt = _int(row["input_len"]) or (API_PROMPT_TOKENS if api else None)
+    short = row["input_len"].strip().lower() == "short"
+    prompt = _int(row["input_len"]) or (API_PROMPT_TOKENS if api else SHORT_PROMPT_TOKENS if short else None)
     gen = _int(row["output_len"]) or (API_GENERATED_TOKENS if api else SINGLE_STREAM_GENERATED_TOKENS)
     if prompt is None:
         raise _Skip("prompt length not stated")
@@ -136,18 +143,20 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     batch_text = row["batch"].lower()
     base = Scenario(batch=1, prompt_tokens=prompt, generated_tokens=gen, **dtypes)
     how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
-          f"{mode or 'static'}; prompt {prompt}, gen {gen}"
+          f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
+        + f"; prompt {prompt}, gen {gen}"
     if "ifb" in batch_text or "max-load" in batch_text:
         concurrency = min(max_batch(architecture, hardware, base, parallelism), TRT_MAX_BATCH)
         if concurrency < 1:
             raise _Skip("the model does not fit in this configuration")
-        throughput = continuous_batching_throughput(architecture, hardware, base, parallelism, concurrency, mode=mode)
+        throughput = continuous_batching_throughput(architecture, hardware, base, parallelism, concurrency, mode=mode,
+                                                    graphs=graphs)
         return throughput, how + f"; continuous batching at the largest batch that fits ({concurrency})"
     if "max" in batch_text or "sweep" in batch_text:
         raise _Skip("batch size of the sweep's maximum not stated")
     batch = _int(row["batch"]) or 1
     result = llm_predict(architecture, hardware, Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=gen,
-                                                         **dtypes), parallelism, mode=mode)
+                                                         **dtypes), parallelism, mode=mode, graphs=graphs)
     if not result.fits:
         raise _Skip(f"the model does not fit on {parallelism.chips} x {spec} at batch {batch}")
     how += f"; batch {batch}"
@@ -247,10 +256,10 @@ def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
             raise _Skip("no spec for this system in the catalog" + detail)
         if "training" in row["workload"].lower():
             raise _Skip("training is not modeled (inference only)")
-        if row["group"] == "F":
+        model, _ = _first(MODELS, row["workload"])
+        if row["group"] == "F" and not (model is not None and "decode" in row["metric"].lower()):
             predicted, how = _kernel_row(row, spec, ideal)
-        else:
-            model, _ = _first(MODELS, row["workload"])
+        else:  # an LLM row (group F's end-to-end decode rows too: eager vs compiled)
             if model is None:
                 raise _Skip("no shipped config for this model")
             if "unstated" in row["chips"].lower() and spec != "groq-lpu-v1":

@@ -32,6 +32,9 @@ def register(commands) -> None:
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
     llm.add_argument("--max-tokens-per-step", type=int,
                      help="with --concurrency: token budget per scheduler step (chunked prefill); default unlimited")
+    llm.add_argument("--condensed", action="store_true",
+                     help="in eager mode, price the condensed graph (~12 ops a layer) instead of the op stream "
+                          "captured from the transformers model class (~43 kernels and ~40 views a layer)")
     add_set_argument(llm)
     add_ideal_argument(llm)
     llm.add_argument("--json", action="store_true")
@@ -70,7 +73,8 @@ def _parallelism(args):
 def _llm(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Scenario, continuous_batching_throughput, llm_predict, max_batch
-    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.catalog import load_architecture, load_config
+    from perfmodel.llm.eager import stage_graphs_for
 
     _check_counts(args, ("batch", "prompt", "gen", "concurrency", "max_tokens_per_step"))
     architecture = load_architecture(args.model)
@@ -79,7 +83,10 @@ def _llm(args) -> int:
                         weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
                         activation_dtype=args.activations)
     parallelism = _parallelism(args)
-    result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode)
+    graphs, note = stage_graphs_for(load_config(args.model), hardware, args.mode, condensed=args.condensed)
+    if note:
+        print(f"perfmodel: note: {note}", file=sys.stderr)
+    result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode, graphs=graphs)
     if not result.fits:
         needed = format_quantity(sum(result.memory_bytes.values()), "bytes", binary=True)
         print(f"perfmodel: warning: {architecture.name} does not fit: its fullest pipeline stage needs {needed} "
@@ -90,7 +97,7 @@ def _llm(args) -> int:
     if args.concurrency:
         data["continuous_batching"] = {"concurrency": args.concurrency, "tokens_per_s": continuous_batching_throughput(
             architecture, hardware, scenario, parallelism, args.concurrency, mode=args.mode,
-            max_tokens_per_step=args.max_tokens_per_step)}
+            max_tokens_per_step=args.max_tokens_per_step, graphs=graphs)}
     if args.json:
         print(json.dumps(data, indent=1))
         return 0
@@ -109,6 +116,9 @@ def _llm(args) -> int:
         ["largest batch that fits", str(data["max_batch"])],
         ["bound (prefill / decode)", f"{result.bound_by_phase['prefill']} / {result.bound_by_phase['decode']}"],
         ["power", format_quantity(result.power_watts, "watts")],
+        ["ops per decode step", "{ops:.0f} ({per_layer:.0f} a layer), {host_only:.0f} host-only views, "
+                                "{kernels:.0f} kernels launched".format(**result.ops_per_decode_step)],
+        ["graph", result.graph],
     ]
     if args.concurrency:
         rows.append([f"continuous batching at {args.concurrency}",

@@ -71,6 +71,7 @@ def hardware_to_dict(hardware) -> dict:
 
 def _show(args) -> int:
     from perfmodel.hardware.loader import load_hardware
+    from perfmodel.hardware.model import MODE_FIELDS
 
     hardware = load_hardware(args.name)
     if args.json:
@@ -98,8 +99,8 @@ def _show(args) -> int:
             f"{format_quantity(link.bandwidth_bytes_per_s_per_direction, 'bytes_per_s')} x {link.links_per_chip} "
             f"({link.topology})")
     for name, mode in hardware.scheduling.modes.items():
-        for field in ("kernel_launch", "program_launch", "per_node", "dma_setup", "sync"):
-            value = getattr(mode, f"{field}_s")
+        for field, attribute in MODE_FIELDS.items():
+            value = getattr(mode, attribute)
             if value:
                 add(f"scheduling.modes.{name}.{field}", format_quantity(value, "seconds"))
     add("power.tdp", format_quantity(hardware.power.tdp_watts, "watts"))

@@ -49,6 +49,7 @@ class OpCost:
     peak_dtype: str
     bytes_by_level: tuple[Any, ...]
     launches: int = 1
+    host_calls: int = 0              # host dispatches that launch no kernel (eager views)
     barriers: int = 0
     link: str | None = None
     link_bytes: Any = 0.0
@@ -573,6 +574,15 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
     memory = tuple(0.0 if level.off_device else 2 * payload for level in context.hardware.memory)
     return OpCost(flops=reduce_flops, executed_flops=reduce_flops, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=memory, barriers=1, link=link.name, link_bytes=wire_bytes, link_latency_s=latency)
+
+
+@cost_rule("view")
+def view_cost(op: Op, context: CostContext) -> OpCost:
+    """A view, reshape or transpose: no kernel, no FLOPs, no bytes; one host dispatch (eager only)."""
+    engine, peak_dtype = select_engine(context.hardware, "view", op.dtype)
+    zero = tuple(0.0 for _ in context.hardware.memory)
+    return OpCost(flops=0.0, executed_flops=0.0, engine=engine.name, peak_dtype=peak_dtype, bytes_by_level=zero,
+                  launches=0, host_calls=1)
 
 
 @cost_rule("other")

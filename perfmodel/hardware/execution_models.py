@@ -6,8 +6,10 @@ its *behaviour*, once, for the evaluator, the fit, the charts and every command 
 
 * ``fuses``: whether chains of element-wise work are fused into their producer's kernel;
 * ``kernel_overhead``: the ``ExecutionMode`` field paid once per launched kernel (a fused group is one
-  kernel), and ``host_dispatched``: whether the host pays it, so that it overlaps device work where
-  the spec says ``host_overlap`` (the op then takes ``max(busy, scheduling)``), or adds to it;
+  kernel); ``host_op_overhead``: the field paid per op that launches no kernel (eager views and
+  reshapes: Python and the dispatcher still run); and ``host_dispatched``: whether the host pays
+  them, so that they overlap device work where the spec says ``host_overlap`` (the op then takes
+  ``max(busy, scheduling)``), or add to it;
 * ``program_overhead``: what one launch of the whole program costs;
 * ``style``: ``eager`` (the host runs the model op by op) or ``compiled`` (a captured graph or a
   compiled program). A request for a mode the spec lacks falls back to an offered mode of the same
@@ -53,6 +55,7 @@ class ExecutionModel:
     summary: str
     fuses: bool
     kernel_overhead: str | None = None
+    host_op_overhead: str | None = None   # field paid per op that launches no kernel (eager views)
     host_dispatched: bool = False
     program_overhead: Callable[[ExecutionMode], SIValue] = _no_program_cost
     aliases: tuple[str, ...] = ()
@@ -64,6 +67,11 @@ class ExecutionModel:
     def per_kernel_s(self, execution: ExecutionMode) -> SIValue:
         """Scheduling cost of one launched kernel in this mode."""
         value: SIValue = getattr(execution, self.kernel_overhead) if self.kernel_overhead else 0.0
+        return value
+
+    def per_host_op_s(self, execution: ExecutionMode) -> SIValue:
+        """Host cost of an op that launches no kernel (a view in eager PyTorch); 0 in compiled modes."""
+        value: SIValue = getattr(execution, self.host_op_overhead) if self.host_op_overhead else 0.0
         return value
 
     def per_program_s(self, execution: ExecutionMode) -> SIValue:
@@ -156,7 +164,7 @@ def _static_program_s(execution: ExecutionMode) -> SIValue:
 
 register(ExecutionModel(
     name="dynamic", style="eager", aliases=("eager",), fuses=False, kernel_overhead="kernel_launch_s",
-    host_dispatched=True,
+    host_op_overhead="host_op_s", host_dispatched=True,
     summary="the host dispatches every kernel (GPU eager PyTorch, CPU)"))
 register(ExecutionModel(
     name="graph", style="compiled", aliases=("compiled",), fuses=True, kernel_overhead="per_node_s",

@@ -164,8 +164,8 @@ def _set_path(data: dict, dotted: str, value: Any) -> None:
     node[keys[-1]] = value
 
 
-_OPTIONAL_LEAVES = {"latency", "usable_capacity", "transfer_granule", "clock", "kernel_launch", "program_launch",
-                    "per_node", "dma_setup", "sync", "idle", "max_chips", "kernel_fixed_time", "slower_than_outer"}
+_OPTIONAL_LEAVES = {"latency", "usable_capacity", "transfer_granule", "clock", *model.MODE_FIELDS, "idle",
+                    "max_chips", "kernel_fixed_time", "slower_than_outer"}
 
 
 def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: list[Problem]) -> None:
@@ -371,9 +371,8 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
     for name, mode in spec.scheduling.modes.items():
         _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)
         modes[name] = model.ExecutionMode(
-            name=name, kernel_launch_s=mode.kernel_launch or 0.0, program_launch_s=mode.program_launch or 0.0,
-            per_node_s=mode.per_node or 0.0, dma_setup_s=mode.dma_setup or 0.0, sync_s=mode.sync or 0.0,
-            host_overlap=mode.host_overlap)
+            name=name, host_overlap=mode.host_overlap,
+            **{attribute: getattr(mode, field) or 0.0 for field, attribute in model.MODE_FIELDS.items()})
     _collect_field_sources("power", spec.power, field_sources)
     price = None
     if spec.price is not None:

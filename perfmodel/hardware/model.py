@@ -152,6 +152,12 @@ class Link:
     max_chips: int | None = None
 
 
+# The overheads of an execution mode, one table: YAML field (``scheduling.modes.<mode>.<field>``) ->
+# ``ExecutionMode`` attribute. The schema's ``ModeSpec``, the loader, ``specs show`` and sweeps read it.
+MODE_FIELDS = {"kernel_launch": "kernel_launch_s", "program_launch": "program_launch_s", "per_node": "per_node_s",
+               "dma_setup": "dma_setup_s", "sync": "sync_s", "host_op": "host_op_s"}
+
+
 @dataclass(frozen=True, kw_only=True)
 class ExecutionMode:
     """How the host drives the device in one execution mode, and what that costs.
@@ -161,6 +167,8 @@ class ExecutionMode:
     * ``per_node_s``: cost of each node inside a program or graph (device-side gaps);
     * ``dma_setup_s``: runtime cost of setting up one orchestrated DMA transfer;
     * ``sync_s``: cost of one synchronization/barrier;
+    * ``host_op_s``: host cost of an op that launches no kernel (a view, reshape or transpose in eager
+      PyTorch: Python + the ATen dispatcher); compiled programs have no such ops;
     * ``host_overlap``: whether host dispatch overlaps device work (a GPU: yes; a CPU running its
       own kernels on the dispatching thread: no, so dispatch and work add up).
     """
@@ -171,6 +179,7 @@ class ExecutionMode:
     per_node_s: float = 0.0
     dma_setup_s: float = 0.0
     sync_s: float = 0.0
+    host_op_s: float = 0.0
     host_overlap: bool = True
 
 

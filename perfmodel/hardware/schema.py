@@ -235,6 +235,7 @@ class ModeSpec(Sourced):
     per_node: Overhead | None = None
     dma_setup: Overhead | None = None
     sync: Overhead | None = None
+    host_op: Overhead | None = None  # every overhead field is in hardware.model.MODE_FIELDS (a test checks)
 
 
 class SchedulingSpec(Strict):

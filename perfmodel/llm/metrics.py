@@ -21,7 +21,8 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Callable, Mapping
 
 import numpy as np
 
@@ -36,6 +37,8 @@ from perfmodel.roofline.arrays import ArrayEvaluation, evaluate_arrays
 from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
+# Builds one pipeline stage's graph: (architecture, scenario, parallelism, *, phase, context) -> Graph.
+StageGraphs = Callable[..., Graph]
 ACTIVATION_BUFFERS = 2  # input and output of the widest op are live at once
 LOGIT_BYTES = 4  # fp32 logits
 SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
@@ -62,6 +65,8 @@ class LLMResult:
     time_by_bound_by_phase: dict
     power_watts: float
     parameters: str = "ideal (datasheet)"
+    graph: str = "condensed LLM graph"      # which stage graphs priced it (condensed, or the eager stream)
+    ops_per_decode_step: Mapping[str, float] = field(default_factory=dict)  # kernels, ops, host-only ops
 
     @property
     def chips(self) -> int:
@@ -79,7 +84,7 @@ class LLMResult:
             "capacity_bytes_per_chip": self.capacity_bytes, "fits": self.fits,
             "weights_streamed": self.weights_streamed, "bound_by_phase": self.bound_by_phase,
             "time_by_bound_by_phase": self.time_by_bound_by_phase, "power_watts": self.power_watts,
-            "parameters": self.parameters,
+            "parameters": self.parameters, "graph": self.graph, "ops_per_decode_step": dict(self.ops_per_decode_step),
         }
 
 
@@ -126,8 +131,12 @@ def phase_time(stage: ArrayEvaluation, hardware: Hardware, parallelism: Parallel
 
 
 def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenario,
-                parallelism: Parallelism = Parallelism(), *, mode: str | None = None) -> LLMResult:
-    """Predict one scenario of ``architecture`` on ``parallelism.chips`` chips of ``hardware``."""
+                parallelism: Parallelism = Parallelism(), *, mode: str | None = None,
+                graphs: StageGraphs = stage_graph) -> LLMResult:
+    """Predict one scenario of ``architecture`` on ``parallelism.chips`` chips of ``hardware``.
+
+    ``graphs`` builds each stage's graph: the condensed graphs (default), or another builder with the
+    same signature, such as ``llm.eager.CapturedStream`` (the real eager op stream)."""
     check(architecture, scenario, parallelism)
     if parallelism.pp > 1 or parallelism.tp > 1:
         if not any(link.kind in ("chip_to_chip", "network") for link in hardware.links.values()):
@@ -137,13 +146,13 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     placed = placement(architecture, hardware, scenario, parallelism)
     state = placed.other_bytes
     prompt, gen = scenario.prompt_tokens, scenario.generated_tokens
-    prefill = stage_graph(architecture, scenario, parallelism, phase="prefill", context=prompt)
+    prefill = graphs(architecture, scenario, parallelism, phase="prefill", context=prompt)
     send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
     send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
     prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
-    decode_graphs = [stage_graph(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
+    decode_graphs = [graphs(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
     decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state) for g in decode_graphs]
     steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
@@ -158,7 +167,19 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         capacity_bytes=placed.capacity_bytes, fits=placed.fits, weights_streamed=placed.weights_streamed,
         bound_by_phase={"prefill": prefill_eval.bound, "decode": decode_eval.bound},
         time_by_bound_by_phase={"prefill": prefill_eval.time_by_bound, "decode": decode_eval.time_by_bound},
-        power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.label)
+        power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.label,
+        graph=getattr(graphs, "label", "condensed LLM graph"),
+        ops_per_decode_step=op_counts(decode_graphs[1], decode_eval, math.ceil(architecture.layers / parallelism.pp)))
+
+
+def op_counts(graph: Graph, evaluation, stage_layers: int) -> dict[str, float]:
+    """Ops of one stage's step (``ops``: those that launch work; ``per_layer``: in one decoder layer;
+    ``host_only``: views and reshapes that launch nothing) and the kernels the mode launches."""
+    working = [op for op in graph.ops if op.kind != "view"]
+    return {"ops": sum(op.count for op in working),
+            "per_layer": sum(op.count for op in working if op.name.startswith("layers.")) / stage_layers,
+            "host_only": sum(op.count for op in graph.ops if op.kind == "view"),
+            "kernels": sum(op.launches for op in evaluation.ops)}
 
 
 def max_batch(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism) -> int:
@@ -174,7 +195,7 @@ def _with_batch(scenario: Scenario, batch) -> Scenario:
 
 def batched_prefill_s(architecture: Architecture, hardware: Hardware, scenario: Scenario,
                       parallelism: Parallelism, sequences: int, *, mode: str | None = None,
-                      max_tokens_per_step: int | None = None) -> float:
+                      max_tokens_per_step: int | None = None, graphs: StageGraphs = stage_graph) -> float:
     """Time to prefill the prompts of ``sequences`` new requests, batched together in passes of at
     most ``max_tokens_per_step`` tokens (None: one pass). A pass holds whole prompts when the budget
     allows; a prompt longer than the budget is prefilled in chunks (each priced as a pass of the
@@ -188,23 +209,24 @@ def batched_prefill_s(architecture: Architecture, hardware: Hardware, scenario: 
         for batch, passes in ((per_pass, full), (rest, 1 if rest else 0)):
             if passes:
                 time += passes * llm_predict(architecture, hardware, _with_batch(scenario, batch), parallelism,
-                                             mode=mode).ttft_s
+                                             mode=mode, graphs=graphs).ttft_s
         return time
     chunks = math.ceil(prompt / budget)
     chunk = replace(scenario, batch=1, prompt_tokens=budget)
-    return sequences * chunks * llm_predict(architecture, hardware, chunk, parallelism, mode=mode).ttft_s
+    return sequences * chunks * llm_predict(architecture, hardware, chunk, parallelism, mode=mode, graphs=graphs).ttft_s
 
 
 def continuous_batching_throughput(architecture, hardware, scenario: Scenario, parallelism: Parallelism,
                                    concurrency: int, *, mode: str | None = None,
-                                   max_tokens_per_step: int | None = None) -> float:
+                                   max_tokens_per_step: int | None = None, graphs: StageGraphs = stage_graph) -> float:
     """Steady-state tokens/s of an iteration-level scheduler (vLLM, TensorRT-LLM in-flight batching)
     with ``concurrency`` sequences running: in the time the running batch takes for ``gen`` decode
     steps at its mean context (decode time is linear in context, so the mean is exact), every
     sequence is replaced once, and the ``concurrency`` new prompts are prefilled in batched passes
     (``batched_prefill_s``)."""
-    full = llm_predict(architecture, hardware, _with_batch(scenario, concurrency), parallelism, mode=mode)
+    full = llm_predict(architecture, hardware, _with_batch(scenario, concurrency), parallelism, mode=mode,
+                       graphs=graphs)
     prefill = batched_prefill_s(architecture, hardware, scenario, parallelism, concurrency, mode=mode,
-                                max_tokens_per_step=max_tokens_per_step)
+                                max_tokens_per_step=max_tokens_per_step, graphs=graphs)
     gen = scenario.generated_tokens
     return concurrency * gen / (gen * full.tpot_s + prefill)

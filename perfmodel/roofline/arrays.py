@@ -38,7 +38,7 @@ from perfmodel.costs.residency import residency
 from perfmodel.costs.rules import CostContext, OpCost, op_cost
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
-from perfmodel.hardware.model import Hardware, Parameters
+from perfmodel.hardware.model import MODE_FIELDS, Hardware, Parameters
 from perfmodel.workload.ir import Graph
 
 Overlap = Literal["max", "sum"]
@@ -113,8 +113,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     counts = _as_float([op.count for op in graph.ops])
     spec_values = [level.bandwidth_bytes_per_s for level in levels]
     spec_values += [rate for engine in hardware.compute.values() for rate in engine.peak_flops_per_s.values()]
-    spec_values += [execution.kernel_launch_s, execution.program_launch_s, execution.per_node_s, execution.dma_setup_s,
-                    execution.sync_s]
+    spec_values += [getattr(execution, attribute) for attribute in MODE_FIELDS.values()]
     shape = np.broadcast_shapes(*[np.shape(value) for cost in costs
                                   for value in (cost.flops, cost.executed_flops, cost.link_bytes, *cost.bytes_by_level)],
                                 *[np.shape(value) for value in spec_values])
@@ -166,9 +165,11 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     anchors = _as_float([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
     launches = _as_float([c.launches for c in costs]).reshape(count_column.shape) * anchors
     barriers = _as_float([c.barriers for c in costs]).reshape(count_column.shape)
+    host_calls = _as_float([c.host_calls for c in costs]).reshape(count_column.shape)
     scale = parameters.scheduling_scale
     synchronization = barriers * execution.sync_s * scale
-    scheduling_s = launches * model.per_kernel_s(execution) * scale + synchronization
+    scheduling_s = (launches * model.per_kernel_s(execution) + host_calls * model.per_host_op_s(execution)) * scale \
+        + synchronization
     scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
 
     # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.

@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.model import Hardware
+from perfmodel.hardware.model import MODE_FIELDS, Hardware
 from perfmodel.roofline.arrays import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
 from perfmodel.units import DIMENSIONS
 from perfmodel.workload.ir import Graph
@@ -28,8 +28,6 @@ from perfmodel.workload.ir import Graph
 # (``sweep_value_problems``), and ``tests/test_registries.py`` checks that ``--set`` and ``--grid``
 # give the same result for every field.
 LEVEL_FIELDS = {"bandwidth": "bandwidth_bytes_per_s", "capacity": "capacity_bytes"}
-MODE_FIELDS = {"kernel_launch": "kernel_launch_s", "program_launch": "program_launch_s", "per_node": "per_node_s",
-               "dma_setup": "dma_setup_s", "sync": "sync_s"}
 SPEC_AXIS_DIMENSIONS = {"bandwidth": "bytes_per_s", "capacity": "bytes", "peak": "flops_per_s",
                         **{field: "seconds" for field in MODE_FIELDS}}
 

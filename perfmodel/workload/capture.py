@@ -53,6 +53,7 @@ class CaptureResult:
     graph: Graph
     unsupported: dict[str, int] = field(default_factory=dict)
     free_ops: int = 0
+    free_by_module: dict[str, int] = field(default_factory=dict)  # free ops (views...) per module path
 
 
 def torch_dtype_name(dtype) -> str:
@@ -185,6 +186,7 @@ class _Recorder:
         self.names: Counter = Counter()
         self.unsupported: Counter = Counter()
         self.free = 0
+        self.free_by_module: Counter[str] = Counter()
         self.suppress = 0
 
     def module_path(self) -> str:
@@ -255,6 +257,7 @@ def _modes(recorder: _Recorder):
                 return result
             if name in FREE_OPS or getattr(func, "is_view", False) or not inputs and name not in COPY_OPS:
                 recorder.free += 1
+                recorder.free_by_module[recorder.module_path()] += 1
                 if inputs and getattr(inputs[0], "_perfmodel_weight", False):
                     for tensor in outputs:  # a transposed or reshaped weight is still a weight
                         tensor._perfmodel_weight = True
@@ -370,7 +373,8 @@ def capture(module, example_inputs=None, *, input_shapes: Sequence[Sequence[int]
     if not recorder.ops:
         raise PerfmodelError("the forward pass recorded no ops (nothing to model)")
     graph = Graph(name=name or type(module).__name__, ops=recorder.ops, edges=_dedupe(recorder.edges))
-    return CaptureResult(graph=graph, unsupported=dict(recorder.unsupported), free_ops=recorder.free)
+    return CaptureResult(graph=graph, unsupported=dict(recorder.unsupported), free_ops=recorder.free,
+                         free_by_module=dict(recorder.free_by_module))
 
 
 def _dedupe(edges):

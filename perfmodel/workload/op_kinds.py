@@ -232,5 +232,8 @@ register(OpKind(name="collective", engine="vector",
                 summary="a collective over group_size chips on a link (ring/torus/switch aware)"))
 register(OpKind(name="copy", engine="vector", fusible=True, aten=frozenset(COPY_OPS),
                 summary="data movement (cat, clone, casts, padding): reads inputs, writes outputs, no FLOPs"))
+register(OpKind(name="view", engine="vector",
+                summary="an op that launches no kernel (view, reshape, transpose, slice): no FLOPs or bytes; eager "
+                        "PyTorch still pays its host dispatch (scheduling host_op), compiled code none"))
 register(OpKind(name="other", engine="vector",
                 summary="anything without a rule: estimated from its tensors, 1 FLOP per output element"))

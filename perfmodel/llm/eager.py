@@ -1,0 +1,189 @@
+"""Eager PyTorch as it really runs: the op stream of the Hugging Face model class (edge: torch, transformers).
+
+The condensed LLM graphs (``llm.graphs``) have ~10 ops a layer: the work that matters for a compiled
+program. Eager PyTorch runs every aten op of the model's Python code: a Llama layer's RMS norms are
+eight kernels each (cast, pow, mean, add, rsqrt, mul, cast, mul), rotary embeddings ten, the KV-cache
+update two, plus ~30 views and reshapes that launch nothing but still cost the host Python and the
+dispatcher. On a GPU at batch 1 that host work, not HBM, sets the decode time (gpt-fast: 39.2 ms a
+token eager vs 9.5 ms with CUDA graphs and torch.compile, Llama-2-7B on an A100).
+
+:class:`CapturedStream` builds a stage graph from the real module: the ``transformers`` class of the
+shipped config, with one decoder layer (a stage's layers are identical, so its ops get ``count =
+layers``), on meta tensors, with a ``StaticCache`` (an in-place KV cache of the context's length,
+as gpt-fast and torch.compile users run; ``DynamicCache`` would copy the whole cache every step).
+Tensor parallelism runs each rank's shard (heads, KV heads, MLP width and vocabulary divided by
+``tp``) plus the condensed graph's all-reduces; views become one ``view`` op per module group,
+which eager mode charges the spec's ``host_op`` each. The KV-cache writes (``index_copy_``, in
+place) move the new token's K and V only. MoE models route tokens with data-dependent shapes that
+fake tensors cannot follow: they use the condensed graph (``supports`` says so).
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, replace
+from functools import lru_cache
+from typing import Any, Mapping
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import execution_model, resolve_mode
+from perfmodel.hardware.model import Hardware
+from perfmodel.llm.architecture import Architecture
+from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
+from perfmodel.llm.metrics import StageGraphs
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+LAYER_PREFIX = "model.layers.0."
+TORCH_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+CACHE_WRITES = ("aten.index_copy_", "aten.index_copy", "aten.index_put_")
+
+
+def stage_graphs_for(config: Mapping[str, Any], hardware: Hardware, mode: str | None,
+                     condensed: bool = False) -> tuple[StageGraphs, str | None]:
+    """The stage-graph builder for a prediction: the captured eager stream when the mode is eager-style
+    and the model can be captured, else the condensed graphs; and a note when eager had to fall back."""
+    if condensed or execution_model(resolve_mode(hardware, mode)).style != "eager":
+        return stage_graph, None
+    reason = supports(config)
+    if reason:
+        return stage_graph, f"eager mode priced with the condensed graph (~12 ops a layer): {reason}"
+    return CapturedStream.from_config(config), None
+
+
+def supports(config: Mapping[str, Any]) -> str | None:
+    """Why a config cannot be captured as an eager stream, or None when it can."""
+    if not all(key in config for key in ("hidden_size", "num_attention_heads", "intermediate_size",
+                                         "num_hidden_layers", "vocab_size")):
+        return "only decoder configs in the Llama layout (hidden_size, num_attention_heads...) are captured"
+    if config.get("num_local_experts"):
+        return "mixture-of-experts routing has data-dependent shapes that fake tensors cannot follow"
+    try:
+        import torch  # noqa: F401
+        import transformers
+    except ImportError as error:
+        return f"{error.name} is not installed"
+    if config.get("model_type") not in transformers.models.auto.modeling_auto.MODEL_FOR_CAUSAL_LM_MAPPING_NAMES:
+        return f"transformers has no causal-LM class for model_type {config.get('model_type')!r}"
+    return None
+
+
+@dataclass(frozen=True)
+class CapturedStream:
+    """A stage-graph builder (same signature as ``llm.graphs.stage_graph``) from the captured module."""
+
+    config_items: tuple[tuple[str, Any], ...]
+    label: str = "captured eager stream (transformers, StaticCache)"
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> CapturedStream:
+        reason = supports(config)
+        if reason:
+            raise PerfmodelError(f"cannot capture the eager op stream of this model: {reason}")
+        return cls(config_items=tuple(sorted((key, _frozen(value)) for key, value in config.items()
+                                             if not key.startswith("_"))))
+
+    def __call__(self, architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
+                 context: int) -> Graph:
+        if not isinstance(scenario.batch, int) and getattr(scenario.batch, "ndim", False):
+            raise PerfmodelError("the captured eager stream takes one batch size at a time")
+        layer_ops, end_ops, views = _captured(self.config_items, parallelism.tp, scenario.activation_dtype,
+                                              int(scenario.batch), scenario.prompt_tokens if phase == "prefill" else 1,
+                                              int(context), phase)
+        layers = -(-architecture.layers // parallelism.pp)
+        ops = [replace(op, count=layers, inputs=_weights(op.inputs, scenario.weight_dtype))
+               for op in layer_ops]
+        ops += [replace(op, inputs=_weights(op.inputs, scenario.weight_dtype)) for op in end_ops]
+        layer_views, end_views = views
+        ops.append(Op(name="layers.views", kind="view", count=max(layer_views, 1) * layers,
+                      outputs=(TensorSpec(shape=(1,), dtype=scenario.activation_dtype),)))
+        if end_views:
+            ops.append(Op(name="ends.views", kind="view", count=end_views,
+                          outputs=(TensorSpec(shape=(1,), dtype=scenario.activation_dtype),)))
+        if parallelism.tp > 1:  # the shard's all-reduces, as the condensed graph prices them
+            condensed = stage_graph(architecture, scenario, parallelism, phase=phase, context=context)
+            ops += [op for op in condensed.ops if op.kind == "collective"]
+        return Graph(name=f"{architecture.name}.{phase}.eager", ops=ops)
+
+
+def _frozen(value: Any) -> Any:
+    if isinstance(value, dict):
+        return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
+    if isinstance(value, list):
+        return tuple(_frozen(item) for item in value)
+    return value
+
+
+def _thawed(value: Any) -> Any:
+    if isinstance(value, tuple) and value and all(isinstance(item, tuple) and len(item) == 2
+                                                  and isinstance(item[0], str) for item in value):
+        return {key: _thawed(item) for key, item in value}
+    if isinstance(value, tuple):
+        return [_thawed(item) for item in value]
+    return value
+
+
+def _weights(tensors, weight_dtype: str) -> tuple[TensorSpec, ...]:
+    """Weights stored in the scenario's weight dtype (the capture ran in the activation dtype)."""
+    return tuple(replace(tensor, dtype=weight_dtype) if tensor.role == "weight" else tensor for tensor in tensors)
+
+
+@lru_cache(maxsize=64)
+def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: int, phase: str):
+    """(per-layer ops, end ops, (per-layer views, end views)) of one shard's forward pass."""
+    import torch
+    import transformers
+
+    from perfmodel.workload.capture import capture
+
+    if dtype not in TORCH_DTYPES:
+        raise PerfmodelError(f"the eager stream runs in bf16, fp16 or fp32 activations, not {dtype}")
+    config = {key: _thawed(value) for key, value in config_items}
+    heads = config["num_attention_heads"]
+    head_dim = config.get("head_dim") or config["hidden_size"] // heads
+    shard = {"num_hidden_layers": 1, "head_dim": head_dim, "num_attention_heads": heads // tp,
+             "num_key_value_heads": max((config.get("num_key_value_heads") or heads) // tp, 1),
+             "intermediate_size": config["intermediate_size"] // tp, "vocab_size": config["vocab_size"] // tp}
+    hf_config = transformers.AutoConfig.for_model(**{**config, **shard})
+    hf_config._attn_implementation = "sdpa"
+    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    with torch.device("meta"):
+        model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype).eval()
+    cache = transformers.StaticCache(config=hf_config, max_cache_len=context, device="meta", dtype=torch_dtype,
+                                     max_batch_size=batch)
+    start = context - seq
+    # generate() asks for the last position's logits only (``logits_to_keep=1``), as the condensed graph.
+    kwargs = {"past_key_values": cache, "use_cache": True, "logits_to_keep": 1,
+              "cache_position": torch.arange(start, context, device="meta")}
+    with warnings.catch_warnings():  # transformers' deprecation notices about cache keywords are not ours
+        warnings.simplefilter("ignore", FutureWarning)
+        result = capture(model, (torch.empty(batch, seq, dtype=torch.long, device="meta"),), forward_kwargs=kwargs,
+                         name=f"{config.get('model_type')}.{phase}")
+    kv_shape = (batch, shard["num_key_value_heads"], context, head_dim)
+    layer_ops: list[Op] = []
+    end_ops: list[Op] = []
+    for op in result.graph.ops:
+        op = _kv_roles(op, kv_shape)
+        if op.provenance in CACHE_WRITES:
+            op = _cache_write(op)
+        target = layer_ops if op.name.startswith(LAYER_PREFIX) else end_ops
+        target.append(replace(op, name=op.name.removeprefix("model.").replace("layers.0.", "layers.")))
+    if not layer_ops:
+        raise PerfmodelError(f"the captured {config.get('model_type')} model has no ops under {LAYER_PREFIX!r}: "
+                             "its decoder layers are named differently; use --condensed")
+    layer_views = sum(count for module, count in result.free_by_module.items() if module.startswith("model.layers.0"))
+    return tuple(layer_ops), tuple(end_ops), (layer_views, result.free_ops - layer_views)
+
+
+def _kv_roles(op: Op, kv_shape: tuple[int, ...]) -> Op:
+    def role(tensor: TensorSpec) -> TensorSpec:
+        return replace(tensor, role="kv_cache") if tuple(tensor.shape) == kv_shape else tensor
+
+    return replace(op, inputs=tuple(role(t) for t in op.inputs), outputs=tuple(role(t) for t in op.outputs))
+
+
+def _cache_write(op: Op) -> Op:
+    """An in-place cache update writes the new tokens' K or V (its last input) into the cache: it reads
+    and writes those, not the whole cache (the capture sees the cache as input and output)."""
+    source = op.inputs[-1]
+    return replace(op, kind="copy", inputs=(replace(source, role="activation"),),
+                   outputs=(replace(source, role="kv_cache"),), attrs={})
