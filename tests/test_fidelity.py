@@ -84,7 +84,7 @@ def test_mistral_reads_its_window_and_keeps_a_rolling_buffer():
     long = Scenario(batch=1, prompt_tokens=16000, generated_tokens=8)
     assert llm_predict(mistral, hardware, long, mode="graph").tpot_s == pytest.approx(
         llm_predict(mistral, hardware, short, mode="graph").tpot_s, rel=0.02)
-    assert memory_per_chip(mistral, long, Parallelism())["kv_cache"] == pytest.approx(
+    assert memory_per_chip(mistral, long, Parallelism()).kv_cache == pytest.approx(
         mistral.kv_bytes_per_token(2) * 4096)
 
 
@@ -93,7 +93,7 @@ def test_70b_tp8_batch64_decode_within_twice_its_memory_floor():
     scenario = Scenario(batch=64, prompt_tokens=4096, generated_tokens=2)
     result = llm_predict(architecture, hardware, scenario, Parallelism(tp=8), mode="graph")
     memory = result.memory_bytes
-    floor = (memory["weights"] + memory["kv_cache"]) / hardware.outermost_on_device.bandwidth_bytes_per_s
+    floor = (memory.weights + memory.kv_cache) / hardware.outermost_on_device.bandwidth_bytes_per_s
     assert floor < result.tpot_s < 2 * floor
 
 

@@ -70,7 +70,7 @@ def test_an_unregistered_mode_in_a_spec_is_a_clear_error(tmp_path, capsys):
                     "  modes:\n    warp: {kernel_launch: 1 us, source: eager-launch}\n")
     assert main(["predict", "elementwise_chain", "--on", str(path)]) == 2
     error = capsys.readouterr().err
-    assert "unknown execution mode(s) 'warp'" in error and "dynamic, graph, static" in error
+    assert "unknown execution mode(s) 'warp'" in error and "registered modes: dynamic, graph, spatial, static" in error
 
 
 def test_modes_fall_back_within_a_style_never_across():
@@ -175,3 +175,17 @@ def test_a_swept_value_goes_through_the_spec_schema(capsys):
     assert "memory.hbm.bandwidth: must be more than zero" in capsys.readouterr().err
     assert main(["sweep", "--on", "h100-sxm", "--grid", "memory.hbm.latency=1us"]) == 2  # read by no rule
     assert "cannot sweep 'memory.hbm.latency'" in capsys.readouterr().err
+
+
+def test_the_mode_field_table_is_the_schema_and_the_record():
+    """One table (hardware.model.MODE_FIELDS) names every overhead of an execution mode: the YAML
+    schema, the record, the loader, 'specs show' and sweeps all read it."""
+    import dataclasses
+
+    from perfmodel.hardware.model import MODE_FIELDS, ExecutionMode
+    from perfmodel.hardware.schema import ModeSpec
+
+    schema_fields = set(ModeSpec.model_fields) - {"host_overlap", "source", "field_sources"}
+    assert schema_fields == set(MODE_FIELDS)
+    record_fields = {field.name for field in dataclasses.fields(ExecutionMode)} - {"name", "host_overlap"}
+    assert record_fields == set(MODE_FIELDS.values())

@@ -88,7 +88,7 @@ def _llm(args) -> int:
         print(f"perfmodel: note: {note}", file=sys.stderr)
     result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode, graphs=graphs)
     if not result.fits:
-        needed = format_quantity(sum(result.memory_bytes.values()), "bytes", binary=True)
+        needed = format_quantity(result.memory_bytes.total, "bytes", binary=True)
         print(f"perfmodel: warning: {architecture.name} does not fit: its fullest pipeline stage needs {needed} "
               f"per chip, {hardware.name} holds {format_quantity(result.capacity_bytes, 'bytes', binary=True)}; "
               "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)

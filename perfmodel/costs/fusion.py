@@ -1,8 +1,10 @@
 """Fusion as a compiler does it (XLA, torch.compile/Inductor, Spyre's and Groq's compilers).
 
 Fusible ops (the op-kind table's ``fusible``: element-wise, normalization, softmax, reduction and
-copy) that consume the output of the
-previous op of their group join that group (chains and epilogues); any other op starts a group.
+copy) that consume the output of the previous op of their group join that group (chains); after a
+matrix op (matmul, conv, attention) only point-wise ops join, as its epilogue (``epilogue``): no
+compiler fuses a norm, softmax or reduction into a GEMM (``benchmarks/inductor_kernels.py``
+measured Inductor's CPU kernels). Any other op starts a group.
 A group is one kernel: one launch, and its intermediates stay on chip, so at every level but the
 innermost it moves only its external inputs and outputs.
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from perfmodel.hardware.execution_models import SIValue
 from perfmodel.workload.ir import Graph
 from perfmodel.workload.op_kinds import OP_KIND_TABLE
 
@@ -21,8 +24,8 @@ class FusionPlan:
     traffic that fusion keeps on chip (inputs read from, or outputs consumed only inside, the group)."""
 
     group_of: tuple[int, ...]
-    internal_input_bytes: tuple  # floats, or arrays for sweeps
-    internal_output_bytes: tuple
+    internal_input_bytes: tuple[SIValue, ...]  # floats, or arrays for sweeps
+    internal_output_bytes: tuple[SIValue, ...]
 
     @property
     def kernels(self) -> int:
@@ -45,10 +48,14 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     group_of: list[int] = []
     for position, op in enumerate(graph.ops):
         previous = position - 1
-        joins = (position > 0 and OP_KIND_TABLE[op.kind].fusible and previous in producers[position]
-                 and op.count == graph.ops[previous].count)
+        kind = OP_KIND_TABLE[op.kind]
+        anchor = graph.ops[group_of[previous]] if position > 0 else op
+        after_matrix_op = OP_KIND_TABLE[anchor.kind].engine == "matrix"
+        joins = (position > 0 and kind.fusible and (kind.epilogue or not after_matrix_op)
+                 and previous in producers[position] and op.count == graph.ops[previous].count)
         group_of.append(group_of[previous] if joins else position)
-    internal_in, internal_out = [], []
+    internal_in: list[SIValue] = []
+    internal_out: list[SIValue] = []
     for position, op in enumerate(graph.ops):
         group = group_of[position]
         inside = [p for p in producers[position] if group_of[p] == group]

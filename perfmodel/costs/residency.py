@@ -11,15 +11,18 @@ and sizing all read it from here, so they cannot disagree.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import Hardware
 
 
-def on_device_capacity_bytes(hardware: Hardware) -> float:
-    """Bytes the device itself can hold: every on-device level, all instances."""
-    return sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
+def on_device_capacity_bytes(hardware: Hardware) -> SIValue:
+    """Bytes the device itself can hold: every on-device level, all instances (an array when a
+    sweep varies a capacity)."""
+    return sum((level.total_capacity_bytes for level in hardware.memory if not level.off_device), 0)
 
 
 def has_external_store(hardware: Hardware) -> bool:
@@ -30,9 +33,12 @@ def has_external_store(hardware: Hardware) -> bool:
 class Residency:
     """Bytes per chip and what they mean; array-valued bytes (sweeps) must fit at every point."""
 
-    weight_bytes: float
-    other_bytes: float
-    capacity_bytes: float
+    weight_bytes: SIValue
+    other_bytes: SIValue
+    # An SIValue (an array when a sweep varies a capacity), typed Any only because two readers outside
+    # the strict core store it in fields declared float (``roofline.arrays.ArrayEvaluation.on_device_bytes``,
+    # ``llm.metrics.LLMResult.capacity_bytes``).
+    capacity_bytes: Any
     external_store: bool
 
     @property
@@ -49,12 +55,13 @@ class Residency:
         return self.weights_resident or self.weights_streamed
 
     @property
-    def room_for_state_bytes(self) -> float:
+    def room_for_state_bytes(self) -> SIValue:
         """The most per-sequence state (KV cache, activations) that still ``fits``: everything but
         the weights when they can be streamed from a store, else what the weights leave."""
-        return self.capacity_bytes - (0.0 if self.external_store else float(np.max(self.weight_bytes)))
+        capacity: SIValue = self.capacity_bytes
+        return capacity - (0.0 if self.external_store else float(np.max(self.weight_bytes)))
 
 
-def residency(hardware: Hardware, weight_bytes, other_bytes=0.0) -> Residency:
+def residency(hardware: Hardware, weight_bytes: SIValue, other_bytes: SIValue = 0.0) -> Residency:
     return Residency(weight_bytes=weight_bytes, other_bytes=other_bytes,
                      capacity_bytes=on_device_capacity_bytes(hardware), external_store=has_external_store(hardware))

@@ -17,9 +17,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable
+from typing import Any, Callable, Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from perfmodel.costs import conventions as C
 from perfmodel.costs.traffic import (
@@ -31,34 +32,40 @@ from perfmodel.costs.traffic import (
 )
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link
-from perfmodel.workload.ir import Op
+from perfmodel.workload.ir import Dimension, Op
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
 EQUIVALENT_DTYPES = {"bf16": ("fp16",), "fp16": ("bf16",)}
 ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
+# A product's dimension as a rule reads it: a tensor's (``workload.ir.Dimension``) or a ``dimension``
+# attribute, which may also be a whole float (``workload.op_kinds.Attribute``); arrays over sweep points.
+RuleDimension = Dimension | float
+# The kernel shape a matmul chose: a name, an array of names over sweep points, or None (no shapes declared).
+KernelName = str | np.ndarray | None
 
 
 @dataclass(frozen=True, kw_only=True)
 class OpCost:
     """What one op asks of a device. Array-valued fields broadcast over sweep points."""
 
-    flops: Any
-    executed_flops: Any
+    flops: SIValue
+    executed_flops: SIValue
     engine: str
     peak_dtype: str
-    bytes_by_level: tuple[Any, ...]
+    bytes_by_level: tuple[SIValue, ...]
     launches: int = 1
     host_calls: int = 0              # host dispatches that launch no kernel (eager views)
     barriers: int = 0
     link: str | None = None
-    link_bytes: Any = 0.0
-    link_latency_s: Any = 0.0
+    link_bytes: SIValue = 0.0
+    link_latency_s: SIValue = 0.0
     estimated: bool = False
-    kernel: Any = None              # the chosen kernel shape's name (an array of names over sweep points)
+    kernel: KernelName = None       # the chosen kernel shape's name (an array of names over sweep points)
     side_engine: str | None = None  # a second engine working inside the same kernel (weight dequantization)
     side_peak_dtype: str = ""
-    side_flops: Any = 0.0
+    side_flops: SIValue = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -135,7 +142,7 @@ def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[Compute
 
 
 # ----------------------------------------------------------------------------------------- traffic
-def inner_capacity_bytes(hardware: Hardware, level_index: int, engine: ComputeEngine) -> float | None:
+def inner_capacity_bytes(hardware: Hardware, level_index: int, engine: ComputeEngine) -> SIValue | None:
     """Capacity that tiles at ``level_index`` can be reused from: the next level inward, or, for the
     innermost level, the engine's accumulator tile (None when the engine declares no tile)."""
     if level_index > 0:
@@ -151,35 +158,35 @@ def _granule(hardware: Hardware, level_index: int) -> float | None:
     return hardware.memory[level_index].transfer_granule_bytes
 
 
-def off_device_bytes(op: Op, context: CostContext) -> float:
+def off_device_bytes(op: Op, context: CostContext) -> SIValue:
     """An off-device store (Cerebras MemoryX) serves only weights, and only when they do not stay on
     the device (weight streaming)."""
-    return 0.0 if context.weights_resident else sum(t.bytes for t in op.inputs if t.role == "weight")
+    return 0.0 if context.weights_resident else sum((t.bytes for t in op.inputs if t.role == "weight"), 0)
 
 
-def streaming_bytes(op: Op, context: CostContext) -> tuple[Any, ...]:
+def streaming_bytes(op: Op, context: CostContext) -> tuple[SIValue, ...]:
     """Compulsory traffic: every input read and every output written once at every on-device level."""
     hardware = context.hardware
-    result = []
+    result: list[SIValue] = []
     for index, level in enumerate(hardware.memory):
         if level.off_device:
             result.append(off_device_bytes(op, context))
             continue
         granule = _granule(hardware, index)
-        result.append(sum(padded_bytes(t.shape, get_dtype(t.dtype).bytes_per_element, granule)
-                          for t in (*op.inputs, *op.outputs)))
+        result.append(sum((padded_bytes(t.shape, get_dtype(t.dtype).bytes_per_element, granule)
+                           for t in (*op.inputs, *op.outputs)), 0))
     return tuple(result)
 
 
-def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, batch,
-                 a_bytes_per_element: float, b_bytes_per_element: float, c_bytes_per_element: float,
-                 a_compulsory_elements=None) -> tuple[Any, ...]:
+def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m: RuleDimension, n: RuleDimension,
+                 k: RuleDimension, batch: RuleDimension, a_bytes_per_element: float, b_bytes_per_element: float,
+                 c_bytes_per_element: float, a_compulsory_elements: SIValue | None = None) -> tuple[SIValue, ...]:
     """Bytes per level for a (batched) tiled product; ``a_compulsory_elements`` replaces m*k for
     convolutions, whose im2col matrix re-reads each input element kernel-size times from on chip.
     Each level reuses what the next level inward holds (the innermost: the engine's accumulator tile);
     ``select_kernel`` replaces the innermost level's traffic for declared kernels."""
     hardware = context.hardware
-    result = []
+    result: list[SIValue] = []
     for index, level in enumerate(hardware.memory):
         if level.off_device:
             result.append(off_device_bytes(op, context))
@@ -197,7 +204,8 @@ def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m, n, k, b
     return tuple(result)
 
 
-def _granule_factor(hardware: Hardware, level_index: int, inner_dim, bytes_per_element: float):
+def _granule_factor(hardware: Hardware, level_index: int, inner_dim: RuleDimension,
+                    bytes_per_element: float) -> SIValue:
     """Rows padded to the transfer granule (sticks) inflate traffic by padded/actual row bytes."""
     granule = _granule(hardware, level_index)
     if not granule:
@@ -207,7 +215,8 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim, bytes_per_e
 
 
 # -------------------------------------------------------------------------------------- padding
-def _executed_flops(units: int, m, n, k, batch, tile_m, tile_n, tile_k, split_k):
+def _executed_flops(units: int, m: RuleDimension, n: RuleDimension, k: RuleDimension, batch: RuleDimension,
+                    tile_m: SIValue, tile_n: SIValue, tile_k: SIValue, split_k: bool | np.ndarray) -> SIValue:
     tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / tile_m), np.ceil(np.asarray(n, dtype=float) / tile_n)
     k_blocks = np.ceil(np.asarray(k, dtype=float) / tile_k)
     tiles = batch * tiles_m * tiles_n
@@ -216,7 +225,8 @@ def _executed_flops(units: int, m, n, k, batch, tile_m, tile_n, tile_k, split_k)
     return C.FLOPS_PER_FMA * waves * units * tile_m * tile_n * np.ceil(k_blocks / split) * tile_k
 
 
-def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch, kernel: KernelShape | None = None):
+def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimension, k: RuleDimension,
+                          batch: RuleDimension, kernel: KernelShape | None = None) -> SIValue:
     """FLOPs the engine actually performs with ``kernel`` (default: the engine's first candidate):
     dims padded to its tile, tiles quantized into waves over the units. When there are fewer output
     tiles than units and the kernel splits k (split-K / stream-K, as cuBLAS/CUTLASS and XLA do for
@@ -231,7 +241,7 @@ def executed_matmul_flops(engine: ComputeEngine, m, n, k, batch, kernel: KernelS
     return executed if np.ndim(executed) else float(executed)
 
 
-def _attr(op: Op, name: str, default=None):
+def _attr(op: Op, name: str, default: Any = None) -> Any:  # attribute values are heterogeneous
     value = op.attrs.get(name, default)
     if value is None:
         raise PerfmodelError(f"op {op.name!r} ({op.kind}) needs attribute {name!r}")
@@ -239,13 +249,13 @@ def _attr(op: Op, name: str, default=None):
 
 
 # ----------------------------------------------------------------------------------------- rules
-def _matmul_dims(op: Op):
+def _matmul_dims(op: Op) -> tuple[RuleDimension, RuleDimension, RuleDimension, RuleDimension]:
     if "m" in op.attrs:
         return _attr(op, "m"), _attr(op, "n"), _attr(op, "k"), op.attrs.get("batch", 1)
     if len(op.inputs) < 2:
         raise PerfmodelError(f"matmul {op.name!r} needs attrs m, n, k or two inputs")
     a, b = op.inputs[0].shape, op.inputs[1].shape
-    batch = int(np.prod(a[:-2], dtype=np.int64)) if len(a) > 2 else 1
+    batch = int(np.prod(np.asarray(a[:-2]), dtype=np.int64)) if len(a) > 2 else 1
     return a[-2] if len(a) > 1 else 1, b[-1], a[-1], batch
 
 
@@ -255,8 +265,9 @@ def _bytes_per_element(op: Op, slot: int, group: str = "inputs") -> float:
     return get_dtype(tensor.dtype).bytes_per_element
 
 
-def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtype: str, m, n, k, batch,
-                  bytes_per_element: tuple[float, float, float], a_compulsory_elements=None):
+def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtype: str, m: RuleDimension,
+                  n: RuleDimension, k: RuleDimension, batch: RuleDimension, bytes_per_element: tuple[float, float, float],
+                  a_compulsory_elements: SIValue | None = None) -> tuple[SIValue, tuple[SIValue, ...], KernelName]:
     """Price the product with every candidate kernel of the engine and keep the fastest at datasheet
     rates (per sweep point), as cuBLAS/CUTLASS heuristics and XLA's autotuner do: a batch-1 GEMV takes
     the small-M kernel and stays memory-bound instead of being padded into a 128-row tile.
@@ -282,7 +293,7 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
                                      float(batch), bytes_per_element, a_compulsory_elements, traffic)
     column = (len(candidates),) + (1,) * len(shape)
 
-    def per_kernel(values):
+    def per_kernel(values: Sequence[float]) -> np.ndarray:
         return np.asarray(values, dtype=float).reshape(column)
 
     tile_m, tile_n, tile_k = (per_kernel([getattr(kernel, dim) for kernel in candidates]) for dim in "mnk")
@@ -305,8 +316,10 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     return chosen_executed, (chosen_inner, *traffic[1:]), names
 
 
-def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype: str, candidates, m: float, n: float,
-                          k: float, batch: float, bytes_per_element, a_compulsory_elements, traffic):
+def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype: str,
+                          candidates: Sequence[KernelShape], m: float, n: float, k: float, batch: float,
+                          bytes_per_element: tuple[float, float, float], a_compulsory_elements: SIValue | None,
+                          traffic: tuple[SIValue, ...]) -> tuple[float, tuple[SIValue, ...], str]:
     """``select_kernel`` for one point, in plain floats (a graph of scalar ops prices ~10x faster so).
     It restates ``_executed_flops`` and ``tile_elements_moved`` with ``math``; a test checks that both
     paths choose the same kernel and give the same numbers."""
@@ -317,7 +330,7 @@ def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype:
     granule = float(_granule_factor(hardware, 0, k, a_bytes))
     a_scale = 1.0 if a_compulsory_elements is None else float(a_compulsory_elements) / (m * k)
     peak, inner_bandwidth = engine.peak_flops_per_s[peak_dtype], levels[0].bandwidth_bytes_per_s
-    best = None
+    best: tuple[SIValue, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)
     for kernel in candidates:
         tiles = batch * math.ceil(m / kernel.m) * math.ceil(n / kernel.n)
         k_blocks = math.ceil(k / kernel.k)
@@ -333,7 +346,7 @@ def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype:
     return best[1], (best[2], *traffic[1:]), best[3]
 
 
-def dequantize_flops(op: Op, weight_elements):
+def dequantize_flops(op: Op, weight_elements: ArrayLike) -> SIValue:
     """Vector-engine work to dequantize integer weights inside a weight-only-quantized matmul
     (int8/int4 weights, floating-point activations): ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT``
     FLOP-equivalents per weight element, once per pass over the weights."""
@@ -365,13 +378,13 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     executed, traffic, kernel = select_kernel(
         op, context, engine, peak_dtype, m, n, k, batch,
         (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")))
-    side = {}
     dequantize = dequantize_flops(op, batch * np.asarray(k, dtype=float) * n)
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
+    cost = OpCost(flops=flops, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
+                  bytes_by_level=traffic, kernel=kernel)
     if vector is not None:
-        side = {"side_engine": vector[0].name, "side_peak_dtype": vector[1], "side_flops": dequantize}
-    return OpCost(flops=flops, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
-                  bytes_by_level=traffic, kernel=kernel, **side)
+        cost = replace(cost, side_engine=vector[0].name, side_peak_dtype=vector[1], side_flops=dequantize)
+    return cost
 
 
 @cost_rule("conv")
@@ -452,13 +465,13 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3)
 
 
-def _vector_cost(op: Op, context: CostContext, flops) -> OpCost:
+def _vector_cost(op: Op, context: CostContext, flops: SIValue) -> OpCost:
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     return OpCost(flops=flops, executed_flops=flops, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=streaming_bytes(op, context))
 
 
-def _output_elements(op: Op):
+def _output_elements(op: Op) -> np.ndarray:
     if "elements" in op.attrs:
         return np.asarray(op.attrs["elements"], dtype=float)
     tensors = op.outputs or op.inputs
@@ -508,7 +521,7 @@ def copy_cost(op: Op, context: CostContext) -> OpCost:
 # ------------------------------------------------------------------------------------ collectives
 # Bytes each chip sends per byte of payload, as a function of group size p: one entry per collective
 # of the op-kind table (``op_kinds.COLLECTIVES``; a test checks they match).
-COLLECTIVE_TRAFFIC = {
+COLLECTIVE_TRAFFIC: dict[str, Callable[[int], float]] = {
     "all_reduce": lambda p: 2 * (p - 1) / p,
     "all_gather": lambda p: (p - 1) / p,
     "reduce_scatter": lambda p: (p - 1) / p,
@@ -524,7 +537,7 @@ def collective_steps(collective: str, topology: str, group_size: int) -> float:
     phases = 2 if collective == "all_reduce" else 1
     if collective == "send":
         return 1.0
-    per_phase = {
+    per_phase: float = {
         "ring": p - 1, "torus2d": 2 * (math.sqrt(p) - 1), "torus3d": 3 * (p ** (1 / 3) - 1),
         "mesh2d": 2 * (math.sqrt(p) - 1), "switch": 1, "fully_connected": 1, "dragonfly": 3, "point_to_point": p - 1,
     }[topology]

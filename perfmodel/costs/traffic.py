@@ -16,14 +16,18 @@ All functions broadcast over numpy arrays (sweeps).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Sequence
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from perfmodel.costs.conventions import FLASH_TILES_ON_CHIP, OUTPUT_BLOCK_SHARE
+from perfmodel.hardware.execution_models import SIValue
+from perfmodel.workload.ir import Dimension
 
 
-def matmul_elements_moved(m, n, k, capacity_elements):
+def matmul_elements_moved(m: ArrayLike, n: ArrayLike, k: ArrayLike,
+                          capacity_elements: ArrayLike) -> tuple[SIValue, SIValue, SIValue]:
     """Elements (A read, B read, C written) at the outer level by a tiled (m x k)(k x n) product."""
     m, n, k = (np.asarray(value, dtype=float) for value in (m, n, k))
     block = np.maximum(np.asarray(capacity_elements, dtype=float) * OUTPUT_BLOCK_SHARE, 1.0)
@@ -34,14 +38,16 @@ def matmul_elements_moved(m, n, k, capacity_elements):
     return reads_a, reads_b, m * n
 
 
-def tile_elements_moved(m, n, k, tile_m, tile_n):
+def tile_elements_moved(m: ArrayLike, n: ArrayLike, k: ArrayLike, tile_m: SIValue,
+                        tile_n: SIValue) -> tuple[SIValue, SIValue, SIValue]:
     """Elements (A read, B read, C written) when each unit computes a ``tile_m x tile_n`` output block
     from the level that feeds it: A is re-read once per column of tiles, B once per row of tiles."""
     m, n, k = (np.asarray(value, dtype=float) for value in (m, n, k))
     return m * k * np.ceil(n / tile_n), k * n * np.ceil(m / tile_m), m * n
 
 
-def flash_attention_elements_moved(query_rows, seq_kv, head_dim, capacity_elements, kv_fraction=1.0):
+def flash_attention_elements_moved(query_rows: ArrayLike, seq_kv: ArrayLike, head_dim: ArrayLike,
+                                   capacity_elements: ArrayLike, kv_fraction: SIValue = 1.0) -> SIValue:
     """Elements moved per (batch, KV head) by a flash-style kernel.
 
     ``query_rows`` are the rows that share one KV head: ``seq_q x (heads / kv_heads)`` under grouped
@@ -52,30 +58,33 @@ def flash_attention_elements_moved(query_rows, seq_kv, head_dim, capacity_elemen
     query_rows, seq_kv, head_dim = (np.asarray(value, dtype=float) for value in (query_rows, seq_kv, head_dim))
     rows = np.clip(np.asarray(capacity_elements, dtype=float) / (FLASH_TILES_ON_CHIP * head_dim), 1.0, None)
     q_blocks = np.ceil(query_rows / np.minimum(rows, query_rows))
-    return 2 * query_rows * head_dim + 2 * seq_kv * head_dim * q_blocks * kv_fraction
+    moved: SIValue = 2 * query_rows * head_dim + 2 * seq_kv * head_dim * q_blocks * kv_fraction
+    return moved
 
 
-def attended_pairs(seq_q, seq_kv, causal, window=None):
+def attended_pairs(seq_q: ArrayLike, seq_kv: ArrayLike, causal: bool | np.bool_,
+                   window: ArrayLike | None = None) -> SIValue:
     """(query, key) pairs one head scores. Queries are the last ``seq_q`` of ``seq_kv`` positions; a
     causal query at position p sees keys ``max(0, p - window + 1) .. p``; without a mask every query
     sees the last ``window`` keys (all of them without a window)."""
     seq_q, seq_kv = np.asarray(seq_q, dtype=float), np.asarray(seq_kv, dtype=float)
-    width = np.inf if window is None else np.asarray(window, dtype=float)
+    width: SIValue = np.inf if window is None else np.asarray(window, dtype=float)
     if not causal:
-        return seq_q * np.minimum(seq_kv, width)
+        pairs: SIValue = seq_q * np.minimum(seq_kv, width)
+        return pairs
 
-    def visible_up_to(n):  # sum_{j=1..n} min(j, window)
-        capped = np.minimum(n, width)
+    def visible_up_to(n: SIValue) -> SIValue:  # sum_{j=1..n} min(j, window)
+        capped: SIValue = np.minimum(n, width)
         return capped * (capped + 1) / 2 + np.maximum(n - capped, 0.0) * np.where(np.isinf(width), 0.0, capped)
 
     return visible_up_to(seq_kv) - visible_up_to(seq_kv - seq_q)
 
 
-def padded_bytes(shape, bytes_per_element: float, granule_bytes: float | None):
+def padded_bytes(shape: Sequence[Dimension], bytes_per_element: float, granule_bytes: float | None) -> SIValue:
     """Bytes of a tensor whose innermost dimension is padded to the transfer granule (Spyre sticks)."""
     if not shape:
         return bytes_per_element
-    rows: Any = 1.0  # a float, or an array over sweep points
+    rows: SIValue = 1.0  # a float, or an array over sweep points
     for dim in shape[:-1]:
         rows = rows * np.asarray(dim, dtype=float)
     row_bytes = np.asarray(shape[-1], dtype=float) * bytes_per_element

@@ -11,6 +11,13 @@ its *behaviour*, once, for the evaluator, the fit, the charts and every command 
   them, so that they overlap device work where the spec says ``host_overlap`` (the op then takes
   ``max(busy, scheduling)``), or add to it;
 * ``program_overhead``: what one launch of the whole program costs;
+* ``spatial``: layer-pipelined dataflow (Cerebras): each weight-holding op instance owns a region of
+  the device proportional to its weights (weightless ops an average region); an op instance runs at
+  its region's share of the compute and memory rates, and pays ``2 sqrt(region cores)`` fabric
+  hops (broadcast of its input along the region's rows, reduction of partial sums along its
+  columns) of ``fabric_hop_s`` each. A token crosses every region in turn, so per-token latency is
+  the sum over op instances (no other token overlaps it at batch 1). Weights that do not fit the
+  device are streamed (weight-streaming mode): then each op runs on the whole device, as in ``static``;
 * ``style``: ``eager`` (the host runs the model op by op) or ``compiled`` (a captured graph or a
   compiled program). A request for a mode the spec lacks falls back to an offered mode of the same
   style (``--mode graph`` on Groq runs its static program), never across styles.
@@ -59,6 +66,9 @@ class ExecutionModel:
     host_dispatched: bool = False
     program_overhead: Callable[[ExecutionMode], SIValue] = _no_program_cost
     aliases: tuple[str, ...] = ()
+    # Spatial dataflow: every weight-holding op instance runs on its own region of the device, sized
+    # by its share of the weights, and a token crosses the regions in turn (roofline.arrays).
+    spatial: bool = False
 
     def __post_init__(self) -> None:
         if self.style not in STYLES:
@@ -170,6 +180,10 @@ register(ExecutionModel(
     name="graph", style="compiled", aliases=("compiled",), fuses=True, kernel_overhead="per_node_s",
     program_overhead=_graph_program_s,
     summary="a captured graph: fused chains, one launch, a device-side gap per node (CUDA graphs, XLA)"))
+register(ExecutionModel(
+    name="spatial", style="compiled", fuses=True, program_overhead=_static_program_s, spatial=True,
+    summary="layer-pipelined dataflow (Cerebras): each layer's ops on their own wafer region, a token crosses them "
+            "in turn, paying the fabric's broadcast and reduction latency in every region"))
 register(ExecutionModel(
     name="static", style="compiled", fuses=True, program_overhead=_static_program_s,
     summary="the compiler fixed the schedule (Groq, Cerebras, Spyre): one program launch and its runtime DMAs"))

@@ -11,13 +11,18 @@ Conventions
 * A ``Link`` bandwidth is per direction and per link; ``links_per_chip`` links leave each chip.
 * Scheduling overheads are in seconds; an overhead that the spec does not give is 0 (not charged),
   and the spec says so in its notes.
+* The fields a sweep can vary (memory bandwidth and capacity, engine peaks, execution-mode overheads)
+  are ``SIValue``s: floats as loaded, arrays of sweep points in ``roofline.sweep.hardware_with``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal, Mapping
+from typing import TYPE_CHECKING, Literal, Mapping, TypeVar
+
+if TYPE_CHECKING:
+    from perfmodel.hardware.execution_models import SIValue
 
 Family = Literal["gpu", "tpu", "wafer", "lpu", "spyre", "cpu"]
 FAMILIES: tuple[str, ...] = ("gpu", "tpu", "wafer", "lpu", "spyre", "cpu")
@@ -31,7 +36,11 @@ SourceKind = Literal["datasheet", "datasheet-secondary", "measured", "vendor-cod
                      "estimate", "detected", "what-if"]
 
 
-def _frozen_mapping(mapping: Mapping) -> Mapping:
+_Key = TypeVar("_Key")
+_Value = TypeVar("_Value")
+
+
+def _frozen_mapping(mapping: Mapping[_Key, _Value]) -> Mapping[_Key, _Value]:
     return MappingProxyType(dict(mapping))
 
 
@@ -85,7 +94,7 @@ class ComputeEngine:
     name: str
     kind: EngineKind
     units: int
-    peak_flops_per_s: Mapping[str, float]
+    peak_flops_per_s: Mapping[str, SIValue]
     clock_hz: float | None = None
     tile: Tile | None = None
     kernels: tuple[KernelShape, ...] = ()
@@ -112,25 +121,25 @@ class MemoryLevel:
     name: str
     kind: LevelKind
     managed: Management
-    capacity_bytes: float
+    capacity_bytes: SIValue
     instances: int
-    bandwidth_bytes_per_s: float
+    bandwidth_bytes_per_s: SIValue
     latency_s: float | None = None
-    usable_capacity_bytes: float | None = None
+    usable_capacity_bytes: SIValue | None = None
     transfer_granule_bytes: float | None = None
     off_device: bool = False
     pooled: bool = False
 
     @property
-    def total_capacity_bytes(self) -> float:
+    def total_capacity_bytes(self) -> SIValue:
         return self.capacity_bytes * self.instances
 
     @property
-    def usable_bytes_per_instance(self) -> float:
+    def usable_bytes_per_instance(self) -> SIValue:
         return self.capacity_bytes if self.usable_capacity_bytes is None else self.usable_capacity_bytes
 
     @property
-    def reuse_capacity_bytes(self) -> float:
+    def reuse_capacity_bytes(self) -> SIValue:
         """Capacity available to hold one tile for reuse: one instance, or all of them when pooled.
 
         ``pooled`` levels are partitioned by the compiler across instances without duplication
@@ -155,7 +164,7 @@ class Link:
 # The overheads of an execution mode, one table: YAML field (``scheduling.modes.<mode>.<field>``) ->
 # ``ExecutionMode`` attribute. The schema's ``ModeSpec``, the loader, ``specs show`` and sweeps read it.
 MODE_FIELDS = {"kernel_launch": "kernel_launch_s", "program_launch": "program_launch_s", "per_node": "per_node_s",
-               "dma_setup": "dma_setup_s", "sync": "sync_s", "host_op": "host_op_s"}
+               "dma_setup": "dma_setup_s", "sync": "sync_s", "host_op": "host_op_s", "fabric_hop": "fabric_hop_s"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -169,17 +178,20 @@ class ExecutionMode:
     * ``sync_s``: cost of one synchronization/barrier;
     * ``host_op_s``: host cost of an op that launches no kernel (a view, reshape or transpose in eager
       PyTorch: Python + the ATen dispatcher); compiled programs have no such ops;
+    * ``fabric_hop_s``: latency of one hop of the on-device mesh between neighbouring cores (spatial
+      dataflow: an op's input is broadcast across its region and partial sums are reduced back);
     * ``host_overlap``: whether host dispatch overlaps device work (a GPU: yes; a CPU running its
       own kernels on the dispatching thread: no, so dispatch and work add up).
     """
 
     name: str  # a registered execution model (hardware.execution_models)
-    kernel_launch_s: float = 0.0
-    program_launch_s: float = 0.0
-    per_node_s: float = 0.0
-    dma_setup_s: float = 0.0
-    sync_s: float = 0.0
-    host_op_s: float = 0.0
+    kernel_launch_s: SIValue = 0.0
+    program_launch_s: SIValue = 0.0
+    per_node_s: SIValue = 0.0
+    dma_setup_s: SIValue = 0.0
+    sync_s: SIValue = 0.0
+    host_op_s: SIValue = 0.0
+    fabric_hop_s: SIValue = 0.0
     host_overlap: bool = True
 
 
@@ -311,7 +323,7 @@ class Hardware:
         on_device = [level for level in self.memory if not level.off_device]
         return on_device[-1]
 
-    def peak_flops_per_s(self, dtype: str, kind: EngineKind | None = None) -> float:
+    def peak_flops_per_s(self, dtype: str, kind: EngineKind | None = None) -> SIValue:
         """The highest dense peak for ``dtype`` over the engines (of ``kind`` if given); 0 if none."""
         rates = [engine.peak_flops_per_s.get(dtype, 0.0) for engine in self.compute.values()
                  if kind is None or engine.kind == kind]

@@ -236,6 +236,7 @@ class ModeSpec(Sourced):
     dma_setup: Overhead | None = None
     sync: Overhead | None = None
     host_op: Overhead | None = None  # every overhead field is in hardware.model.MODE_FIELDS (a test checks)
+    fabric_hop: Overhead | None = None
 
 
 class SchedulingSpec(Strict):

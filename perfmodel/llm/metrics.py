@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -45,6 +45,45 @@ SIMPSON_WEIGHTS = (1 / 6, 4 / 6, 1 / 6)
 
 
 @dataclass(frozen=True, kw_only=True)
+class MemoryPerChip:
+    """Bytes on each chip of the fullest pipeline stage: weights, and the per-batch state (KV cache,
+    activation buffers, logits workspace). Fields are floats, or arrays over a sweep of batch sizes;
+    breakdowns add field by field and scale with the number of sequences they hold."""
+
+    weights: Any
+    kv_cache: Any
+    activations: Any
+    workspace: Any
+
+    @property
+    def state(self) -> Any:
+        """Bytes that grow with the sequences held (everything but the weights)."""
+        return self.kv_cache + self.activations + self.workspace
+
+    @property
+    def total(self) -> Any:
+        return self.weights + self.state
+
+    def __add__(self, other: MemoryPerChip) -> MemoryPerChip:
+        return MemoryPerChip(weights=self.weights + other.weights, kv_cache=self.kv_cache + other.kv_cache,
+                             activations=self.activations + other.activations,
+                             workspace=self.workspace + other.workspace)
+
+    def for_sequences(self, factor: Any) -> MemoryPerChip:
+        """The same weights holding ``factor`` times the sequences (state scales, weights do not)."""
+        return replace(self, kv_cache=self.kv_cache * factor, activations=self.activations * factor,
+                       workspace=self.workspace * factor)
+
+    def peak(self) -> MemoryPerChip:
+        """Largest value of each field over a sweep (plain floats)."""
+        return MemoryPerChip(**{key: float(np.max(value)) for key, value in self.as_dict().items()})
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"weights": self.weights, "kv_cache": self.kv_cache, "activations": self.activations,
+                "workspace": self.workspace}
+
+
+@dataclass(frozen=True, kw_only=True)
 class LLMResult:
     model: str
     hardware: str
@@ -57,7 +96,7 @@ class LLMResult:
     tokens_per_s_per_user: float
     tokens_per_s: float
     tokens_per_s_per_chip: float
-    memory_bytes: dict
+    memory_bytes: MemoryPerChip
     capacity_bytes: float
     fits: bool
     weights_streamed: bool
@@ -80,7 +119,7 @@ class LLMResult:
             "gen": self.scenario.generated_tokens, "weights": self.scenario.weight_dtype, "kv": self.scenario.kv_dtype,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s,
             "tokens_per_s_per_user": self.tokens_per_s_per_user, "tokens_per_s": self.tokens_per_s,
-            "tokens_per_s_per_chip": self.tokens_per_s_per_chip, "memory_bytes": self.memory_bytes,
+            "tokens_per_s_per_chip": self.tokens_per_s_per_chip, "memory_bytes": self.memory_bytes.as_dict(),
             "capacity_bytes_per_chip": self.capacity_bytes, "fits": self.fits,
             "weights_streamed": self.weights_streamed, "bound_by_phase": self.bound_by_phase,
             "time_by_bound_by_phase": self.time_by_bound_by_phase, "power_watts": self.power_watts,
@@ -88,7 +127,7 @@ class LLMResult:
         }
 
 
-def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> dict:
+def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> MemoryPerChip:
     """Bytes on each chip of the fullest pipeline stage (see the module docstring)."""
     weight_bytes = DTYPES[scenario.weight_dtype].bytes_per_element
     kv_bytes = DTYPES[scenario.kv_dtype].bytes_per_element
@@ -108,16 +147,15 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     widest = a.hidden + a.intermediate * max(a.experts_per_token, 1) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
     workspace = np.asarray(scenario.batch) * a.vocab / tp * LOGIT_BYTES
-    return {"weights": stage_parameters * weight_bytes / tp, "kv_cache": kv,
-            "activations": activations, "workspace": workspace}
+    return MemoryPerChip(weights=stage_parameters * weight_bytes / tp, kv_cache=kv, activations=activations,
+                         workspace=workspace)
 
 
 def placement(architecture: Architecture, hardware: Hardware, scenario: Scenario,
               parallelism: Parallelism) -> Residency:
     """Whether the fullest stage fits on its chips, or streams its weights (``costs.residency``)."""
     memory = memory_per_chip(architecture, scenario, parallelism)
-    others = memory["kv_cache"] + memory["activations"] + memory["workspace"]
-    return residency(hardware, memory["weights"], others)
+    return residency(hardware, memory.weights, memory.state)
 
 
 def phase_time(stage: ArrayEvaluation, hardware: Hardware, parallelism: Parallelism, send: Graph):
@@ -142,18 +180,20 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         if not any(link.kind in ("chip_to_chip", "network") for link in hardware.links.values()):
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
     execution = resolve_mode(hardware, mode)
-    memory = {key: float(np.max(value)) for key, value in memory_per_chip(architecture, scenario, parallelism).items()}
+    memory = memory_per_chip(architecture, scenario, parallelism).peak()
     placed = placement(architecture, hardware, scenario, parallelism)
     state = placed.other_bytes
     prompt, gen = scenario.prompt_tokens, scenario.generated_tokens
     prefill = graphs(architecture, scenario, parallelism, phase="prefill", context=prompt)
     send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
     send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
-    prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state)
+    prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state,
+                                     stream_items=scenario.batch * prompt)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
     decode_graphs = [graphs(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
-    decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state) for g in decode_graphs]
+    decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state, stream_items=scenario.batch)
+                     for g in decode_graphs]
     steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
     middle = decode_arrays[1]

@@ -122,7 +122,7 @@ def size_system(architecture: Architecture, hardware: Hardware, targets: Targets
         context = targets.prompt_tokens + max(targets.generated_tokens // 2, 1)
         decode = stage_graph(architecture, scenario, parallelism, phase="decode", context=context)
         send = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
-        stage = evaluate_arrays(decode, hardware, mode=execution)
+        stage = evaluate_arrays(decode, hardware, mode=execution, stream_items=batches)
         tpot = np.broadcast_to(phase_time(stage, hardware, parallelism, send), batches.shape)
         ok = tpot <= targets.tpot_s
         index = int(np.nonzero(ok)[0][-1]) if ok.any() else 0
@@ -132,8 +132,7 @@ def size_system(architecture: Architecture, hardware: Hardware, targets: Targets
         throughput = concurrency * gen / (gen * step + prefill)
         needed = targets.rate_per_s * gen
         replicas = max(1, math.ceil(needed / throughput))
-        memory = single.memory_bytes
-        per_chip = memory["weights"] + (memory["kv_cache"] + memory["activations"] + memory["workspace"]) * concurrency
+        per_chip = single.memory_bytes.for_sequences(concurrency).total
         chips = replicas * parallelism.chips
         price = hardware.price_usd_per_hour
         options.append(SizingOption(

@@ -81,18 +81,41 @@ def _as_float(value) -> np.ndarray:
     return np.asarray(value, dtype=float)
 
 
+def pipelined_totals(per_instance: np.ndarray, count_column: np.ndarray, items: np.ndarray) -> np.ndarray:
+    """Per-op time of ``items`` tokens streaming through a spatial pipeline whose stages are the op
+    instances: ``sum_i t_i / items + (items - 1) / items x max_i t_i`` (``t_i``: instance i's time for
+    all items together). The first token crosses every stage; the rest leave the slowest stage one
+    item-time apart. Each op keeps its share of the first term; the slowest op carries the second."""
+    slowest = np.argmax(per_instance, axis=0)
+    is_slowest = (np.arange(per_instance.shape[0]).reshape((-1,) + (1,) * (per_instance.ndim - 1)) == slowest)
+    return per_instance * count_column / items + np.where(is_slowest, per_instance * (items - 1) / items, 0.0)
+
+
+def spatial_shares(graph: Graph, costs) -> np.ndarray:
+    """Share of the device each op instance owns in spatial dataflow (see ``hardware.execution_models``):
+    its weight bytes over all weight bytes of the program; a weightless op an average region."""
+    weights = np.asarray([sum(float(np.max(t.bytes)) for t in op.inputs if t.role == "weight") for op in graph.ops])
+    counts = np.asarray([op.count for op in graph.ops], dtype=float)
+    total, holders = float(np.sum(weights * counts)), float(np.sum(counts[weights > 0]))
+    if total <= 0:
+        return np.ones(len(graph.ops))
+    return np.where(weights > 0, weights / total, 1.0 / holders)
+
+
 def weight_bytes(graph: Graph):
     return sum(tensor.bytes * op.count for op in graph.ops for tensor in op.inputs if tensor.role == "weight")
 
 
 def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None, overlap: Overlap = "max",
                     parameters: Parameters = DATASHEET, fuse: bool | None = None,
-                    resident_bytes=0.0) -> ArrayEvaluation:
+                    resident_bytes=0.0, stream_items=1) -> ArrayEvaluation:
     """Evaluate every op of ``graph`` on ``hardware``; see the module docstring for the model.
 
     ``resident_bytes``: what else the device holds beside the graph's weights (an LLM's KV cache
     and activations), so that weights are priced as streamed exactly when they do not fit beside it
-    (``costs.residency``)."""
+    (``costs.residency``). ``stream_items``: independent items (tokens) the graph's work is made of,
+    which a spatial dataflow pipeline overlaps: the first crosses every region, the rest follow one
+    slowest-stage time apart (``pipelined_totals``); other modes ignore it."""
     if overlap not in ("max", "sum"):
         raise PerfmodelError(f"overlap must be 'max' or 'sum', got {overlap!r}")
     mode_name = resolve_mode(hardware, mode)
@@ -154,6 +177,16 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
         memory_s = memory_s + np.stack([np.where(bytes_by_level[index] > 0, parameters.memory_latency(level.name), 0.0)
                                         for index, level in enumerate(levels)])
+    fabric_s = 0.0
+    # Layer pipelining needs every region's weights resident; streamed weights run one layer at a time
+    # on the whole device (Cerebras weight streaming), as the static mode prices it.
+    spatial = model.spatial and resident
+    if spatial:
+        share = spatial_shares(graph, costs)
+        compute_s = compute_s / share.reshape(count_column.shape)
+        memory_s = memory_s / share.reshape(count_column.shape)
+        cores = np.asarray([hardware.compute[c.engine].units for c in costs], dtype=float)
+        fabric_s = (2.0 * np.sqrt(np.maximum(share * cores, 1.0))).reshape(count_column.shape) * execution.fabric_hop_s
     link_s = np.zeros_like(compute_s)
     for position, cost in enumerate(costs):
         if cost.link is not None:
@@ -169,7 +202,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     scale = parameters.scheduling_scale
     synchronization = barriers * execution.sync_s * scale
     scheduling_s = (launches * model.per_kernel_s(execution) + host_calls * model.per_host_op_s(execution)) * scale \
-        + synchronization
+        + synchronization + fabric_s
     scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
 
     # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.
@@ -180,6 +213,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     busy = (components.max(axis=0) if overlap == "max" else components.sum(axis=0)) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
+    if spatial and np.any(np.asarray(stream_items) > 1):
+        total_s = pipelined_totals(per_instance, count_column, _as_float(stream_items))
     # Launch/dispatch costs and the kernel's fixed time together are the scheduling bottleneck.
     bound_index = np.concatenate([components, (scheduling_s + fixed_s)[None]]).argmax(axis=0)
 

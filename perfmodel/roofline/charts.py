@@ -22,12 +22,14 @@ time (marker size) and its bound (colour). Points never lie above the roofs they
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence, TypedDict
 
 import numpy as np
+from numpy.typing import ArrayLike
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.execution_models import execution_model
-from perfmodel.hardware.model import Hardware
+from perfmodel.hardware.execution_models import SIValue, execution_model
+from perfmodel.hardware.model import Hardware, MemoryLevel
 from perfmodel.roofline.results import Evaluation
 
 DTYPE_FALLBACKS = ("bf16", "fp16", "fp32")
@@ -36,8 +38,8 @@ DTYPE_FALLBACKS = ("bf16", "fp16", "fp32")
 @dataclass(frozen=True, kw_only=True)
 class Roof:
     label: str
-    bandwidth_bytes_per_s: float
-    ridge_flop_per_byte: float
+    bandwidth_bytes_per_s: SIValue  # spec values: SIValues (see hardware.model)
+    ridge_flop_per_byte: SIValue
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,25 +58,25 @@ class OpPoint:
 class RooflineData:
     hardware: str
     dtype: str
-    peak_flops_per_s: float
+    peak_flops_per_s: SIValue
     roofs: tuple[Roof, ...]
     points: tuple[OpPoint, ...] = ()
     launch_s: float = 0.0
     kernel_fixed_s: float = 0.0   # device-side fixed time per kernel: a second, device-side ceiling
 
     @property
-    def ridge_flop_per_byte(self) -> float:
+    def ridge_flop_per_byte(self) -> SIValue:
         """Ridge of the outermost roof (the first roof is the outermost level)."""
         return self.roofs[0].ridge_flop_per_byte
 
-    def attainable_flops_per_s(self, intensity_flop_per_byte: float, roof: int = 0) -> float:
+    def attainable_flops_per_s(self, intensity_flop_per_byte: float, roof: int = 0) -> SIValue:
         return min(self.peak_flops_per_s, intensity_flop_per_byte * self.roofs[roof].bandwidth_bytes_per_s)
 
     @property
-    def scheduling_ridge_flops_per_launch(self) -> float:
+    def scheduling_ridge_flops_per_launch(self) -> SIValue:
         return self.peak_flops_per_s * self.launch_s
 
-    def kernel_ceiling_flops_per_s(self, granularity_flops):
+    def kernel_ceiling_flops_per_s(self, granularity_flops: ArrayLike) -> SIValue:
         """The device-side ceiling: a kernel of F FLOPs takes at least ``F / peak + kernel_fixed_s``,
         so it reaches at most ``F / (F / peak + t0)``, half the peak at ``F = peak x t0``."""
         granularity_flops = np.asarray(granularity_flops, dtype=float)
@@ -96,7 +98,7 @@ def chart_dtype(hardware: Hardware, dtype: str | None, evaluation: Evaluation | 
     raise PerfmodelError(f"{hardware.name} has no peak for {dtype or 'any of ' + ', '.join(DTYPE_FALLBACKS)}")
 
 
-def _level(hardware: Hardware, level: str | None):
+def _level(hardware: Hardware, level: str | None) -> MemoryLevel:
     if level is None:
         return hardware.outermost_on_device
     return hardware.level(level)
@@ -166,7 +168,20 @@ def scheduling_roofline(hardware: Hardware, evaluation: Evaluation, *, dtype: st
                         roofs=data.roofs, points=points, launch_s=launch, kernel_fixed_s=fixed)
 
 
-def measured_points(records, level: str) -> tuple[OpPoint, ...]:
+class _MeasuredRequired(TypedDict):
+    name: str
+    flops: float
+    bytes: float
+    duration_s: float
+
+
+class MeasuredRecord(_MeasuredRequired, total=False):
+    """One measured op (SI units), as ``perfmodel roofline --measured`` reads it from a CSV row."""
+
+    kind: str
+
+
+def measured_points(records: Sequence[MeasuredRecord], level: str) -> tuple[OpPoint, ...]:
     """Points from measurement records with ``name``, ``flops``, ``bytes`` and ``duration_s``."""
     total = sum(record["duration_s"] for record in records) or 1.0
     return tuple(OpPoint(name=record["name"], kind=record.get("kind", "measured"), bound="measured", level=level,

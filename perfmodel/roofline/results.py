@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Mapping
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -86,7 +86,7 @@ class Evaluation:
     def flops_total(self) -> float:
         return float(sum(op.flops for op in self.ops))
 
-    def _grouped(self, key) -> dict[str, float]:
+    def _grouped(self, key: Callable[[OpTiming], str]) -> dict[str, float]:
         groups: dict[str, float] = {}
         for op in self.ops:
             groups[key(op)] = groups.get(key(op), 0.0) + op.total_s
@@ -129,23 +129,25 @@ class Evaluation:
     def kernels(self) -> int:
         return len({op.kernel for op in self.ops if op.kind != "launch"})
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:  # JSON-ready values of every kind
         """The ``perfmodel predict --json`` contract."""
+        # perfmodel.jsonable is outside the typed core (to_jsonable is unannotated), hence its ignores here.
         return {
             "workload": self.workload, "hardware": self.hardware, "mode": self.mode, "overlap": self.overlap,
             "parameters": self.parameters, "total_s": self.total_s, "flops_total": self.flops_total,
             "time_by_bound": self.time_by_bound, "time_by_module": self.time_by_module,
             "unsupported": self.unsupported, "weights_resident": self.weights_resident, "fits": self.fits,
             "weight_bytes": self.weight_bytes, "on_device_bytes": self.on_device_bytes,
-            "ops": [to_jsonable(op) for op in self.ops],
+            "ops": [to_jsonable(op) for op in self.ops],  # type: ignore[no-untyped-call]
         }
 
-    def rows(self) -> list[dict]:
+    def rows(self) -> list[dict[str, Any]]:
         """One flat record per op, ready for ``pandas.DataFrame(evaluation.rows())``; levels become
         ``bytes:<level>`` and ``memory_s:<level>`` columns (the pure core does not import pandas)."""
         rows = []
         for op in self.ops:
-            row = {key: value for key, value in to_jsonable(op).items() if key not in ("bytes", "memory_s")}
+            record = to_jsonable(op)  # type: ignore[no-untyped-call]  # unannotated, as in to_dict()
+            row = {key: value for key, value in record.items() if key not in ("bytes", "memory_s")}
             row.update({f"bytes:{level}": value for level, value in op.bytes.items()})
             row.update({f"memory_s:{level}": value for level, value in op.memory_s.items()})
             rows.append(row)

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Sequence
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import MODE_FIELDS, Hardware
 from perfmodel.roofline.arrays import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
 from perfmodel.units import DIMENSIONS
@@ -28,6 +29,8 @@ from perfmodel.workload.ir import Graph
 # (``sweep_value_problems``), and ``tests/test_registries.py`` checks that ``--set`` and ``--grid``
 # give the same result for every field.
 LEVEL_FIELDS = {"bandwidth": "bandwidth_bytes_per_s", "capacity": "capacity_bytes"}
+# The values of one grid axis: numbers, as a sequence or a numpy array.
+AxisValues = Sequence[float] | np.ndarray
 SPEC_AXIS_DIMENSIONS = {"bandwidth": "bytes_per_s", "capacity": "bytes", "peak": "flops_per_s",
                         **{field: "seconds" for field in MODE_FIELDS}}
 
@@ -47,7 +50,7 @@ def as_override(path: str, value: float) -> str:
     return f"{value!r} {DIMENSIONS[spec_axis_dimension(path)].unit}"
 
 
-def hardware_with(hardware: Hardware, values: Mapping[str, Any]) -> Hardware:
+def hardware_with(hardware: Hardware, values: Mapping[str, SIValue]) -> Hardware:
     """A copy of ``hardware`` with dotted fields set to SI values (scalars or arrays)."""
     for path, value in values.items():
         parts = path.split(".")
@@ -59,7 +62,9 @@ def hardware_with(hardware: Hardware, values: Mapping[str, Any]) -> Hardware:
                 changes = {LEVEL_FIELDS[parts[2]]: value}
                 if parts[2] == "capacity" and level.usable_capacity_bytes is not None:
                     changes["usable_capacity_bytes"] = value * (level.usable_capacity_bytes / level.capacity_bytes)
-                levels[index] = dataclasses.replace(level, **changes)
+                # The field is named at run time (LEVEL_FIELDS), so mypy checks the value against every
+                # field of MemoryLevel; the named ones are all SIValues.
+                levels[index] = dataclasses.replace(level, **changes)  # type: ignore[arg-type]
                 hardware = dataclasses.replace(hardware, memory=tuple(levels))
             elif parts[0] == "compute" and len(parts) == 4 and parts[2] == "peak":
                 engine = hardware.compute[parts[1]]
@@ -67,7 +72,9 @@ def hardware_with(hardware: Hardware, values: Mapping[str, Any]) -> Hardware:
                 compute = {**hardware.compute, parts[1]: dataclasses.replace(engine, peak_flops_per_s=peaks)}
                 hardware = dataclasses.replace(hardware, compute=compute)
             elif parts[:2] == ["scheduling", "modes"] and len(parts) == 4 and parts[3] in MODE_FIELDS:
-                mode = dataclasses.replace(hardware.scheduling.modes[parts[2]], **{MODE_FIELDS[parts[3]]: value})
+                # As above: MODE_FIELDS names the field at run time; every one it names is an SIValue.
+                mode = dataclasses.replace(hardware.scheduling.modes[parts[2]],
+                                           **{MODE_FIELDS[parts[3]]: value})  # type: ignore[arg-type]
                 scheduling = dataclasses.replace(hardware.scheduling, modes={**hardware.scheduling.modes, parts[2]: mode})
                 hardware = dataclasses.replace(hardware, scheduling=scheduling)
             else:
@@ -94,7 +101,8 @@ class SweepResult:
     @property
     def bound(self) -> np.ndarray:
         names = list(self.time_by_bound)
-        return np.asarray(names)[np.argmax(np.stack([self.time_by_bound[name] for name in names]), axis=0)]
+        bounds: np.ndarray = np.asarray(names)[np.argmax(np.stack([self.time_by_bound[name] for name in names]), axis=0)]
+        return bounds
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """Column name -> array, ready for ``pandas.DataFrame(result.to_columns())``."""
@@ -104,8 +112,8 @@ class SweepResult:
         return columns
 
 
-def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, Sequence] | None = None,
-          spec: Mapping[str, Sequence[float]] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
+def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
+          spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
           parameters: Parameters = DATASHEET, chunk_points: int = 250_000,
           progress: Callable[[int, int], None] | None = None) -> SweepResult:
     """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid."""
@@ -139,7 +147,7 @@ def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str
                        time_by_bound={label: np.concatenate(parts) for label, parts in by_bound.items()})
 
 
-def grid_size(axes: Mapping[str, Sequence]) -> int:
+def grid_size(axes: Mapping[str, AxisValues]) -> int:
     return int(np.prod([len(values) for values in axes.values()])) if axes else 0
 
 

@@ -6,15 +6,18 @@ Dimensions may be numpy integer arrays: the result is then a sweep over those sc
 
 from __future__ import annotations
 
-from perfmodel.workload.ir import Graph, Op, TensorSpec
+from typing import Callable, Iterable
+
+from perfmodel.workload.ir import Dimension, Graph, Op, TensorRole, TensorSpec
 from perfmodel.workload.op_kinds import activation_flops_per_element
 
 
-def _t(shape, dtype, role="activation") -> TensorSpec:
+def _t(shape: Iterable[Dimension], dtype: str, role: TensorRole = "activation") -> TensorSpec:
     return TensorSpec(shape=tuple(shape), dtype=dtype, role=role)
 
 
-def linear(name: str, tokens, in_features, out_features, dtype: str, weight_dtype: str | None = None) -> Op:
+def linear(name: str, tokens: Dimension, in_features: Dimension, out_features: Dimension, dtype: str,
+           weight_dtype: str | None = None) -> Op:
     """``y = x W^T`` as a matmul with m = tokens, k = in_features, n = out_features."""
     return Op(name=name, kind="matmul", provenance="aten.mm",
               inputs=(_t((tokens, in_features), dtype), _t((in_features, out_features), weight_dtype or dtype, "weight")),
@@ -22,7 +25,7 @@ def linear(name: str, tokens, in_features, out_features, dtype: str, weight_dtyp
               attrs={"m": tokens, "n": out_features, "k": in_features, "dtype": dtype})
 
 
-def gemm_sweep(sizes=(256, 1024, 4096, 8192), dtype: str = "bf16") -> Graph:
+def gemm_sweep(sizes: Iterable[int] = (256, 1024, 4096, 8192), dtype: str = "bf16") -> Graph:
     ops = [Op(name=f"gemm_{size}", kind="matmul", provenance="aten.mm",
               inputs=(_t((size, size), dtype), _t((size, size), dtype, "weight")), outputs=(_t((size, size), dtype),),
               attrs={"m": size, "n": size, "k": size}) for size in sizes]
@@ -36,8 +39,9 @@ def elementwise_chain(elements: int = 1 << 20, length: int = 8, dtype: str = "bf
     return Graph(name=f"elementwise_chain_{length}", ops=ops, edges=edges)
 
 
-def attention(batch=1, heads=32, seq=2048, head_dim=128, causal=True, implementation="flash", dtype="bf16",
-              kv_heads=None) -> Graph:
+def attention(batch: Dimension = 1, heads: Dimension = 32, seq: Dimension = 2048, head_dim: Dimension = 128,
+              causal: bool = True, implementation: str = "flash", dtype: str = "bf16",
+              kv_heads: Dimension | None = None) -> Graph:
     kv_heads = heads if kv_heads is None else kv_heads
     op = Op(name="attn.sdpa", kind="attention", provenance="aten._scaled_dot_product_flash_attention",
             inputs=(_t((batch, heads, seq, head_dim), dtype), _t((batch, kv_heads, seq, head_dim), dtype),
@@ -48,8 +52,9 @@ def attention(batch=1, heads=32, seq=2048, head_dim=128, causal=True, implementa
     return Graph(name=f"attention_{implementation}", ops=[op])
 
 
-def transformer_block(batch=1, seq=2048, hidden=4096, heads=32, kv_heads=None, ffn=11008, dtype="bf16",
-                      kv_len=None, layers: int = 1, weight_dtype: str | None = None,
+def transformer_block(batch: Dimension = 1, seq: Dimension = 2048, hidden: Dimension = 4096, heads: Dimension = 32,
+                      kv_heads: Dimension | None = None, ffn: Dimension = 11008, dtype: str = "bf16",
+                      kv_len: Dimension | None = None, layers: int = 1, weight_dtype: str | None = None,
                       name: str = "transformer_block") -> Graph:
     """A Llama-style pre-norm block (RMS norm, GQA attention, SwiGLU MLP), repeated ``layers`` times
     through op counts. ``kv_len`` set: a decode step of ``seq`` new tokens attending to ``kv_len``."""
@@ -59,7 +64,7 @@ def transformer_block(batch=1, seq=2048, hidden=4096, heads=32, kv_heads=None, f
     context = seq if kv_len is None else kv_len
     prefix = "layers"
 
-    def act(*shape):
+    def act(*shape: Dimension) -> TensorSpec:
         return _t(shape, dtype)
 
     ops = [
@@ -101,13 +106,13 @@ def transformer_block(batch=1, seq=2048, hidden=4096, heads=32, kv_heads=None, f
 
 def small_cnn(batch: int = 8, dtype: str = "bf16") -> Graph:
     """Two 3x3 convolutions with ReLU, global pooling and a classifier, on 32x32 RGB images."""
-    def conv(name, cin, cout, size):
+    def conv(name: str, cin: int, cout: int, size: int) -> Op:
         return Op(name=name, kind="conv", provenance="aten.convolution",
                   inputs=(_t((batch, cin, size, size), dtype), _t((cout, cin, 3, 3), dtype, "weight")),
                   outputs=(_t((batch, cout, size, size), dtype),),
                   attrs={"m": batch * size * size, "n": cout, "k": cin * 9})
 
-    def relu(name, channels, size):
+    def relu(name: str, channels: int, size: int) -> Op:
         return Op(name=name, kind="elementwise", provenance="aten.relu",
                   inputs=(_t((batch, channels, size, size), dtype),), outputs=(_t((batch, channels, size, size), dtype),))
 
@@ -120,7 +125,7 @@ def small_cnn(batch: int = 8, dtype: str = "bf16") -> Graph:
     return Graph(name="small_cnn", ops=ops, edges=list(zip(names, names[1:], strict=False)))
 
 
-SHIPPED = {
+SHIPPED: dict[str, Callable[[], Graph]] = {
     "gemm_sweep": gemm_sweep,
     "elementwise_chain": elementwise_chain,
     "attention_flash": lambda: attention(implementation="flash"),

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -24,15 +24,20 @@ from perfmodel.dtypes import DTYPES, get_dtype
 from perfmodel.errors import PerfmodelError, Problem, WorkloadError
 from perfmodel.workload.op_kinds import OP_KIND_TABLE
 
+if TYPE_CHECKING:
+    from perfmodel.hardware.execution_models import SIValue
+
 TensorRole = Literal["activation", "weight", "kv_cache"]
 TENSOR_ROLES: tuple[str, ...] = ("activation", "weight", "kv_cache")
+# A tensor dimension: a positive integer (a Python or a numpy one), or an integer array of sweep points.
+Dimension = int | np.integer | np.ndarray
 
 
 @dataclass(frozen=True, kw_only=True)
 class TensorSpec:
     """A tensor's shape and dtype (no data)."""
 
-    shape: tuple[int, ...]
+    shape: tuple[Dimension, ...]
     dtype: str
     role: TensorRole = "activation"
 
@@ -40,15 +45,15 @@ class TensorSpec:
         object.__setattr__(self, "shape", tuple(self.shape))
 
     @property
-    def numel(self):
+    def numel(self) -> int | np.ndarray:
         """Element count; an array when a dimension is an array of sweep values."""
-        total = 1
+        total: int | np.ndarray = 1
         for dim in self.shape:
             total = total * (dim if isinstance(dim, np.ndarray) else int(dim))
         return total
 
     @property
-    def bytes(self) -> float:
+    def bytes(self) -> SIValue:
         return self.numel * get_dtype(self.dtype).bytes_per_element
 
 
@@ -83,11 +88,11 @@ class Op:
         return tensors[0].dtype if tensors else "fp32"
 
     @property
-    def input_bytes(self) -> float:
+    def input_bytes(self) -> SIValue:
         return sum(tensor.bytes for tensor in self.inputs)
 
     @property
-    def output_bytes(self) -> float:
+    def output_bytes(self) -> SIValue:
         return sum(tensor.bytes for tensor in self.outputs)
 
 
@@ -117,7 +122,7 @@ class Graph:
         return {op.name: position for position, op in enumerate(self.ops)}
 
 
-def _is_positive_dimension(dim) -> bool:
+def _is_positive_dimension(dim: object) -> bool:
     if isinstance(dim, np.ndarray):
         return dim.dtype.kind in "iu" and bool(np.all(dim > 0))
     return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and bool(dim > 0)
@@ -176,7 +181,7 @@ def require(condition: bool, message: str) -> None:
         raise PerfmodelError(message)
 
 
-def concatenate(graphs, name: str = "concatenated") -> tuple[Graph, list[int]]:
+def concatenate(graphs: Iterable[Graph], name: str = "concatenated") -> tuple[Graph, list[int]]:
     """One graph holding every op of ``graphs`` (names prefixed ``g<i>.``), and the index of the graph
     each op came from: lets many small measured workloads be evaluated in one vectorized call."""
     from dataclasses import replace

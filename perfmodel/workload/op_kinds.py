@@ -74,6 +74,10 @@ class OpKind:
     engine: str                                   # "matrix" or "vector"
     summary: str
     fusible: bool = False
+    # Whether it may also join a matrix op's kernel as an epilogue (point-wise work only: Inductor's
+    # GEMM templates and oneDNN fuse point-wise ops after a GEMM, never a norm, softmax or reduction;
+    # benchmarks/inductor_kernels.py).
+    epilogue: bool = False
     attributes: Mapping[str, Attribute] = field(default_factory=dict)
     aten: frozenset[str] = frozenset()
     startup_latency: bool = False
@@ -213,7 +217,8 @@ register(OpKind(name="attention", engine="matrix", startup_latency=True, aten=fr
                             "window": DIMENSION, "causal": FLAG,
                             "implementation": Attribute("text", choices=ATTENTION_IMPLEMENTATIONS)},
                 summary="scaled dot-product attention (flash or naive; causal, grouped KV heads, sliding window)"))
-register(OpKind(name="elementwise", engine="vector", fusible=True, aten=POINTWISE_OPS | RANDOM_ELEMENTWISE_OPS,
+register(OpKind(name="elementwise", engine="vector", fusible=True, epilogue=True,
+                aten=POINTWISE_OPS | RANDOM_ELEMENTWISE_OPS,
                 attributes={"flops_per_element": NUMBER},
                 summary="point-wise arithmetic, flops_per_element FLOPs per output element (default 1)"))
 register(OpKind(name="reduction", engine="vector", fusible=True, startup_latency=True, aten=frozenset(REDUCTION_OPS),
