@@ -193,3 +193,15 @@ def test_validation_predicts_or_explains_every_row():
     assert totals["predicted"] >= 60
     assert {"gpu", "lpu", "wafer"} <= set(totals["family"])
     assert 0 < totals["all"] < 1.0  # the README reports this median; a regression past 100% fails here
+
+
+def test_memory_per_chip_adds_and_scales_with_the_sequences_held():
+    arch = load_architecture("llama-3.1-8b")
+    one = memory_per_chip(arch, Scenario(batch=1, prompt_tokens=512, generated_tokens=64), Parallelism())
+    three = memory_per_chip(arch, Scenario(batch=3, prompt_tokens=512, generated_tokens=64), Parallelism())
+    # State (KV cache, activations, logits) grows with the batch; the weights do not.
+    assert three.weights == one.weights and three.state == pytest.approx(3 * one.state)
+    assert one.for_sequences(3).total == pytest.approx(three.total)
+    both = one + one
+    assert both.weights == 2 * one.weights and both.kv_cache == 2 * one.kv_cache
+    assert one.total == pytest.approx(one.weights + one.kv_cache + one.activations + one.workspace)

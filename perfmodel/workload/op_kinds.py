@@ -124,11 +124,6 @@ def op_kind(name: str) -> OpKind | None:
     return OP_KIND_TABLE.get(name)
 
 
-def kinds_where(predicate: Callable[[OpKind], bool]) -> frozenset[str]:
-    """Names of the registered kinds whose entry satisfies ``predicate`` (the table is the one list)."""
-    return frozenset(name for name, kind in OP_KIND_TABLE.items() if predicate(kind))
-
-
 def matmul_flops(m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
     """Useful FLOPs of ``batch`` (m x k) @ (k x n) products: 2 per multiply-add, as every vendor peak
     and ``torch.utils.flop_counter`` count them. Dimensions are ints or arrays (sweeps); so is the result."""
