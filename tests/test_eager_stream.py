@@ -101,3 +101,21 @@ def test_llm_eager_prints_the_op_count_per_layer(capsys):
     assert main(["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--batch", "1", "--prompt", "32", "--gen", "8",
                  "--mode", "eager", "--condensed"]) == 0
     assert "condensed LLM graph" in capsys.readouterr().out
+
+
+def test_llm_graph_out_feeds_predict(tmp_path, capsys):
+    """The stage graph llm priced can be written and predicted again with the same result."""
+    out = tmp_path / "decode.yaml"
+    argv = ["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--batch", "1", "--prompt", "32", "--gen", "8",
+            "--mode", "graph", "--json"]
+    assert main([*argv, "--graph-out", str(out), "--phase", "decode"]) == 0
+    import json
+
+    assert json.loads(capsys.readouterr().out)["tpot_s"] > 0 and out.is_file()
+    assert main(["predict", str(out), "--on", "h100-sxm", "--mode", "graph", "--json"]) == 0
+    predicted = json.loads(capsys.readouterr().out)["total_s"]
+    graph = stage_graph(load_architecture("llama-2-7b"), Scenario(batch=1, prompt_tokens=32, generated_tokens=8),
+                        Parallelism(), phase="decode", context=36)
+    assert predicted == pytest.approx(evaluate(graph, load_for_prediction("h100-sxm"), mode="graph").total_s)
+    assert main([*argv, "--graph-out", str(tmp_path / "decode.txt")]) == 2
+    assert "expected a .yaml, .yml or .json" in capsys.readouterr().err

@@ -51,3 +51,11 @@ def test_specs_compare_table(capsys):
     printed = _run(["specs", "compare"], capsys)
     block = _block_after("`perfmodel specs compare` on the bundled specs")
     assert re.sub(r"\s+\n", "\n", printed.strip()) == re.sub(r"\s+\n", "\n", block.strip())
+
+
+def test_predict_summary_on_the_bundled_specs(capsys):
+    argv = ["predict", "transformer_block", "--on", "h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre,"
+            "epyc-zen4-2vcpu", "--ideal"]
+    printed = _run(argv, capsys)
+    marker = "`perfmodel predict transformer_block --on h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre,"
+    assert printed[printed.rindex("\nspec ") + 1:] == _block_after(marker)

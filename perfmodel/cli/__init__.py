@@ -37,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
                                                    "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
     parser.add_argument("--version", action="version", version=f"perfmodel {__version__}")
+    parser.add_argument("--debug", action="store_true",
+                        help="show the traceback of an internal error (a bug) instead of a one-paragraph report")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     specs_command.register(commands)
     catalog_command.register(commands)
@@ -61,6 +63,9 @@ def _register_calibration(commands) -> None:
     module.register(commands)
 
 
+INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): an internal software error
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     parser = build_parser()
@@ -79,3 +84,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("perfmodel: interrupted", file=sys.stderr)
         return 130
+    except Exception as error:  # a bug: say so in one paragraph; --debug shows the traceback
+        if "--debug" in (sys.argv[1:] if argv is None else argv):
+            raise
+        print(f"perfmodel: internal error: {type(error).__name__}: {error}. This is a bug in perfmodel, not in "
+              "your input; rerun with --debug (before the command) to see the traceback and report it.",
+              file=sys.stderr)
+        return INTERNAL_ERROR

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import sys
+from pathlib import Path
 
 from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
 from perfmodel.errors import PerfmodelError
@@ -32,6 +33,11 @@ def register(commands) -> None:
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
     llm.add_argument("--max-tokens-per-step", type=int,
                      help="with --concurrency: token budget per scheduler step (chunked prefill); default unlimited")
+    llm.add_argument("--graph-out", type=Path, metavar="FILE.yaml",
+                     help="also write one pipeline stage's graph of --phase, as priced (the eager stream in eager mode), "
+                          "for 'perfmodel predict' and 'perfmodel roofline' (.yaml, .yml or .json)")
+    llm.add_argument("--phase", choices=["prefill", "decode"], default="decode",
+                     help="the phase --graph-out writes (decode: one step at the middle of the generation)")
     llm.add_argument("--condensed", action="store_true",
                      help="in eager mode, price the condensed graph (~12 ops a layer) instead of the op stream "
                           "captured from the transformers model class (~43 kernels and ~40 views a layer)")
@@ -87,6 +93,8 @@ def _llm(args) -> int:
     if note:
         print(f"perfmodel: note: {note}", file=sys.stderr)
     result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode, graphs=graphs)
+    if args.graph_out is not None:
+        _write_stage_graph(args, graphs, architecture, scenario, parallelism)
     if not result.fits:
         needed = format_quantity(result.memory_bytes.total, "bytes", binary=True)
         print(f"perfmodel: warning: {architecture.name} does not fit: its fullest pipeline stage needs {needed} "
@@ -131,6 +139,18 @@ def _llm(args) -> int:
         total = sum(shares.values())
         print(f"{phase}: " + ", ".join(f"{bound} {100 * time / total:.0f}%" for bound, time in shares.items()))
     return 0
+
+
+def _write_stage_graph(args, graphs, architecture, scenario, parallelism) -> None:
+    from perfmodel.workload.io import save_graph
+
+    if args.graph_out.suffix.lower() not in (".yaml", ".yml", ".json"):
+        raise PerfmodelError(f"--graph-out {args.graph_out}: expected a .yaml, .yml or .json file name")
+    context = args.prompt if args.phase == "prefill" else args.prompt + max(args.gen // 2, 1)
+    graph = graphs(architecture, scenario, parallelism, phase=args.phase, context=context)
+    save_graph(graph, args.graph_out)
+    print(f"perfmodel: wrote the {args.phase} graph of one pipeline stage ({len(graph.ops)} ops) to "
+          f"{args.graph_out}", file=sys.stderr)
 
 
 def _rate(text: str) -> float:

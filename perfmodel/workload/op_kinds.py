@@ -15,6 +15,7 @@ FLOP conventions used by every graph source (capture, builders, LLM graphs): a m
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
@@ -45,6 +46,8 @@ class Attribute:
             if self.choices and value not in self.choices:
                 return f"must be one of {', '.join(self.choices)}, got {value!r}"
             return None
+        if type(value) is int or type(value) is float:  # the common scalar case, without numpy
+            return self._scalar_problem(value)
         array = np.asarray(value)
         if isinstance(value, (bool, np.bool_)) or array.dtype.kind not in "iuf" or array.size == 0:
             return f"must be a number, got {value!r}"
@@ -55,6 +58,15 @@ class Attribute:
                 return f"must be a whole number, got {value!r}"
             return None if np.all(array > 0) else f"must be more than zero, got {value!r}"
         return None if np.all(array >= 0) else f"must not be negative, got {value!r}"
+
+    def _scalar_problem(self, value: float) -> str | None:
+        if not math.isfinite(value):
+            return f"must be finite, got {value!r}"
+        if self.type == "dimension":
+            if value != int(value):
+                return f"must be a whole number, got {value!r}"
+            return None if value > 0 else f"must be more than zero, got {value!r}"
+        return None if value >= 0 else f"must not be negative, got {value!r}"
 
 
 DIMENSION = Attribute("dimension")
