@@ -6,7 +6,7 @@ import pytest
 
 from perfmodel.cli import main
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.loader import load_hardware
+from perfmodel.hardware.loader import load_for_prediction, load_hardware
 from perfmodel.llm import Parallelism, Scenario, from_hf_config, llm_predict, max_batch
 from perfmodel.llm.catalog import load_architecture, load_config, model_names
 from perfmodel.llm.graphs import stage_graph
@@ -205,3 +205,20 @@ def test_memory_per_chip_adds_and_scales_with_the_sequences_held():
     both = one + one
     assert both.weights == 2 * one.weights and both.kv_cache == 2 * one.kv_cache
     assert one.total == pytest.approx(one.weights + one.kv_cache + one.activations + one.workspace)
+
+
+def test_llm_prints_one_row_per_scenario(capsys):
+    argv = ["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--mode", "graph", "--batch", "1,8", "--prompt",
+            "128,512", "--gen", "32"]
+    assert main([*argv, "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)
+    assert [(r["batch"], r["prompt"], r["gen"]) for r in results] == [(1, 128, 32), (1, 512, 32), (8, 128, 32),
+                                                                     (8, 512, 32)]
+    single = llm_predict(load_architecture("llama-2-7b"), load_for_prediction("h100-sxm"),
+                         Scenario(batch=8, prompt_tokens=512, generated_tokens=32), mode="graph")
+    assert results[3]["tpot_s"] == pytest.approx(single.tpot_s)
+    assert main(argv) == 0
+    table = capsys.readouterr().out
+    assert table.count("\n") == 2 + 4 + 1  # title, header, rule, 4 rows
+    assert main([*argv, "--graph-out", "x.yaml"]) == 2
+    assert "take one scenario" in capsys.readouterr().err

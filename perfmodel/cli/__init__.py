@@ -30,6 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         llm_command,
         predict_command,
         roofline_command,
+        serve_command,
         specs_command,
         validate_command,
     )
@@ -45,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     predict_command.register(commands)
     capture_command.register(commands)
     llm_command.register(commands)
+    serve_command.register(commands)
     validate_command.register(commands)
     roofline_command.register(commands)
     _register_calibration(commands)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import re
 import sys
@@ -19,9 +20,10 @@ def register(commands) -> None:
     llm = commands.add_parser("llm", help="predict LLM inference (TTFT, TPOT, throughput, memory) on a system")
     llm.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
     llm.add_argument("--on", required=True, help="spec name or path")
-    llm.add_argument("--batch", type=int, default=1)
-    llm.add_argument("--prompt", type=int, default=1024, help="prompt tokens")
-    llm.add_argument("--gen", type=int, default=256, help="generated tokens")
+    llm.add_argument("--batch", type=_counts, default=[1], metavar="N[,N...]",
+                     help="batch size; a comma list (with --prompt/--gen lists) prints one row per scenario")
+    llm.add_argument("--prompt", type=_counts, default=[1024], metavar="N[,N...]", help="prompt tokens")
+    llm.add_argument("--gen", type=_counts, default=[256], metavar="N[,N...]", help="generated tokens")
     llm.add_argument("--chips", type=int, help="chips (default tp x pp; with only --chips, tp = chips)")
     llm.add_argument("--tp", type=int)
     llm.add_argument("--pp", type=int)
@@ -82,9 +84,13 @@ def _llm(args) -> int:
     from perfmodel.llm.catalog import load_architecture, load_config
     from perfmodel.llm.eager import stage_graphs_for
 
-    _check_counts(args, ("batch", "prompt", "gen", "concurrency", "max_tokens_per_step"))
+    _check_counts(args, ("concurrency", "max_tokens_per_step"))
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
+    scenarios = [(batch, prompt, gen) for batch in args.batch for prompt in args.prompt for gen in args.gen]
+    if len(scenarios) > 1:
+        return _llm_table(args, architecture, hardware, scenarios)
+    args.batch, args.prompt, args.gen = scenarios[0]
     scenario = Scenario(batch=args.batch, prompt_tokens=args.prompt, generated_tokens=args.gen,
                         weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
                         activation_dtype=args.activations)
@@ -138,6 +144,48 @@ def _llm(args) -> int:
     for phase, shares in result.time_by_bound_by_phase.items():
         total = sum(shares.values())
         print(f"{phase}: " + ", ".join(f"{bound} {100 * time / total:.0f}%" for bound, time in shares.items()))
+    return 0
+
+
+def _counts(text: str) -> list[int]:
+    """A count or a comma list of counts, each at least 1 (argparse type)."""
+    try:
+        values = [int(item) for item in text.split(",") if item.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number or a comma list of them (e.g. 1,8,64), "
+                                         f"got {text!r}") from None
+    if not values or any(value < 1 for value in values):
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return values
+
+
+def _llm_table(args, architecture, hardware, scenarios) -> int:
+    """One row per (batch, prompt, gen) scenario."""
+    from perfmodel.llm import Scenario, llm_predict
+    from perfmodel.llm.catalog import load_config
+    from perfmodel.llm.eager import stage_graphs_for
+
+    if args.graph_out is not None or args.concurrency:
+        raise PerfmodelError("--graph-out and --concurrency take one scenario; give single --batch/--prompt/--gen")
+    parallelism = _parallelism(args)
+    graphs, note = stage_graphs_for(load_config(args.model), hardware, args.mode, condensed=args.condensed)
+    if note:
+        print(f"perfmodel: note: {note}", file=sys.stderr)
+    results = [llm_predict(architecture, hardware, Scenario(
+        batch=batch, prompt_tokens=prompt, generated_tokens=gen, weight_dtype=args.weights,
+        kv_dtype=args.kv or args.activations, activation_dtype=args.activations), parallelism, mode=args.mode,
+        graphs=graphs) for batch, prompt, gen in scenarios]
+    if args.json:
+        print(json.dumps([result.to_dict() for result in results], indent=1))
+        return 0
+    rows = [[result.scenario.batch, result.scenario.prompt_tokens, result.scenario.generated_tokens,
+             format_quantity(result.ttft_s, "seconds"), format_quantity(result.tpot_s, "seconds"),
+             f"{result.tokens_per_s:.1f}", f"{result.tokens_per_s_per_chip:.1f}", "yes" if result.fits else "NO",
+             result.bound_by_phase["decode"]] for result in results]
+    print(f"{architecture.name} on {parallelism.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
+          f"{results[0].mode} mode; parameters: {results[0].parameters}), weights {args.weights}")
+    print(format_table(["batch", "prompt", "gen", "TTFT", "TPOT", "tokens/s", "tokens/s/chip", "fits",
+                        "decode bound"], rows))
     return 0
 
 

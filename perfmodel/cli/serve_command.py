@@ -1,0 +1,156 @@
+"""``perfmodel serve``: request-level serving simulation (an iteration-level scheduler, paged KV cache)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+from perfmodel.cli.llm_command import _check_counts, _rate
+from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
+from perfmodel.errors import PerfmodelError
+from perfmodel.tables import format_table
+from perfmodel.units import format_quantity, parse_quantity
+
+KNEE_GROWTH = 1.10  # without a TTFT SLO, the knee is the first rate after which throughput grows by 10% or less
+
+
+def register(commands) -> None:
+    serve = commands.add_parser("serve", help="simulate serving a request stream: TTFT/TPOT percentiles, "
+                                              "throughput, goodput, queueing, KV-cache use")
+    serve.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
+    serve.add_argument("--on", required=True, help="spec name or path (one replica runs on tp x pp of its chips)")
+    serve.add_argument("--tp", type=int, default=1)
+    serve.add_argument("--pp", type=int, default=1)
+    serve.add_argument("--rate", help="open-loop arrival rate, e.g. 2/s or 120/min")
+    serve.add_argument("--rates", help="comma-separated rates: one simulation each, a throughput/latency table "
+                                       "and the knee, e.g. 1,2,4,8")
+    serve.add_argument("--arrival", choices=["poisson", "fixed", "burst"], default="poisson",
+                       help="open-loop arrivals: poisson (default), fixed gaps, or burst (every request at t = 0)")
+    serve.add_argument("--users", type=int, help="closed loop: this many users, each waiting for its answer")
+    serve.add_argument("--think", default="0s", help="closed loop: think time between a user's requests, e.g. 5s")
+    serve.add_argument("--requests", type=int, default=200, help="requests to simulate (default 200)")
+    serve.add_argument("--prompt-dist", default="fixed:512",
+                       help="prompt tokens: fixed:512, uniform:128-1024 or lognormal:MEAN,SIGMA")
+    serve.add_argument("--output-dist", default="fixed:128", help="output tokens, as --prompt-dist")
+    serve.add_argument("--max-batch", type=int, default=256, help="most running sequences (default 256)")
+    serve.add_argument("--max-tokens-per-step", type=int, default=8192,
+                       help="token budget of a scheduler step: prefill chunks + one per decoding sequence")
+    serve.add_argument("--block-size", type=int, default=16, help="paged-KV block size in tokens (default 16)")
+    serve.add_argument("--memory-utilization", type=float, default=0.9,
+                       help="share of the chip's memory for weights, activations and KV cache (default 0.9)")
+    serve.add_argument("--seed", type=int, default=0)
+    serve.add_argument("--ttft-slo", help="SLO on time to first token, e.g. 1s (goodput, the knee)")
+    serve.add_argument("--tpot-slo", help="SLO on time per output token, e.g. 50ms (goodput)")
+    serve.add_argument("--weights", default="bf16", help="weight dtype")
+    serve.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
+    serve.add_argument("--activations", default="bf16", help="activation dtype")
+    add_mode_argument(serve)
+    add_set_argument(serve)
+    add_ideal_argument(serve)
+    serve.add_argument("--json", action="store_true")
+    serve.set_defaults(handler=_serve)
+
+
+def _arrivals(args):
+    from perfmodel.serving import ArrivalProcess, ClosedLoop
+
+    given = [name for name, value in (("--rate", args.rate), ("--rates", args.rates), ("--users", args.users))
+             if value is not None]
+    if len(given) > 1:
+        raise PerfmodelError(f"give one of --rate, --rates and --users, not {' and '.join(given)}")
+    if args.users is not None:
+        return [ClosedLoop(users=args.users, think_s=parse_quantity(args.think, "seconds"))], None
+    if args.rates is not None:
+        rates = [_rate(item) for item in args.rates.split(",")]
+        if args.arrival == "burst":
+            raise PerfmodelError("--rates needs timed arrivals (poisson or fixed), not --arrival burst")
+        return [ArrivalProcess(kind=args.arrival, rate_per_s=rate) for rate in rates], rates
+    if args.rate is not None:
+        return [ArrivalProcess(kind=args.arrival, rate_per_s=_rate(args.rate))], None
+    if args.arrival == "burst":
+        return [ArrivalProcess(kind="burst")], None
+    raise PerfmodelError("give an arrival rate (--rate 2/s), several (--rates 1,2,4,8), closed-loop users "
+                         "(--users 32 --think 5s) or --arrival burst")
+
+
+def _serve(args) -> int:
+    from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.llm import Parallelism
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.serving import Server, ServingConfig, max_context, parse_length
+
+    _check_counts(args, ("tp", "pp", "users", "requests", "max_batch", "max_tokens_per_step", "block_size"))
+    if not 0 < args.memory_utilization <= 1:
+        raise PerfmodelError(f"--memory-utilization must be in (0, 1], got {args.memory_utilization}")
+    prompt = parse_length(args.prompt_dist, "--prompt-dist")
+    output = parse_length(args.output_dist, "--output-dist")
+    ttft_slo = None if args.ttft_slo is None else parse_quantity(args.ttft_slo, "seconds")
+    tpot_slo = None if args.tpot_slo is None else parse_quantity(args.tpot_slo, "seconds")
+    streams, rates = _arrivals(args)
+    architecture = load_architecture(args.model)
+    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
+    config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
+                           block_size=args.block_size, memory_utilization=args.memory_utilization)
+    server = Server(architecture, hardware, Parallelism(tp=args.tp, pp=args.pp), config=config,
+                    max_context=max_context(prompt, output), weight_dtype=args.weights,
+                    kv_dtype=args.kv or args.activations, activation_dtype=args.activations, mode=args.mode)
+    results = [server.simulate(stream, args.requests, prompt, output, seed=args.seed, ttft_slo_s=ttft_slo,
+                               tpot_slo_s=tpot_slo) for stream in streams]
+    header = (f"{architecture.name} on {server.parallelism.chips} x {hardware.name} (tp {args.tp}, pp {args.pp}, "
+              f"{server.mode} mode), max batch {args.max_batch}, {args.max_tokens_per_step} tokens a step, "
+              f"KV cache {server.kv.blocks} blocks of {args.block_size} tokens "
+              f"({format_quantity(server.kv.budget_bytes, 'bytes', binary=True)} a chip)")
+    if rates is not None:
+        knee = _knee(rates, results, ttft_slo)
+        if args.json:
+            print(json.dumps({"rates": rates, "knee_rate_per_s": knee,
+                              "results": [result.to_dict(per_request=False) for result in results]}, indent=1))
+            return 0
+        print(header)
+        print(f"{results[0].workload.split(';', 1)[1].strip()}, {args.requests} requests, seed {args.seed}")
+        rows = [[f"{rate:g}/s", f"{r.requests_per_s:.2f}", f"{r.tokens_per_s:.0f}", _s(r.ttft.p50), _s(r.ttft.p99),
+                 _s(r.tpot.p50), _s(r.tpot.p99), "-" if r.goodput is None else f"{100 * r.goodput:.0f}%",
+                 r.preemptions, "<- knee" if rate == knee else ""] for rate, r in zip(rates, results, strict=True)]
+        print(format_table(["rate", "req/s", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput",
+                            "preemptions", ""], rows))
+        rule = (f"the last rate whose p99 TTFT meets {args.ttft_slo}" if ttft_slo is not None
+                else "the first rate after which throughput grows by 10% or less")
+        print(f"knee: {'none' if knee is None else f'{knee:g}/s'} ({rule})")
+        return 0
+    result = results[0]
+    if args.json:
+        print(json.dumps(result.to_dict(), indent=1))
+        return 0
+    print(header)
+    print(f"{result.workload}, {result.requests} requests, seed {result.seed}")
+    rows = [[name, _s(p.p50), _s(p.p90), _s(p.p99), _s(p.mean)]
+            for name, p in (("TTFT", result.ttft), ("TPOT", result.tpot), ("end-to-end", result.e2e),
+                            ("inter-token", result.itl))]
+    print(format_table(["latency", "p50", "p90", "p99", "mean"], rows))
+    facts = [["duration", _s(result.duration_s)], ["throughput", f"{result.tokens_per_s:.1f} output tokens/s, "
+                                                                 f"{result.requests_per_s:.2f} requests/s"]]
+    if result.goodput is not None:
+        facts.append(["goodput", f"{100 * result.goodput:.1f}% of requests meet the SLO "
+                                 f"({result.goodput_requests_per_s:.2f} requests/s)"])
+    facts += [["mean requests in system", f"{result.mean_in_system:.2f}"], ["max queue", str(result.max_queue)],
+              ["peak KV cache", f"{result.peak_kv_blocks} of {result.kv_blocks} blocks "
+                                f"({100 * result.peak_kv_share:.1f}%)"],
+              ["preemptions", str(result.preemptions)], ["scheduler steps", str(result.steps)]]
+    print(format_table(["metric", "value"], facts))
+    return 0
+
+
+def _s(value: float) -> str:
+    return "-" if value is None or math.isnan(value) else format_quantity(value, "seconds")
+
+
+def _knee(rates: list[float], results, ttft_slo: float | None) -> float | None:
+    """The last rate whose p99 TTFT meets the SLO; without one, the first rate after which throughput
+    grows by no more than 10% (None: it keeps growing, or no rate meets the SLO)."""
+    if ttft_slo is not None:
+        meeting = [rate for rate, result in zip(rates, results, strict=True) if result.ttft.p99 <= ttft_slo]
+        return meeting[-1] if meeting else None
+    for index in range(len(rates) - 1):
+        if results[index + 1].tokens_per_s <= KNEE_GROWTH * results[index].tokens_per_s:
+            return rates[index]
+    return None

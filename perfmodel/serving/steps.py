@@ -1,0 +1,148 @@
+"""Scheduler-step costs from the engine, precomputed on a grid and interpolated (pure core).
+
+* Decode: one step of ``b`` running sequences at mean context ``c`` is the decode stage graph
+  (``llm.graphs.stage_graph``) with the batch an array of every size 1..max_batch, evaluated at once
+  (``roofline.arrays.evaluate_arrays``) at a grid of contexts, through all pipeline stages
+  (``llm.metrics.phase_time``). Between grid contexts the time is interpolated linearly (decode
+  time is piecewise linear in the context; attention reads are linear, so the mean context of the
+  batch prices its KV reads exactly).
+* Prefill: ``n`` prompt tokens in one step are priced as the prefill graph of one sequence of ``n``
+  tokens, on a grid of ``n`` (geometric and linear points up to the step's token budget), and
+  interpolated linearly. Attention to the earlier chunks of a chunked prompt is not charged, and
+  several prompts in one step are priced as one prompt of their total length (their attention is
+  slightly over-charged).
+* KV capacity: what ``memory_utilization`` of the chip's on-device memory holds after the weights
+  of the fullest stage (kept resident when they fit; else streamed from an external store where the
+  spec has one, ``costs.residency``), the
+  activation buffers of a full step's prefill and the logits of a full batch
+  (``llm.metrics.memory_per_chip``), divided into blocks of ``block_size`` tokens of
+  ``Architecture.kv_bytes_per_token`` (the fullest stage's layers and this chip's KV heads).
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from perfmodel.costs.residency import residency
+from perfmodel.dtypes import DTYPES
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import resolve_mode
+from perfmodel.hardware.model import Hardware
+from perfmodel.llm.architecture import Architecture
+from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
+from perfmodel.llm.metrics import memory_per_chip, phase_time
+from perfmodel.roofline.arrays import evaluate_arrays
+from perfmodel.workload.ir import Graph
+
+CONTEXT_POINTS = 17
+PREFILL_GEOMETRIC_POINTS = 40
+PREFILL_LINEAR_POINTS = 17
+
+
+@dataclass(frozen=True, kw_only=True)
+class KVCapacity:
+    blocks: int
+    block_size: int
+    bytes_per_token: float  # per chip of the fullest stage
+    budget_bytes: float  # bytes per chip given to the KV cache
+    state_bytes: float  # everything but the weights that the chip holds (KV budget, activations, logits)
+
+    @property
+    def tokens(self) -> int:
+        return self.blocks * self.block_size
+
+
+def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism, *,
+                block_size: int, max_batch: int, max_tokens_per_step: int,
+                memory_utilization: float) -> KVCapacity:
+    """The paged KV cache of one replica (see the module docstring)."""
+    if not 0 < memory_utilization <= 1:
+        raise PerfmodelError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
+    a = architecture
+    one = replace(scenario, batch=1, prompt_tokens=max_tokens_per_step, generated_tokens=1)
+    memory = memory_per_chip(a, one, parallelism)
+    workspace = float(memory.workspace) * max_batch
+    activations = float(memory.activations)
+    weights = float(np.max(memory.weights))
+    # Weights stay on the chip when they fit beside a full step's buffers (the one residency rule,
+    # costs.residency); otherwise an external store streams them (Cerebras MemoryX) and the KV cache
+    # may use the whole memory.
+    # (Both sides over the utilization cap: weights + buffers <= cap x capacity.)
+    placed = residency(hardware, weights / memory_utilization, (activations + workspace) / memory_utilization)
+    capacity = float(np.min(placed.capacity_bytes)) * memory_utilization
+    if placed.external_store and not placed.weights_resident:
+        weights = 0.0
+    budget = capacity - weights - activations - workspace
+    stage_layers = math.ceil(a.layers / parallelism.pp)
+    kv_heads_share = max(a.kv_heads // parallelism.tp, 1) / a.kv_heads
+    per_token = a.kv_bytes_per_token(DTYPES[scenario.kv_dtype].bytes_per_element) * stage_layers / a.layers \
+        * kv_heads_share
+    blocks = int(budget // (per_token * block_size)) if budget > 0 else 0
+    if blocks < 1:
+        raise PerfmodelError(
+            f"{a.name} leaves no room for a KV cache on {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}) "
+            f"at memory utilization {memory_utilization:g}: weights {weights / 2**30:.2f} GiB, activations and "
+            f"logits {(activations + workspace) / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB; "
+            "add chips (--tp/--pp), or lower --max-batch / --max-tokens-per-step")
+    return KVCapacity(blocks=blocks, block_size=block_size, bytes_per_token=per_token, budget_bytes=budget,
+                      state_bytes=budget + activations + workspace)
+
+
+class StepCosts:
+    """Time of a scheduler step: ``prefill_s(tokens) + decode_s(batch, mean_context)``."""
+
+    def __init__(self, architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                 *, max_batch: int, max_tokens_per_step: int, max_context: int, resident_bytes: float,
+                 mode: str | None = None) -> None:
+        check(architecture, replace(scenario, batch=1), parallelism)
+        if parallelism.chips > 1 and not any(link.kind in ("chip_to_chip", "network")
+                                             for link in hardware.links.values()):
+            raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
+        self.mode = resolve_mode(hardware, mode)
+        a, p = architecture, parallelism
+        batches = np.arange(1, max_batch + 1, dtype=np.int64)
+        decode_scenario = replace(scenario, batch=batches)
+        send = Graph(name="send", ops=[pipeline_send(decode_scenario, a, "decode")])
+        contexts = np.unique(np.linspace(1, max(max_context, 2), CONTEXT_POINTS).round().astype(np.int64))
+        columns = []
+        for context in contexts:
+            graph = stage_graph(a, decode_scenario, p, phase="decode", context=int(context))
+            stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                    stream_items=batches)
+            columns.append(np.broadcast_to(phase_time(stage, hardware, p, send), batches.shape))
+        self.contexts = [float(c) for c in contexts]
+        self._decode = np.stack(columns, axis=1).tolist()  # [batch - 1][context index]: plain floats, fast to read
+        points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
+                                 np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
+        tokens = np.unique(points.round().astype(np.int64))
+        times = []
+        for count in tokens:
+            one = replace(scenario, batch=1, prompt_tokens=int(count))
+            graph = stage_graph(a, one, p, phase="prefill", context=int(count))
+            stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                    stream_items=int(count))
+            send = Graph(name="send", ops=[pipeline_send(one, a, "prefill")])
+            times.append(float(phase_time(stage, hardware, p, send)))
+        self.prefill_tokens = tokens.astype(float)
+        self.prefill_times = np.asarray(times)
+        self.max_batch, self.max_tokens_per_step = max_batch, max_tokens_per_step
+
+    def prefill_s(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        return float(np.interp(tokens, self.prefill_tokens, self.prefill_times))
+
+    def decode_s(self, batch: int, mean_context: float) -> float:
+        if batch <= 0:
+            return 0.0
+        row, contexts = self._decode[batch - 1], self.contexts
+        i = min(max(bisect_right(contexts, mean_context) - 1, 0), len(contexts) - 2) if len(contexts) > 1 else 0
+        if len(contexts) == 1:
+            return row[0]
+        low, high = contexts[i], contexts[i + 1]
+        share = (mean_context - low) / (high - low)
+        return row[i] + share * (row[i + 1] - row[i])
