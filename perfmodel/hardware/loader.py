@@ -4,7 +4,11 @@
 * ``extends: other`` resolves a catalog name or a file beside the spec (no other directories),
   then merges this file over it key by key (mappings merge, everything else is replaced).
 * ``overrides`` (``{"memory.hbm.bandwidth": "6.4 TB/s"}``) are applied last, for what-if studies;
-  each overridden number is attributed to a ``what-if`` source. Setting a level's ``capacity`` on a
+  each overridden number is attributed to a ``what-if`` source. An override given as text (``--set``)
+  is read by the type of the field it sets: a quantity as a quantity with its unit, a count as a whole
+  number (``units=108``), a flag as ``true``/``false``, an enum (``kind=sram``) as its text, a plain
+  number (an efficiency) as a number; text that does not fit is reported as ``--set FIELD`` with what
+  was expected. Any field the schema declares may be set, present in the spec or not. Setting a level's ``capacity`` on a
   level with a ``usable_capacity`` scales the usable capacity by new/old capacity (the usable share
   is kept; attributed to ``what-if-scaled``), unless the override sets ``usable_capacity`` too.
 * Every problem in a spec is collected and raised at once as one :class:`SpecError` naming file,
@@ -14,12 +18,15 @@
 from __future__ import annotations
 
 import copy
+import math
+import re
+import types
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Annotated, Any, Literal, Mapping, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, BeforeValidator, ValidationError
 
 from perfmodel.errors import Problem, SpecError, UnitError
 from perfmodel.hardware import model
@@ -152,20 +159,124 @@ def _read_merged(path: Path, chain: tuple[Path, ...], problems: list[Problem]) -
     return _Merged(data=merged, origins=merged_origins)
 
 
-def _set_path(data: dict, dotted: str, value: Any) -> None:
+def _set_path(data: dict, dotted: str, value: Any, declared: bool) -> None:
+    """Set ``dotted`` in the raw spec; ``declared``: the leaf is a field the schema declares, so it may
+    be absent from the spec (an optional field, or one with a default such as ``host_overlap``)."""
     keys = dotted.split(".")
     node = data
     for key in keys[:-1]:
         if not isinstance(node.get(key), dict):
             raise KeyError(dotted)
         node = node[key]
-    if keys[-1] not in node and keys[-1] not in _OPTIONAL_LEAVES:
+    if keys[-1] not in node and not declared:
         raise KeyError(dotted)
     node[keys[-1]] = value
 
 
-_OPTIONAL_LEAVES = {"latency", "usable_capacity", "transfer_granule", "clock", *model.MODE_FIELDS, "idle",
-                    "max_chips", "kernel_fixed_time", "slower_than_outer"}
+@dataclass(frozen=True, kw_only=True)
+class _FieldType:
+    """What the schema says about one dotted spec field: ``kind`` is ``count`` (a positive whole
+    number), ``integer``, ``number`` (a plain real, e.g. an efficiency), ``quantity`` (a number with a
+    unit), ``flag``, ``choice`` (an enum), ``text`` or ``other`` (an object, a list); ``declared``: a
+    field of a schema object (not a key of a free-form mapping such as ``peak``)."""
+
+    kind: str
+    declared: bool
+    choices: tuple[Any, ...] = ()
+
+    @property
+    def numeric(self) -> bool:
+        return self.kind in ("count", "integer", "number", "quantity")
+
+
+def _unwrap(annotation: Any, metadata: tuple[Any, ...]) -> tuple[Any, tuple[Any, ...]]:
+    """Strip ``Optional`` and ``Annotated`` from a type, collecting the annotations' metadata."""
+    while True:
+        origin = get_origin(annotation)
+        if origin is Annotated:
+            annotation, *extra = get_args(annotation)
+            metadata = (*metadata, *extra)
+        elif origin in (Union, types.UnionType):
+            members = [member for member in get_args(annotation) if member is not type(None)]
+            if len(members) != 1:
+                return annotation, metadata
+            annotation = members[0]
+        else:
+            return annotation, metadata
+
+
+def _classify(annotation: Any, metadata: tuple[Any, ...], declared: bool) -> _FieldType:
+    if annotation is bool:
+        return _FieldType(kind="flag", declared=declared)
+    if get_origin(annotation) is Literal:
+        choices = get_args(annotation)
+        if all(isinstance(choice, int) and not isinstance(choice, bool) for choice in choices):
+            return _FieldType(kind="integer", declared=declared, choices=choices)
+        return _FieldType(kind="choice", declared=declared, choices=choices)
+    if annotation is int:
+        positive = any(getattr(item, "gt", None) == 0 for item in metadata)
+        return _FieldType(kind="count" if positive else "integer", declared=declared)
+    if annotation is float:
+        quantity = any(isinstance(item, BeforeValidator) for item in metadata)
+        return _FieldType(kind="quantity" if quantity else "number", declared=declared)
+    if annotation is str:
+        return _FieldType(kind="text", declared=declared)
+    return _FieldType(kind="other", declared=declared)
+
+
+def _field_type(dotted: str) -> _FieldType | None:
+    """The schema's type of the dotted field ``dotted``, or None when the schema has no such field."""
+    annotation: Any = HardwareSpec
+    metadata: tuple[Any, ...] = ()
+    declared = False
+    for key in dotted.split("."):
+        annotation, metadata = _unwrap(annotation, metadata)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(key)
+            if field is None:
+                return None
+            annotation, metadata, declared = field.annotation, tuple(field.metadata), True
+        elif get_origin(annotation) is dict:
+            annotation, metadata, declared = get_args(annotation)[1], (), False
+        else:
+            return None
+    annotation, metadata = _unwrap(annotation, metadata)
+    return _classify(annotation, metadata, declared)
+
+
+_WHOLE_NUMBER = re.compile(r"[+-]?[0-9]+")
+
+
+def _parse_override(value: Any, field: _FieldType | None) -> tuple[Any, str | None]:
+    """``(value, None)`` with an override's text read by its field's type, or ``(value, expected)``
+    saying what the text should have been. Values that are not text (the Python API) pass as given."""
+    if not isinstance(value, str) or field is None:
+        return value, None
+    text = value.strip()
+    if field.kind in ("count", "integer"):
+        if _WHOLE_NUMBER.fullmatch(text):
+            number = int(text)
+            if field.choices and number not in field.choices:
+                return value, f"one of {', '.join(map(str, field.choices))}"
+            return number, None
+        if field.choices:
+            return value, f"one of {', '.join(map(str, field.choices))}"
+        return value, "a whole number (a count, e.g. 108)" if field.kind == "count" else "a whole number"
+    if field.kind == "flag":
+        if text.lower() in ("true", "false"):
+            return text.lower() == "true", None
+        return value, "true or false"
+    if field.kind == "choice":
+        if text in field.choices:
+            return text, None
+        return value, f"one of {', '.join(map(str, field.choices))}"
+    if field.kind == "number":
+        try:
+            number = float(text)
+        except ValueError:
+            number = math.nan
+        return (number, None) if math.isfinite(number) else (value, "a number without a unit (e.g. 0.85)")
+    return value, None  # quantities (parsed with their unit by the schema), text
 
 
 def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: list[Problem]) -> None:
@@ -177,22 +288,32 @@ def _apply_overrides(merged: _Merged, overrides: Mapping[str, Any], problems: li
         }
     old_capacities = {dotted: _get_path(data, dotted) for dotted in overrides if _is_level_capacity(dotted)}
     for dotted, value in overrides.items():
+        field = _field_type(dotted)
+        parsed, expected = _parse_override(value, field)
+        if expected is not None:
+            problems.append(Problem(file="--set", line=None, field=dotted,
+                                    message=f"expected {expected} for --set {dotted}, got {value!r}"))
+            continue
         try:
-            _set_path(data, dotted, value)
+            _set_path(data, dotted, parsed, declared=field is not None and field.declared)
         except KeyError:
             problems.append(Problem(file="--set", line=None, field=dotted,
                                     message="no such field in the spec; use a dotted path such as "
                                             "'memory.hbm.bandwidth' (see 'perfmodel specs show NAME')"))
             continue
-        _attribute(merged, dotted, WHAT_IF_SOURCE)
+        # Only numbers carry sources: field_sources may name numeric fields only (an enum or a flag
+        # set here is still reported as set by --set through its origin).
+        _attribute(merged, dotted, WHAT_IF_SOURCE, numeric=field is None or field.numeric)
     for dotted, old in old_capacities.items():
         usable = dotted.removesuffix("capacity") + "usable_capacity"
         if usable not in overrides:
             _scale_usable_capacity(merged, dotted, old, usable)
 
 
-def _attribute(merged: _Merged, dotted: str, source: str) -> None:
+def _attribute(merged: _Merged, dotted: str, source: str, *, numeric: bool = True) -> None:
     merged.origins[dotted] = ("--set", None)
+    if not numeric:
+        return
     owner_path, _, leaf = dotted.rpartition(".")
     owner, tail = _find_sourced_owner(merged.data, owner_path)
     if owner is not None:
@@ -230,7 +351,7 @@ def _scale_usable_capacity(merged: _Merged, capacity_path: str, old: Any, usable
     sources = merged.data.get("sources")
     if not isinstance(sources, dict):
         return
-    _set_path(merged.data, usable_path, f"{usable_bytes * new_bytes / old_bytes!r} B")
+    _set_path(merged.data, usable_path, f"{usable_bytes * new_bytes / old_bytes!r} B", declared=True)
     sources[WHAT_IF_SCALED_SOURCE] = {
         "url": "repo:perfmodel/hardware/loader.py", "kind": "what-if",
         "note": "usable capacity scaled with the capacity set by the user (--set / overrides): "
@@ -250,7 +371,11 @@ def _find_sourced_owner(data: dict, dotted: str) -> tuple[dict | None, str]:
     return owner, ".".join(rest)
 
 
-def _problems_from_validation(error: ValidationError, merged: _Merged, file: str) -> list[Problem]:
+def _problems_from_validation(error: ValidationError, merged: _Merged, file: str,
+                              overrides: Mapping[str, Any] | None = None) -> list[Problem]:
+    """One problem per validation error, at the file and line its field comes from; an error on an
+    object that a ``--set`` override changed (``usable_capacity is larger than capacity`` after
+    ``--set memory.hbm.usable_capacity=...``) is the override's, not the shipped spec's line."""
     problems = []
     for item in error.errors():
         dotted = ".".join(str(part) for part in item["loc"])
@@ -265,6 +390,10 @@ def _problems_from_validation(error: ValidationError, merged: _Merged, file: str
         while origin_path and origin_path not in merged.origins:
             origin_path = origin_path.rpartition(".")[0]
         origin_file, line = merged.origins.get(origin_path, (file, None))
+        overridden = [key for key in overrides or () if dotted and key.startswith(dotted + ".")]
+        if overridden and origin_file != "--set":
+            origin_file, line = "--set", None
+            message = f"{message} (after --set {', '.join(overridden)})"
         problems.append(Problem(file=origin_file, line=line, field=dotted, message=message))
     return problems
 
@@ -315,7 +444,7 @@ def _load(path: Path, overrides: dict[str, Any]) -> model.Hardware:
     try:
         spec = HardwareSpec.model_validate(merged.data, context={"source_ids": source_ids})
     except ValidationError as error:
-        problems.extend(_problems_from_validation(error, merged, str(path)))
+        problems.extend(_problems_from_validation(error, merged, str(path), overrides))
     if spec is not None:
         for dotted, message in memory_order_problems(spec, exempt=frozenset(overrides)):
             origin_file, line = merged.origins.get(dotted, merged.origins.get(dotted.rpartition(".")[0],
