@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import torch.utils.benchmark as benchmark
 
+from perfmodel.hardware.detect import read_cpu_facts
+
 # (statement, what a decode step of a Llama layer uses it for)
 VIEW_OPS = (
     ("x.view(1, 1, 32, 128)", "split heads after a projection"),
@@ -32,13 +34,7 @@ VIEW_OPS = (
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return read_cpu_facts().model_name
 
 
 def measure(min_run_time: float = 0.5) -> list[dict]:

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 from perfmodel import __version__
 from perfmodel.costs.fusion import plan_fusion
+from perfmodel.hardware.detect import read_cpu_facts
 from perfmodel.tables import format_table
 from perfmodel.workload import builders
 from perfmodel.workload.capture import capture
@@ -341,13 +342,7 @@ def run(names: list[str] | None = None) -> list[dict]:
 
 
 def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown CPU"
+    return read_cpu_facts().model_name
 
 
 def main(argv=None) -> int:

@@ -8,7 +8,13 @@ import re
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
+from perfmodel.cli.overrides import (
+    add_dtype_arguments,
+    add_ideal_argument,
+    add_mode_argument,
+    add_set_argument,
+    parse_overrides,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
@@ -28,9 +34,7 @@ def register(commands) -> None:
     llm.add_argument("--tp", type=int)
     llm.add_argument("--pp", type=int)
     llm.add_argument("--ep", type=int, default=1)
-    llm.add_argument("--weights", default="bf16", help="weight dtype (bf16, fp16, fp8, int8, int4...)")
-    llm.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
-    llm.add_argument("--activations", default="bf16", help="activation dtype")
+    add_dtype_arguments(llm)
     add_mode_argument(llm)
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
     llm.add_argument("--max-tokens-per-step", type=int,

@@ -34,3 +34,10 @@ def add_mode_argument(parser) -> None:
     from perfmodel.hardware.execution_models import mode_choices, mode_help
 
     parser.add_argument("--mode", choices=mode_choices(), help=mode_help())
+
+
+def add_dtype_arguments(parser) -> None:
+    """The weight, KV-cache and activation dtypes of an LLM scenario (llm, serve)."""
+    parser.add_argument("--weights", default="bf16", help="weight dtype (bf16, fp16, fp8, int8, int4...)")
+    parser.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
+    parser.add_argument("--activations", default="bf16", help="activation dtype")

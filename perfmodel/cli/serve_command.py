@@ -6,7 +6,13 @@ import json
 import math
 
 from perfmodel.cli.llm_command import _check_counts, _rate
-from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
+from perfmodel.cli.overrides import (
+    add_dtype_arguments,
+    add_ideal_argument,
+    add_mode_argument,
+    add_set_argument,
+    parse_overrides,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
@@ -41,9 +47,7 @@ def register(commands) -> None:
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--ttft-slo", help="SLO on time to first token, e.g. 1s (goodput, the knee)")
     serve.add_argument("--tpot-slo", help="SLO on time per output token, e.g. 50ms (goodput)")
-    serve.add_argument("--weights", default="bf16", help="weight dtype")
-    serve.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
-    serve.add_argument("--activations", default="bf16", help="activation dtype")
+    add_dtype_arguments(serve)
     add_mode_argument(serve)
     add_set_argument(serve)
     add_ideal_argument(serve)
