@@ -254,3 +254,24 @@ def save_figure(figure_or_ax, path: str | Path) -> None:
 
 def save_spec_rooflines(records: Sequence[dict], path: str | Path) -> None:
     save_figure(plot_spec_rooflines(records), path)
+
+
+def plot_training_breakdown(results: Sequence, ax=None):
+    """Stacked horizontal bars: each training layout's step time split by phase (forward, backward,
+    recompute, pipeline bubble, exposed communication, optimizer...), in seconds."""
+    ax = _new_axes(ax, size=(9, 1.2 + 0.45 * len(results)))
+    phases = [phase for phase in results[0].time_by_phase if any(r.time_by_phase[phase] > 0 for r in results)]
+    labels = [f"{r.layout.label()}, recompute {r.setup.recompute}" for r in results]
+    left = np.zeros(len(results))
+    cmap = pyplot().get_cmap("tab10")
+    for index, phase in enumerate(phases):
+        values = np.array([r.time_by_phase[phase] for r in results])
+        ax.barh(labels, values, left=left, label=phase.replace("_", " "), color=cmap(index % 10))
+        left += values
+    ax.invert_yaxis()
+    ax.set_xlabel("predicted step time (s)")
+    first = results[0]
+    ax.set_title(f"{first.model} on {first.chips} x {first.hardware}: step time by phase ({first.parameters})",
+                 fontsize="medium")
+    ax.legend(fontsize="x-small", ncols=4, loc="lower right")
+    return ax

@@ -32,6 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
         roofline_command,
         serve_command,
         specs_command,
+        train_command,
         validate_command,
     )
 
@@ -47,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     capture_command.register(commands)
     llm_command.register(commands)
     serve_command.register(commands)
+    train_command.register(commands)
     validate_command.register(commands)
     roofline_command.register(commands)
     _register_calibration(commands)

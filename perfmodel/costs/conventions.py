@@ -33,6 +33,12 @@ FLOPS_PER_LAYERNORM_ELEMENT = 8
 FLOPS_PER_RMSNORM_ELEMENT = 5
 FLOPS_PER_REDUCED_ELEMENT = 1
 ATTENTION_MATMULS = 2  # QK^T and PV
+# The attention gradient (FlashAttention-2, arXiv 2307.08691, Algorithm 2): four useful matmuls (dV,
+# dP, dQ, dK: twice the forward's, torch.utils.flop_counter's count), a fifth recomputing the scores
+# (executed 2.5x), and Q, K, V, O, dO read with dQ, dK, dV written (twice the forward's traffic).
+ATTENTION_BACKWARD_USEFUL = 2.0
+ATTENTION_BACKWARD_EXECUTED = 2.5
+ATTENTION_BACKWARD_TRAFFIC = 2.0
 DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8}
 # Flash-style kernels skip fully masked (block x block) tiles: with n blocks along the sequence they
 # compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size

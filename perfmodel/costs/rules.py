@@ -410,7 +410,12 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     Grouped KV heads (GQA/MQA): ``kv_heads`` K/V heads each serve ``heads / kv_heads`` query heads;
     a flash kernel packs a group's queries into its Q blocks (flash-decoding splits the KV length
     over the units for few queries), so K and V are read per KV head, not per query head. A
-    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys."""
+    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys.
+
+    ``backward``: the gradient kernel. Its useful FLOPs are twice the forward's (four matmuls: dV, dP,
+    dQ, dK, as ``torch.utils.flop_counter`` counts them); a flash kernel executes a fifth, recomputing
+    the scores (FlashAttention-2, arXiv 2307.08691, Algorithm 2), so 2.5x the forward. It reads Q, K, V,
+    O and dO and writes dQ, dK and dV: twice the forward's traffic at every level."""
     batch, heads = _attr(op, "batch"), _attr(op, "heads")
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
     kv_heads = op.attrs.get("kv_heads") or heads
@@ -461,6 +466,9 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
         else:
             # QK^T writes the scores, softmax reads and writes them, PV reads them.
             traffic.append(compulsory + 4 * scale * full_pairs * q_bytes)
+    if op.attrs.get("backward", False):
+        useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, C.ATTENTION_BACKWARD_EXECUTED * executed
+        traffic = [C.ATTENTION_BACKWARD_TRAFFIC * level_bytes for level_bytes in traffic]
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3)
 

@@ -98,12 +98,20 @@ def _collective(name, collective, payload_bytes, group, dtype, count) -> Op:
 
 
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
-                context) -> Graph:
-    """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt) or 'decode' (one new
-    token per sequence attending to ``context`` tokens). Embedding and LM head are included."""
+                context, context_shards: int = 1) -> Graph:
+    """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
+    token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
+    step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
+    no KV cache). Embedding and LM head are included.
+
+    ``context_shards`` (train only) splits each sequence over that many chips (context parallelism,
+    load-balanced ring attention): a chip holds ``seq / shards`` queries, attends on average to half
+    of the sequence (the causal triangle spread evenly), and the K/V blocks travel the ring as an
+    all-gather of K and V per layer."""
     a, s, p = architecture, scenario, parallelism
+    training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
-    seq = s.prompt_tokens if phase == "prefill" else 1
+    seq = s.prompt_tokens // context_shards if training else s.prompt_tokens if phase == "prefill" else 1
     tokens = batch * seq
     layers = math.ceil(a.layers / p.pp)
     heads = a.heads // p.tp
@@ -111,6 +119,11 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     act, act_bytes = s.activation_dtype, DTYPES[s.activation_dtype].bytes_per_element
     hidden = a.hidden
     residual_bytes = tokens * hidden * act_bytes
+    kv_role = "activation" if training else "kv_cache"
+    if training and context_shards > 1:  # each query sees half the sequence on average (causal, balanced)
+        kv_tokens, causal = math.ceil(s.prompt_tokens / 2), False
+    else:
+        kv_tokens, causal = a.cached_tokens(context), phase != "decode"
     ops = [
         Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
            inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
@@ -121,14 +134,17 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         _linear("layers.attn.v_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
         Op(name="layers.attn.sdpa", kind="attention", count=layers, provenance="aten._scaled_dot_product_flash_attention",
            inputs=(_t((batch, heads, seq, a.head_dim), act),
-                   _t((batch, kv_heads, a.cached_tokens(context), a.head_dim), s.kv_dtype, "kv_cache"),
-                   _t((batch, kv_heads, a.cached_tokens(context), a.head_dim), s.kv_dtype, "kv_cache")),
+                   _t((batch, kv_heads, kv_tokens, a.head_dim), s.kv_dtype, kv_role),
+                   _t((batch, kv_heads, kv_tokens, a.head_dim), s.kv_dtype, kv_role)),
            outputs=(_t((batch, heads, seq, a.head_dim), act),),
-           attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq, "seq_kv": context,
-                  "head_dim": a.head_dim, "causal": phase == "prefill", "implementation": "flash", "dtype": act,
-                  **({"window": a.sliding_window} if a.sliding_window else {})}),
+           attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq,
+                  "seq_kv": kv_tokens if training else context, "head_dim": a.head_dim, "causal": causal,
+                  "implementation": "flash", "dtype": act, **({"window": a.sliding_window} if a.sliding_window else {})}),
         _linear("layers.attn.o_proj", tokens, heads * a.head_dim, hidden, s, layers),
     ]
+    if training and context_shards > 1:
+        kv_bytes = 2 * batch * kv_heads * s.prompt_tokens * a.head_dim * DTYPES[s.kv_dtype].bytes_per_element
+        ops.insert(-2, _collective("layers.attn.context_ring", "all_gather", kv_bytes, context_shards, act, layers))
     if p.tp > 1:
         ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
     ops += [_elementwise("layers.attn.residual", tokens, hidden, act, layers, inputs=2),
@@ -162,9 +178,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         ops.append(_linear("layers.mlp.down_proj", tokens, width, hidden, s, layers))
     if p.tp > 1:
         ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
+    rows = tokens if training else batch  # inference computes logits for each sequence's last token only
     ops += [_elementwise("layers.mlp.residual", tokens, hidden, act, layers, inputs=2),
-            _elementwise("final_norm", batch, hidden, act, 1, kind="norm", norm="rms"),
-            _linear("lm_head", batch, hidden, a.vocab // p.tp, s, 1)]
+            _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
+            _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
+    if training:  # softmax cross-entropy over the vocabulary shard (fp32 logits)
+        ops.append(_elementwise("loss", rows, a.vocab // p.tp, "fp32", 1, kind="softmax"))
     names = [op.name for op in ops]
     return Graph(name=f"{a.name}.{phase}", ops=ops, edges=list(zip(names, names[1:], strict=False)))
 

@@ -1,0 +1,139 @@
+"""``perfmodel train``: one training step of a layout, or the fastest layout that fits."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
+from perfmodel.errors import PerfmodelError
+from perfmodel.tables import format_table
+from perfmodel.units import format_quantity
+
+LAYOUT_AXES = ("dp", "fsdp", "tp", "pp", "cp", "ep")
+
+
+def register(commands) -> None:
+    train = commands.add_parser(
+        "train", help="predict a training step (time by phase, tokens/s per chip, MFU/HFU, memory), or search layouts",
+        description="Predict one optimizer step of training a shipped (or config.json) model on CHIPS chips: "
+                    "forward, backward, recomputation, optimizer, pipeline bubble and exposed communication, "
+                    "tokens/s per chip, MFU and HFU, memory per chip. Give a layout with --dp/--fsdp/--tp/--pp/--cp "
+                    "(unset axes are 1; with none given, every chip is an FSDP shard), or --search for the fastest "
+                    "layout that fits. Data-parallel communication is assumed to overlap with compute (--no-overlap "
+                    "to charge all of it).")
+    train.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
+    train.add_argument("--on", required=True, help="spec name or path")
+    train.add_argument("--chips", type=_count, required=True)
+    train.add_argument("--global-batch", type=_count, required=True, help="sequences per optimizer step")
+    train.add_argument("--seq", type=_count, required=True, help="tokens per sequence")
+    for axis in LAYOUT_AXES:
+        train.add_argument(f"--{axis}", type=_count, help=f"{axis} degree")
+    train.add_argument("--zero", type=int, default=0, choices=[0, 1, 2],
+                       help="ZeRO stage over the dp replicas (1: optimizer state, 2: + gradients; ZeRO-3 is --fsdp)")
+    train.add_argument("--micro-batch", type=_count, default=1, help="sequences per forward/backward pass")
+    train.add_argument("--virtual-stages", type=_count, default=1, help="interleaved 1F1B chunks per chip (pp > 1)")
+    train.add_argument("--recompute", choices=["none", "selective", "full"],
+                       help="activation recomputation (default none; --search tries all three unless given)")
+    train.add_argument("--compute-dtype", default="bf16", help="matmul and activation dtype (default bf16)")
+    train.add_argument("--domain-chips", type=_count,
+                       help="chips per fast-link domain (an NVLink node, a TPU slice); default: the chip-to-chip "
+                            "link's reach; groups that span domains use the spec's network link")
+    train.add_argument("--no-overlap", action="store_true", help="charge all data-parallel communication")
+    train.add_argument("--search", action="store_true", help="find the fastest layout that fits; prints the top 10")
+    train.add_argument("--chart", type=Path, metavar="FILE.png",
+                       help="write the step time by phase as a chart (.png, .svg or .pdf)")
+    add_mode_argument(train)
+    add_set_argument(train)
+    add_ideal_argument(train)
+    train.add_argument("--json", action="store_true")
+    train.set_defaults(handler=_train)
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
+    return value
+
+
+def _layout(args):
+    from perfmodel.training import Layout
+
+    given = {axis: getattr(args, axis) for axis in LAYOUT_AXES if getattr(args, axis) is not None}
+    if not any(axis in given for axis in ("dp", "fsdp", "tp", "pp", "cp")):
+        given["fsdp"] = args.chips
+    layout = Layout(**given, zero=args.zero, micro_batch=args.micro_batch, virtual_stages=args.virtual_stages)
+    if layout.chips != args.chips:
+        raise PerfmodelError(f"--chips {args.chips} must equal dp x fsdp x tp x pp x cp = {layout.dp} x {layout.fsdp} x "
+                             f"{layout.tp} x {layout.pp} x {layout.cp} = {layout.chips}")
+    return layout
+
+
+def _train(args) -> int:
+    from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.training import TrainingSetup, train_predict
+    from perfmodel.training.search import search
+
+    architecture = load_architecture(args.model)
+    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
+    setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
+                          recompute=args.recompute or "none")
+    if args.search:
+        if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
+            raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")
+        found = search(architecture, hardware, setup, args.chips, mode=args.mode, domain_chips=args.domain_chips,
+                       recompute=(args.recompute,) if args.recompute else ("none", "selective", "full"))
+        if found.best is None:
+            raise PerfmodelError(f"no layout of {architecture.name} on {args.chips} x {hardware.name} fits at global "
+                                 f"batch {args.global_batch} x {args.seq} tokens ({found.tried} tried); add chips, "
+                                 "shorten the sequence or use --recompute full")
+        results = list(found.ranked)
+        header = (f"{architecture.name} on {args.chips} x {hardware.name}: {found.tried} layouts tried, "
+                  f"{found.tried - found.rejected} fit; the fastest {len(results)}")
+    else:
+        results = [train_predict(architecture, hardware, setup, _layout(args), mode=args.mode,
+                                 domain_chips=args.domain_chips, overlap=not args.no_overlap)]
+        header = f"{architecture.name} on {args.chips} x {hardware.name}"
+    if args.chart is not None:
+        from perfmodel.plotting import plot_training_breakdown, save_figure
+
+        save_figure(plot_training_breakdown(results), args.chart)
+    if args.json:
+        print(json.dumps([result.to_dict() for result in results] if args.search else results[0].to_dict(), indent=1))
+        return 0
+    first = results[0]
+    print(f"{header} ({first.mode} mode; parameters: {first.parameters}); global batch {args.global_batch} x "
+          f"{args.seq} tokens")
+    if args.search:
+        rows = [[r.layout.label(), r.setup.recompute, format_quantity(r.step_s, "seconds"),
+                 f"{r.tokens_per_s_per_chip:.0f}", f"{100 * r.mfu:.1f}%",
+                 format_quantity(r.memory.total, "bytes", binary=True), r.bound] for r in results]
+        print(format_table(["layout", "recompute", "step", "tokens/s/chip", "MFU", "memory/chip", "bound"], rows))
+        return 0
+    result = first
+    memory = ", ".join(f"{key} {format_quantity(value, 'bytes', binary=True)}"
+                       for key, value in result.memory.as_dict().items())
+    rows = [["layout", result.layout.label()], ["recompute", result.setup.recompute],
+            ["step time", format_quantity(result.step_s, "seconds")],
+            ["tokens/s", f"{result.tokens_per_s:,.0f}"], ["tokens/s per chip", f"{result.tokens_per_s_per_chip:,.1f}"],
+            ["MFU / HFU", f"{100 * result.mfu:.1f}% / {100 * result.hfu:.1f}%"],
+            ["memory per chip", memory],
+            ["fits", f"{'yes' if result.fits else 'NO'} ({format_quantity(result.memory.total, 'bytes', binary=True)} "
+                     f"of {format_quantity(result.capacity_bytes, 'bytes', binary=True)})"],
+            ["bound", result.bound], ["power", format_quantity(result.power_watts, "watts")]]
+    print(format_table(["metric", "value"], rows))
+    phases = [[phase.replace("_", " "), format_quantity(value, "seconds"), f"{100 * value / result.step_s:.1f}%"]
+              for phase, value in result.time_by_phase.items() if value > 0]
+    print(format_table(["phase", "time", "share"], phases))
+    for note in result.notes:
+        print(f"note: {note}")
+    if not result.fits:
+        print(f"perfmodel: warning: {architecture.name} does not fit this layout; try --search, more chips, "
+              "--recompute full or a smaller --micro-batch")
+    return 0

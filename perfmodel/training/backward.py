@@ -1,0 +1,120 @@
+"""The backward pass and the recomputation of any forward graph, op by op (pure core).
+
+One rule per op kind, applied to a forward :class:`Graph` in reverse order:
+
+* matmul ``Y[m,n] = X[m,k] W[k,n]``: two matmuls of the same FLOPs, ``dX = dY W^T`` (m x k x n,
+  "dgrad") and ``dW = X^T dY`` (k x n x m, "wgrad"); the backward is twice the forward.
+* attention: one gradient kernel (the op with ``backward``; priced by the attention rule).
+* collectives: the conjugate collective (an all-reduce's is an all-reduce, as Megatron's f/g pair;
+  all-gather <-> reduce-scatter; all-to-all and send are their own).
+* everything else (norms, point-wise ops, softmax, reductions, copies, gathers): one op of the same
+  kind that reads the output gradient and the saved inputs and writes each activation input's
+  gradient. An embedding's gradient is a scatter-add of the token gradients into a table-sized
+  gradient.
+* views stay free.
+
+The captured backward of a real module (``workload.capture.capture_training``) is the check on
+these rules: its matmul FLOPs are twice the forward's as here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+CONJUGATE_COLLECTIVE = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
+                        "all_to_all": "all_to_all", "send": "send"}
+BACKWARD_PREFIX = "backward."
+RECOMPUTE_PREFIX = "recompute."
+LAYER_PREFIX = "layers."
+
+
+def _transposed(tensor: TensorSpec) -> TensorSpec:
+    shape = tensor.shape
+    return replace(tensor, shape=(*shape[:-2], shape[-1], shape[-2])) if len(shape) >= 2 else tensor
+
+
+def _gradient(tensor: TensorSpec, dtype: str | None = None) -> TensorSpec:
+    """The gradient of a tensor: same shape, an activation (it is computed, not stored)."""
+    return TensorSpec(shape=tensor.shape, dtype=dtype or tensor.dtype)
+
+
+def gradient_ops(op: Op) -> list[Op]:
+    """The backward ops of one forward op (see the module docstring)."""
+    name = BACKWARD_PREFIX + op.name
+    if op.kind == "matmul":
+        x, w = op.inputs[0], op.inputs[1]
+        dy = _gradient(op.outputs[0])
+        m, n, k = op.attrs["m"], op.attrs["n"], op.attrs["k"]
+        common = {key: value for key, value in op.attrs.items() if key not in ("m", "n", "k")}
+        return [
+            replace(op, name=name + ".dgrad", inputs=(dy, _transposed(w)), outputs=(_gradient(x),),
+                    attrs={**common, "m": m, "n": k, "k": n}),
+            replace(op, name=name + ".wgrad", inputs=(_transposed(x), dy), outputs=(_gradient(w, dy.dtype),),
+                    attrs={**common, "m": k, "n": n, "k": m}),
+        ]
+    if op.kind == "attention":
+        q, key, value = op.inputs[:3]
+        o = op.outputs[0]
+        return [replace(op, name=name, inputs=(q, key, value, o, _gradient(o)),
+                        outputs=(_gradient(q), _gradient(key), _gradient(value)), attrs={**op.attrs, "backward": True})]
+    if op.kind == "collective":
+        collective = str(op.attrs.get("collective", "all_reduce"))
+        return [replace(op, name=name, attrs={**op.attrs, "collective": CONJUGATE_COLLECTIVE[collective]})]
+    if op.kind == "view":
+        return [replace(op, name=name)]
+    if op.kind == "embedding":
+        table = op.inputs[1]
+        dy = _gradient(op.outputs[0])
+        return [Op(name=name, kind="elementwise", count=op.count, provenance="aten.embedding_dense_backward",
+                   inputs=(dy,), outputs=(_gradient(table, dy.dtype),))]
+    activations = [tensor for tensor in op.inputs if tensor.role == "activation"]
+    if not activations:
+        return []
+    return [replace(op, name=name, inputs=(*(_gradient(out) for out in op.outputs), *op.inputs),
+                    outputs=tuple(_gradient(tensor) for tensor in activations))]
+
+
+def _chained(name: str, ops: list[Op]) -> Graph:
+    names = [op.name for op in ops]
+    return Graph(name=name, ops=ops, edges=list(zip(names, names[1:], strict=False)))
+
+
+def backward_graph(forward: Graph) -> Graph:
+    """The backward pass of ``forward``: each op's gradient ops, last op first."""
+    ops = [gradient for op in reversed(forward.ops) for gradient in gradient_ops(op)]
+    return _chained(f"{forward.name}.backward", ops)
+
+
+def recomputed_ops(forward: Graph, policy: str) -> list[Op]:
+    """The forward ops a recomputation ``policy`` runs again during the backward, renamed
+    ``recompute.<name>``: 'full' every op of the decoder layers, 'selective' every layer op but the
+    matmuls (their outputs are kept), 'none' nothing."""
+    if policy == "none":
+        return []
+    layer_ops = [op for op in forward.ops if op.name.startswith(LAYER_PREFIX)]
+    if policy == "selective":
+        layer_ops = [op for op in layer_ops if op.kind not in ("matmul", "collective")]
+    return [replace(op, name=RECOMPUTE_PREFIX + op.name) for op in layer_ops]
+
+
+def backward_with_recompute(forward: Graph, policy: str) -> Graph:
+    """What a chip runs between a micro-batch's forward and its gradients: the recomputed forward
+    ops, then the backward."""
+    return _chained(f"{forward.name}.backward", [*recomputed_ops(forward, policy), *backward_graph(forward).ops])
+
+
+def saved_activation_bytes(forward: Graph, policy: str):
+    """Bytes a chip keeps from one micro-batch's forward until its backward: every tensor the
+    decoder layers produce ('none'), the matmul outputs and each layer's input ('selective'), or each
+    layer's input ('full'); collectives' buffers are not kept. Counts multiply (one op per layer)."""
+    layer_ops = [op for op in forward.ops if op.name.startswith(LAYER_PREFIX) and op.kind not in ("collective", "view")]
+    if not layer_ops:
+        return 0.0
+    layer_input = layer_ops[0].inputs[0].bytes * layer_ops[0].count
+    if policy == "full":
+        return layer_input
+    kept = [op for op in layer_ops if policy == "none" or op.kind == "matmul"]
+    saved = sum(op.output_bytes * op.count for op in kept)
+    return saved + (layer_input if policy == "selective" else 0.0)

@@ -1,0 +1,117 @@
+"""Find the fastest training layout that fits (pure core).
+
+Every layout of ``chips`` is a product tp x cp x fsdp x pp x dp (``training.layout``). The search
+tries tensor degrees that divide the heads within one fast-link domain, context degrees up to 8,
+pipeline depths that divide the layers, three ways to spend the remaining data-parallel chips
+(all FSDP; all replicas with ZeRO-1; FSDP inside a domain and replicas across), micro-batches of
+powers of two and every recompute policy (unless one is fixed). The per-micro-batch costs depend
+only on (tp, cp, recompute) and are priced once for all micro-batch sizes in one vectorized
+evaluation, so a search over thousands of layouts takes seconds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import resolve_mode
+from perfmodel.hardware.model import Hardware
+from perfmodel.llm.architecture import Architecture
+from perfmodel.training.layout import RECOMPUTE_POLICIES, Layout, TrainingSetup, check
+from perfmodel.training.step import (
+    TrainingResult,
+    default_domain_chips,
+    micro_batch_costs,
+    model_flops_per_sequence,
+    train_predict,
+)
+
+MAX_CONTEXT_PARALLEL = 8
+MAX_MICRO_BATCH = 16
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchResult:
+    best: TrainingResult | None
+    ranked: tuple[TrainingResult, ...]    # fitting layouts, fastest first
+    tried: int
+    rejected: int                          # layouts that break a constraint or do not fit
+
+
+def _divisors(value: int) -> list[int]:
+    return [d for d in range(1, value + 1) if value % d == 0]
+
+
+def _data_splits(rest: int, inner: int, domain: int) -> list[tuple[int, int, int]]:
+    """(fsdp, dp, zero) ways to use ``rest`` data-parallel chips whose stride is ``inner``."""
+    if rest == 1:
+        return [(1, 1, 0)]
+    splits = {(rest, 1, 0), (1, rest, 1)}
+    inside = max(d for d in _divisors(rest) if d * inner <= max(domain, inner))
+    splits.add((inside, rest // inside, 0))
+    return sorted(splits)
+
+
+def candidate_layouts(architecture: Architecture, setup: TrainingSetup, chips: int, domain: int):
+    """Every layout the search tries (before fitting), grouped by what their micro-batch costs share."""
+    a = architecture
+    tensor = [t for t in _divisors(chips) if a.heads % t == 0 and a.intermediate % t == 0 and t <= domain
+              and (a.kv_heads % t == 0 or t % a.kv_heads == 0)]
+    for tp in tensor:
+        for cp in (c for c in (1, 2, 4, 8) if c <= MAX_CONTEXT_PARALLEL and tp * c <= domain
+                   and setup.seq_len % c == 0 and (chips // tp) % c == 0):
+            for pp in (p for p in _divisors(chips // (tp * cp)) if a.layers % p == 0):
+                rest = chips // (tp * cp * pp)
+                for fsdp, dp, zero in _data_splits(rest, tp * cp, domain):
+                    shards = fsdp * dp
+                    if setup.global_batch % shards:
+                        continue
+                    micro = [m for m in (2 ** i for i in range(MAX_MICRO_BATCH.bit_length()))
+                             if m <= MAX_MICRO_BATCH and (setup.global_batch // shards) % m == 0
+                             and (pp == 1 or setup.global_batch // (shards * m) >= pp)]
+                    for m in micro:
+                        yield Layout(dp=dp, fsdp=fsdp, tp=tp, pp=pp, cp=cp, zero=zero, micro_batch=m)
+
+
+def search(architecture: Architecture, hardware: Hardware, setup: TrainingSetup, chips: int, *,
+           mode: str | None = None, domain_chips: int | None = None, recompute: tuple[str, ...] = RECOMPUTE_POLICIES,
+           keep: int = 10) -> SearchResult:
+    """The fastest layouts of ``chips`` that fit, over every ``recompute`` policy given."""
+    if chips < 1:
+        raise PerfmodelError(f"chips must be at least 1, got {chips}")
+    execution = resolve_mode(hardware, mode)
+    domain = domain_chips or default_domain_chips(hardware, chips)
+    flops = None
+    results: list[TrainingResult] = []
+    tried = rejected = 0
+    for policy in recompute:
+        policy_setup = replace(setup, recompute=policy)
+        layouts = list(candidate_layouts(architecture, policy_setup, chips, domain))
+        groups: dict[tuple[int, int], list[Layout]] = {}
+        for layout in layouts:
+            groups.setdefault((layout.tp, layout.cp), []).append(layout)
+        for (tp, cp), members in groups.items():
+            sizes = sorted({layout.micro_batch for layout in members})
+            priced = micro_batch_costs(architecture, hardware, policy_setup, Layout(tp=tp, cp=cp), execution,
+                                       micro_batch=np.array(sizes))
+            if flops is None:
+                flops = model_flops_per_sequence(architecture, hardware, policy_setup) * setup.global_batch
+            for layout in members:
+                tried += 1
+                try:
+                    check(architecture, policy_setup, layout, chips)
+                    result = train_predict(architecture, hardware, policy_setup, layout, mode=execution,
+                                           domain_chips=domain, costs=priced.point(sizes.index(layout.micro_batch)),
+                                           model_flops=flops)
+                except PerfmodelError:
+                    rejected += 1
+                    continue
+                if result.fits:
+                    results.append(result)
+                else:
+                    rejected += 1
+    results.sort(key=lambda result: result.step_s)
+    return SearchResult(best=results[0] if results else None, ranked=tuple(results[:keep]), tried=tried,
+                        rejected=rejected)

@@ -1,0 +1,229 @@
+"""Training: backward rules, step composition, memory, layouts, search and the train command."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.loader import load_for_prediction
+from perfmodel.llm.catalog import load_architecture
+from perfmodel.roofline.arrays import evaluate_arrays
+from perfmodel.training import Layout, TrainingSetup, train_predict
+from perfmodel.training.backward import backward_graph, backward_with_recompute, saved_activation_bytes
+from perfmodel.training.search import search
+from perfmodel.training.step import forward_graph, group_collective, model_flops_per_sequence
+
+SEQ = 2048
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return load_architecture("llama-2-7b")
+
+
+@pytest.fixture(scope="module")
+def h100():
+    return load_for_prediction("h100-sxm", ideal=True)
+
+
+def _flops_by_kind(graph, hardware):
+    arrays = evaluate_arrays(graph, hardware)
+    totals: dict[str, float] = {}
+    for op, flops in zip(graph.ops, arrays.flops, strict=True):
+        totals[op.kind] = totals.get(op.kind, 0.0) + float(flops)
+    return totals
+
+
+def test_backward_matmuls_are_twice_the_forward_and_attention_gradient_is_twice_useful(llama, h100):
+    forward = forward_graph(llama, TrainingSetup(global_batch=8, seq_len=SEQ), Layout(micro_batch=2))
+    backward = backward_graph(forward)
+    f, b = _flops_by_kind(forward, h100), _flops_by_kind(backward, h100)
+    assert b["matmul"] == pytest.approx(2 * f["matmul"], rel=1e-12)
+    assert b["attention"] == pytest.approx(2 * f["attention"], rel=1e-12)
+    executed_f = evaluate_arrays(forward, h100).executed_flops
+    executed_b = evaluate_arrays(backward, h100).executed_flops
+    attention_f = sum(float(x) for op, x in zip(forward.ops, executed_f, strict=True) if op.kind == "attention")
+    attention_b = sum(float(x) for op, x in zip(backward.ops, executed_b, strict=True) if op.kind == "attention")
+    assert attention_b == pytest.approx(2.5 * attention_f, rel=1e-12)
+    # Tensor-parallel all-reduces have all-reduces as their conjugates; the embedding's gradient is a scatter.
+    assert {op.attrs.get("collective") for op in backward.ops if op.kind == "collective"} <= {"all_reduce"}
+    assert any(op.provenance == "aten.embedding_dense_backward" for op in backward.ops)
+
+
+def test_model_flops_are_six_n_t_plus_causal_attention(llama, h100):
+    """The textbook count (Kaplan et al. 2020; Narayanan et al. 2021): 6 x non-embedding parameters x
+    tokens for the matmuls (the LM head included), plus the causal attention's two matmuls."""
+    setup = TrainingSetup(global_batch=1, seq_len=SEQ)
+    a = llama
+    matmul_parameters = a.parameter_count() - a.embedding_parameters - (a.layers * 2 + 1) * a.hidden
+    attention = a.layers * a.heads * SEQ * (SEQ + 1) / 2 * 4 * a.head_dim  # QK^T and PV, 2 FLOPs per FMA
+    expected = 3 * (2 * matmul_parameters * SEQ + attention)
+    # Norms, activations, residuals and softmax add well under 1%.
+    assert model_flops_per_sequence(a, h100, setup) == pytest.approx(expected, rel=0.01)
+    assert model_flops_per_sequence(a, h100, setup) > expected
+
+
+def test_step_phases_add_up_and_bubble_follows_1f1b(llama, h100):
+    setup = TrainingSetup(global_batch=64, seq_len=SEQ)
+    flat = train_predict(llama, h100, setup, Layout(dp=8, micro_batch=1))
+    assert flat.step_s == pytest.approx(sum(flat.time_by_phase.values()))
+    assert flat.time_by_phase["pipeline_bubble"] == 0
+    piped = train_predict(llama, h100, setup, Layout(dp=2, pp=4, micro_batch=1))
+    per_micro = (piped.time_by_phase["forward"] + piped.time_by_phase["backward"]) / (64 // 2)
+    assert piped.time_by_phase["pipeline_bubble"] == pytest.approx(3 * per_micro, rel=1e-9)
+    interleaved = train_predict(llama, h100, setup, Layout(dp=2, pp=4, virtual_stages=2, micro_batch=1))
+    assert interleaved.time_by_phase["pipeline_bubble"] == pytest.approx(1.5 * per_micro, rel=1e-9)
+    assert interleaved.time_by_phase["pipeline_sends"] > 0
+
+
+def test_recompute_trades_memory_for_time(llama, h100):
+    layout = Layout(fsdp=8, micro_batch=2)
+    results = {policy: train_predict(llama, h100, TrainingSetup(global_batch=64, seq_len=SEQ, recompute=policy), layout)
+               for policy in ("none", "selective", "full")}
+    none, selective, full = results["none"], results["selective"], results["full"]
+    assert none.memory.activations > selective.memory.activations > full.memory.activations
+    assert none.step_s < selective.step_s < full.step_s
+    assert none.time_by_phase["recompute"] == 0 and full.time_by_phase["recompute"] > selective.time_by_phase["recompute"]
+    # Model FLOPs do not change; the hardware's do: MFU < HFU with recompute, equal without.
+    assert none.mfu == pytest.approx(none.hfu)
+    assert full.hfu > full.mfu
+    assert full.model_flops_per_step == none.model_flops_per_step
+    # Full recomputation keeps one tensor per layer: the layer's input.
+    forward = forward_graph(llama, TrainingSetup(global_batch=64, seq_len=SEQ), layout)
+    assert saved_activation_bytes(forward, "full") == 2 * SEQ * llama.hidden * 2 * llama.layers
+
+
+def test_recompute_graph_reruns_the_layers(llama, h100):
+    forward = forward_graph(llama, TrainingSetup(global_batch=8, seq_len=SEQ), Layout())
+    full = backward_with_recompute(forward, "full")
+    recomputed = [op for op in full.ops if op.name.startswith("recompute.")]
+    assert len(recomputed) == sum(1 for op in forward.ops if op.name.startswith("layers."))
+    selective = backward_with_recompute(forward, "selective")
+    assert not any(op.kind == "matmul" for op in selective.ops if op.name.startswith("recompute."))
+
+
+def test_sharding_divides_optimizer_state_and_weights(llama, h100):
+    setup = TrainingSetup(global_batch=64, seq_len=SEQ)
+    replicated = train_predict(llama, h100, setup, Layout(dp=8))
+    zero1 = train_predict(llama, h100, setup, Layout(dp=8, zero=1))
+    zero2 = train_predict(llama, h100, setup, Layout(dp=8, zero=2))
+    fsdp = train_predict(llama, h100, setup, Layout(fsdp=8))
+    assert zero1.memory.optimizer == pytest.approx(replicated.memory.optimizer / 8)
+    assert zero1.memory.gradients == replicated.memory.gradients
+    assert zero2.memory.gradients == pytest.approx(replicated.memory.gradients / 8)
+    assert fsdp.memory.optimizer == pytest.approx(replicated.memory.optimizer / 8)
+    assert fsdp.memory.weights < replicated.memory.weights
+    # 7B parameters x (2 bf16 + 4 fp32 gradient + 12 fp32 master and moments) bytes do not fit one 80 GB H100.
+    assert not replicated.fits and fsdp.fits
+    assert replicated.memory.weights + replicated.memory.gradients + replicated.memory.optimizer == pytest.approx(
+        llama.parameter_count() * 18, rel=1e-9)
+
+
+def test_collectives_cross_domains_hierarchically(h100):
+    inside = group_collective(h100, "g", "all_reduce", 1e9, 8, 1, 8, "bf16")
+    assert [(op.attrs["link"], op.attrs["group_size"]) for op in inside] == [("nvlink", 8)]
+    across = group_collective(h100, "g", "all_reduce", 1e9, 64, 1, 8, "bf16")
+    assert [(op.attrs["link"], op.attrs["group_size"], op.attrs["bytes"]) for op in across] == [
+        ("nvlink", 8, 1e9), ("network", 8, 1e9 / 8)]
+    strided = group_collective(h100, "g", "all_reduce", 1e9, 4, 8, 8, "bf16")  # one chip per node
+    assert [(op.attrs["link"], op.attrs["group_size"]) for op in strided] == [("network", 4)]
+    assert group_collective(h100, "g", "all_reduce", 1e9, 1, 1, 8, "bf16") == []
+    l4 = load_for_prediction("l4")
+    with pytest.raises(PerfmodelError, match="no chip-to-chip link"):
+        group_collective(l4, "g", "all_reduce", 1e9, 2, 1, 2, "bf16")
+    v4 = load_for_prediction("tpu-v4")
+    with pytest.raises(PerfmodelError, match="no network link"):
+        group_collective(v4, "g", "all_reduce", 1e9, 4, 64, 64, "bf16")
+
+
+def test_data_parallel_communication_is_hidden_unless_told(llama, h100):
+    setup = TrainingSetup(global_batch=64, seq_len=SEQ)
+    overlapped = train_predict(llama, h100, setup, Layout(fsdp=16), domain_chips=8)
+    charged = train_predict(llama, h100, setup, Layout(fsdp=16), domain_chips=8, overlap=False)
+    assert charged.time_by_phase["exposed_communication"] > overlapped.time_by_phase["exposed_communication"]
+    steps = 64 // 16
+    assert charged.time_by_phase["exposed_communication"] == pytest.approx(
+        steps * charged.communication_s["fsdp_per_micro_batch"])
+    assert overlapped.step_s < charged.step_s
+
+
+@pytest.mark.parametrize(("layout", "message"), [
+    (Layout(tp=3, dp=1), "does not divide .* 32 attention heads"),
+    (Layout(pp=5), "does not divide .* 32 layers"),
+    (Layout(dp=3), "global batch 64 is not a multiple"),
+    (Layout(pp=4, dp=8, micro_batch=4), "cannot fill 4 pipeline stages"),
+    (Layout(cp=3), "does not divide the sequence length"),
+    (Layout(zero=3, dp=2), "ZeRO-3 is the fsdp axis"),
+    (Layout(virtual_stages=2), "need pp > 1"),
+])
+def test_bad_layouts_name_the_constraint(llama, h100, layout, message):
+    with pytest.raises(PerfmodelError, match=message):
+        train_predict(llama, h100, TrainingSetup(global_batch=64, seq_len=SEQ), layout)
+
+
+def test_tensor_parallel_beyond_one_node_is_refused(llama, h100):
+    with pytest.raises(PerfmodelError, match="exceed one fast-link domain"):
+        train_predict(llama, h100, TrainingSetup(global_batch=64, seq_len=SEQ), Layout(tp=16))
+
+
+def test_search_finds_the_fastest_fitting_layout(llama, h100):
+    setup = TrainingSetup(global_batch=64, seq_len=SEQ)
+    found = search(llama, h100, setup, 16, recompute=("none", "full"))
+    assert found.best is not None and found.tried > 20
+    times = [result.step_s for result in found.ranked]
+    assert times == sorted(times) and all(result.fits for result in found.ranked)
+    assert found.best.chips == 16
+    # The search's costs (shared across layouts, vectorized over micro-batches) equal a direct prediction.
+    direct = train_predict(llama, h100, replace(setup, recompute=found.best.setup.recompute), found.best.layout)
+    assert direct.step_s == pytest.approx(found.best.step_s, rel=1e-9)
+    assert direct.mfu == pytest.approx(found.best.mfu, rel=1e-9)
+
+
+def test_search_reports_nothing_fits(h100):
+    big = load_architecture("llama-3.1-405b")
+    assert search(big, h100, TrainingSetup(global_batch=8, seq_len=SEQ), 8).best is None
+
+
+def test_train_command_prints_and_writes_json(tmp_path, capsys):
+    code = main(["train", "--model", "llama-2-7b", "--on", "h100-sxm", "--chips", "8", "--global-batch", "32",
+                 "--seq", "2048", "--recompute", "selective", "--json", "--chart", str(tmp_path / "step.png")])
+    assert code == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["layout"]["fsdp"] == 8 and data["fits"] is True
+    assert 0.2 < data["mfu"] < 1.0
+    assert math.isclose(sum(data["time_by_phase"].values()), data["step_s"], rel_tol=1e-9)
+    assert data["parameters"].startswith("achievable")
+    assert (tmp_path / "step.png").stat().st_size > 1000
+    assert main(["train", "--model", "llama-2-7b", "--on", "h100-sxm", "--chips", "16", "--global-batch", "64",
+                 "--seq", "2048", "--search", "--recompute", "none"]) == 0
+    table = capsys.readouterr().out
+    assert "layouts tried" in table and "MFU" in table
+
+
+@pytest.mark.parametrize(("arguments", "message"), [
+    (["--chips", "8", "--tp", "2"], "--chips 8 must equal"),
+    (["--chips", "8", "--tp", "3", "--dp", "1", "--fsdp", "1", "--pp", "1", "--cp", "1"], "must equal"),
+    (["--chips", "0"], "must be at least 1"),
+    (["--chips", "8", "--search", "--tp", "2"], "--search chooses the layout"),
+])
+def test_train_command_errors_exit_2(capsys, arguments, message):
+    code = main(["train", "--model", "llama-2-7b", "--on", "h100-sxm", "--global-batch", "64", "--seq", "2048",
+                 *arguments])
+    assert code == 2
+    assert message in capsys.readouterr().err
+
+
+def test_micro_batch_arrays_match_scalars(llama, h100):
+    from perfmodel.training.step import micro_batch_costs
+
+    setup = TrainingSetup(global_batch=64, seq_len=SEQ, recompute="selective")
+    swept = micro_batch_costs(llama, h100, setup, Layout(tp=2), "dynamic", micro_batch=np.array([1, 4]))
+    single = micro_batch_costs(llama, h100, setup, Layout(tp=2, micro_batch=4), "dynamic")
+    assert swept.point(1).forward_layer == pytest.approx(single.forward_layer, rel=1e-12)
+    assert swept.point(1).saved_layer == pytest.approx(single.saved_layer, rel=1e-12)
