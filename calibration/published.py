@@ -24,7 +24,7 @@ from perfmodel.yaml_source import open_for_reading
 DATA_DIRECTORY = Path(__file__).resolve().parent / "data" / "published"
 
 #: Catalog spec names the rows may name (tests check that each one loads as a spec).
-DEVICES = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "mi300x")
+DEVICES = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200", "mi300x", "tpu-v4", "tpu-v5e", "tpu-v5p", "tpu-v6e")
 DTYPES = ("bf16", "fp16", "fp8", "fp32", "tf32")
 LEVELS = ("hbm", "l2", "l1")
 PATTERNS = ("read", "write", "copy", "init", "scale", "triad", "stencil3pt", "stencil5pt")

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.loader import load_for_prediction
 from perfmodel.paths import data_directory
 
 TRT_MAX_BATCH = 2048
@@ -66,6 +67,7 @@ SYSTEMS = [  # (pattern, spec); first match wins; PCIe cards and GH200 have no s
     (r"PCIe|GH200|variant unstated|H20\b", None),
     (r"H200", "h200-sxm"), (r"H100", "h100-sxm"), (r"A100", "a100-sxm-80gb"),
     (r"Groq LPU", "groq-lpu-v1"), (r"Cerebras CS-3", "cerebras-wse-3"),
+    (r"TPU v5p", "tpu-v5p"), (r"TPU v5e", "tpu-v5e"), (r"TPU v6e", "tpu-v6e"), (r"TPU v4", "tpu-v4"),
 ]
 MODELS = [
     (r"Llama-2-7B|LLaMA-7B", "llama-2-7b"), (r"Llama-2-70B|LLaMA-70B", "llama-2-70b"), (r"GPT-J", "gpt-j-6b"),
@@ -113,7 +115,6 @@ def _dtypes(precision: str, system: str) -> dict | None:
 
 def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
     from perfmodel.hardware.execution_models import resolve_mode
-    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Parallelism, Scenario, continuous_batching_throughput, llm_predict, max_batch
     from perfmodel.llm.catalog import load_architecture, load_config
     from perfmodel.llm.eager import stage_graphs_for
@@ -192,7 +193,6 @@ def _groq_parallelism(architecture, hardware, scenario):
 
 
 def _kernel_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
-    from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline import evaluate
     from perfmodel.workload.ir import Graph, Op, TensorSpec
 
@@ -242,6 +242,82 @@ class _Skip(Exception):
     pass
 
 
+def _training_recipes() -> dict[tuple[str, str, str], dict]:
+    """``workloads/validation/training_recipes.csv``: each training row's published configuration,
+    keyed by the measurement's (system, chips, workload); sources in TRAINING_SOURCES.md."""
+    path = data_directory("workloads") / "validation" / "training_recipes.csv"
+    with path.open(newline="", encoding="utf-8") as stream:
+        return {(row["system"], row["chips"], row["workload"]): row for row in csv.DictReader(stream)}
+
+
+def _flops_convention(text: str) -> str:
+    if "76bd53b" in text:
+        return "maxtext-2023"
+    if text.startswith("PaLM"):
+        return "palm"
+    return "maxtext-causal" if "post-PR#1988" in text else "maxtext"
+
+
+def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
+    """A published training run, predicted with its published layout (``training_recipes.csv``):
+    the data axes (ICI and DCN) as FSDP and replicas, ICI tensor parallelism, one micro-batch per step
+    (no accumulation), one slice per fast-link domain; the metric's FLOPs counted as its source counts
+    them (``training.published_flops``)."""
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.training import Layout, TrainingSetup, train_predict
+    from perfmodel.training.published_flops import flops_per_sequence
+
+    recipe = _training_recipes().get((row["system"], row["chips"], row["workload"]))
+    if recipe is None:
+        raise _Skip("no published training configuration in training_recipes.csv")
+    if not recipe["model"]:
+        raise _Skip("training tokens and step count not published (end-to-end time cannot be reproduced)")
+    hardware, architecture = load_for_prediction(spec, ideal=ideal), load_architecture(recipe["model"])
+
+    def degree(name: str) -> int:
+        return _int(recipe[name]) or 1
+
+    slices = degree("dcn_data") * degree("dcn_fsdp")
+    layout = Layout(tp=degree("ici_tensor"), fsdp=degree("ici_fsdp") * degree("dcn_fsdp"),
+                    dp=degree("ici_data") * degree("dcn_data"), pp=degree("pipeline"))
+    global_batch = int(recipe["global_batch_sequences"])
+    per_device = _int(recipe["per_device_batch"])
+    how = ""
+    if per_device and global_batch // per_device != layout.chips and "expert" in recipe["notes"]:
+        folded = global_batch // per_device // layout.chips  # an expert axis shards the batch like FSDP
+        layout = Layout(tp=layout.tp, fsdp=layout.fsdp * folded, dp=layout.dp, pp=layout.pp)
+        how = f"; expert axis ({folded}) folded into fsdp"
+    layout = Layout(tp=layout.tp, fsdp=layout.fsdp, dp=layout.dp, pp=layout.pp,
+                    micro_batch=global_batch // (layout.fsdp * layout.dp))
+    master = "bf16" if recipe["weights_dtype"] == "bfloat16" else "fp32"
+    setup = TrainingSetup(global_batch=global_batch, seq_len=int(recipe["seq_len"]), master_dtype=master,
+                          recompute=recipe["remat"] or "none", kept=tuple(recipe["kept_matmuls"].split()) or None,
+                          offload=recipe["offload"] == "yes")
+    result = train_predict(architecture, hardware, setup, layout, domain_chips=layout.chips // slices)
+    if not result.fits:  # the run did fit: say by how much the memory estimate overshoots, and predict
+        how += (f"; memory estimate {result.memory.total / 2**30:.0f} GiB per chip exceeds "
+                f"{result.capacity_bytes / 2**30:.0f} GiB")
+    policy = setup.recompute + (f" keeping {'/'.join(setup.kept)}" if setup.kept else "") + \
+        (" offloaded to the host" if setup.offload else "")
+    how = (f"{architecture.name}, {layout.label()}, recompute {policy}, {slices} slice(s), global batch "
+           f"{global_batch} x {setup.seq_len}; MFU {100 * result.mfu:.1f}%" + how)
+    metric = row["metric"].lower()
+    peak = hardware.peak_flops_per_s(setup.compute_dtype, "matrix")
+    convention = _flops_convention(recipe["flops_convention"])
+    published = flops_per_sequence(architecture, setup.seq_len, convention) * global_batch  # all chips
+    if "tokens/s" in metric:
+        return result.tokens_per_s_per_chip, how
+    if "tflop/s per chip" in metric:
+        return published / layout.chips / result.step_s / 1e12, how + f"; FLOPs counted as {convention}"
+    if "(mfu)" in metric:
+        return 100 * published / (result.step_s * peak * layout.chips), how + f"; FLOPs counted as {convention}"
+    if "(hfu)" in metric:
+        recomputed = (result.hfu - result.mfu) * result.step_s * peak * layout.chips
+        return 100 * (published + recomputed) / (result.step_s * peak * layout.chips), \
+            how + f"; FLOPs counted as {convention} plus the predicted recomputation"
+    raise _Skip(f"metric {row['metric']!r} is not a training metric the model predicts")
+
+
 def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
     base = dict(line=line, group=row["group"], system=row["system"], workload=row["workload"], metric=row["metric"],
                 measured=_number(row["value"]), unit=row["unit"])
@@ -255,7 +331,9 @@ def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
             detail = " (PCIe card, GH200 or unstated variant)" if known else ""
             raise _Skip("no spec for this system in the catalog" + detail)
         if "training" in row["workload"].lower():
-            raise _Skip("training is not modeled (inference only)")
+            predicted, how = _training_row(row, spec, ideal)
+            resolved = load_for_prediction(spec, ideal=ideal)
+            return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how)
         model, _ = _first(MODELS, row["workload"])
         if row["group"] == "F" and not (model is not None and "decode" in row["metric"].lower()):
             predicted, how = _kernel_row(row, spec, ideal)
@@ -265,8 +343,6 @@ def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
             if "unstated" in row["chips"].lower() and spec != "groq-lpu-v1":
                 raise _Skip("chip count not stated")
             predicted, how = _llm_row(row, spec, model, ideal)
-        from perfmodel.hardware.loader import load_for_prediction
-
         resolved = load_for_prediction(spec, ideal=ideal)
         return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how)
     except _Skip as skip:

@@ -87,11 +87,19 @@ def test_hbm_bandwidth_stays_within_5_percent_of_the_datasheet(published):
 
 
 def test_hbm_rows_have_working_sets_beyond_the_l2(published):
+    """A GPU's HBM row must not fit its hardware cache; a TPU has none (VMEM is a software-managed scratchpad that a
+    jitted copy streams through, so the data comes from HBM on every call)."""
+    checked = 0
     for row in published["memory_bandwidth"]:
         if row["level"] == "hbm":
             hardware = load_hardware(row["device"])
-            largest_cache = max(level.capacity_bytes for level in hardware.memory if level.kind == "cache")
-            assert row["bytes"] > largest_cache, f"memory_bandwidth.csv:{row['line']}"
+            caches = [level.capacity_bytes for level in hardware.memory if level.kind == "cache"]
+            if caches:
+                checked += 1
+                assert row["bytes"] > max(caches), f"memory_bandwidth.csv:{row['line']}"
+            else:
+                assert hardware.family == "tpu", f"memory_bandwidth.csv:{row['line']}: no cache level"
+    assert checked >= 50
 
 
 BUS_FACTOR = {"all_reduce": lambda n: 2 * (n - 1) / n, "all_gather": lambda n: (n - 1) / n,

@@ -59,3 +59,14 @@ def test_predict_summary_on_the_bundled_specs(capsys):
     printed = _run(argv, capsys)
     marker = "`perfmodel predict transformer_block --on h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre,"
     assert printed[printed.rindex("\nspec ") + 1:] == _block_after(marker)
+
+
+@pytest.mark.parametrize("argv", [
+    ["train", "--model", "llama-2-7b", "--on", "h100-sxm", "--chips", "8", "--global-batch", "64", "--seq", "4096",
+     "--recompute", "selective"],
+    ["train", "--model", "llama-3.1-70b", "--on", "h100-sxm", "--chips", "64", "--global-batch", "256", "--seq", "4096",
+     "--search", "--recompute", "selective"],
+])
+def test_train_examples(argv, capsys):
+    marker = "`perfmodel " + " ".join(argv) + "`:"
+    assert _run(argv, capsys) == _block_after(marker)

@@ -33,9 +33,10 @@ FLOPS_PER_LAYERNORM_ELEMENT = 8
 FLOPS_PER_RMSNORM_ELEMENT = 5
 FLOPS_PER_REDUCED_ELEMENT = 1
 ATTENTION_MATMULS = 2  # QK^T and PV
-# The attention gradient (FlashAttention-2, arXiv 2307.08691, Algorithm 2): four useful matmuls (dV,
-# dP, dQ, dK: twice the forward's, torch.utils.flop_counter's count), a fifth recomputing the scores
-# (executed 2.5x), and Q, K, V, O, dO read with dQ, dK, dV written (twice the forward's traffic).
+# The attention gradient (FlashAttention-2, arXiv 2307.08691, Algorithm 2): four gradient matmuls (dV,
+# dP, dQ, dK: twice the forward's, the model-FLOPs convention of MFU, where the backward is twice the
+# forward), a fifth recomputing the scores (executed 2.5x, which torch.utils.flop_counter counts
+# too), and Q, K, V, O, dO read with dQ, dK, dV written (twice the forward's traffic).
 ATTENTION_BACKWARD_USEFUL = 2.0
 ATTENTION_BACKWARD_EXECUTED = 2.5
 ATTENTION_BACKWARD_TRAFFIC = 2.0

@@ -413,8 +413,9 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys.
 
     ``backward``: the gradient kernel. Its useful FLOPs are twice the forward's (four matmuls: dV, dP,
-    dQ, dK, as ``torch.utils.flop_counter`` counts them); a flash kernel executes a fifth, recomputing
-    the scores (FlashAttention-2, arXiv 2307.08691, Algorithm 2), so 2.5x the forward. It reads Q, K, V,
+    dQ, dK: the model-FLOPs convention); a flash kernel executes a fifth, recomputing the scores
+    (FlashAttention-2, arXiv 2307.08691, Algorithm 2; ``torch.utils.flop_counter`` counts it too), so
+    2.5x the forward. It reads Q, K, V,
     O and dO and writes dQ, dK and dV: twice the forward's traffic at every level."""
     batch, heads = _attr(op, "batch"), _attr(op, "heads")
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")

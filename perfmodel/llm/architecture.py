@@ -4,6 +4,11 @@ Supported families: Llama/Mistral/Granite/Gemma-style (RMS norm, gated SiLU/GELU
 Mixtral-style mixture of experts (``num_local_experts``, ``num_experts_per_tok``), and GPT-J
 (``n_embd``/``n_layer``/``n_head``; parallel attention and a plain GELU MLP with biases).
 
+Two optional perfmodel keys describe blocks Hugging Face's Llama config cannot: ``gated_mlp: false``
+(a plain two-matrix MLP, e.g. MaxText's 2023 synthetic models) and ``parallel_attention_mlp: true``
+(PaLM/GPT-J-style parallel layers sharing one pre-norm; the attention and MLP are still priced one
+after the other).
+
 Parameter counting convention: every weight matrix and bias, the norms' scales (and biases for
 layer norm), the token embedding, and the LM head unless tied to the embedding.
 """
@@ -135,6 +140,8 @@ def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
         head_dim=int(config.get("head_dim") or hidden // heads), intermediate=int(_required(config, "intermediate_size")),
         vocab=int(_required(config, "vocab_size")), max_positions=int(_required(config, "max_position_embeddings")),
         tied_embeddings=bool(config.get("tie_word_embeddings", False)),
+        gated_mlp=bool(config.get("gated_mlp", True)),
+        norms_per_layer=1 if config.get("parallel_attention_mlp") else 2,
         experts=int(config.get("num_local_experts") or 1), experts_per_token=int(config.get("num_experts_per_tok") or 1),
         sliding_window=int(config["sliding_window"]) if config.get("sliding_window") else None,
         activation=_activation(config, "silu"))

@@ -98,7 +98,7 @@ def _collective(name, collective, payload_bytes, group, dtype, count) -> Op:
 
 
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
-                context, context_shards: int = 1) -> Graph:
+                context, context_shards: int = 1, sequence_parallel: bool = False) -> Graph:
     """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
     token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
     step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
@@ -107,7 +107,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     ``context_shards`` (train only) splits each sequence over that many chips (context parallelism,
     load-balanced ring attention): a chip holds ``seq / shards`` queries, attends on average to half
     of the sequence (the causal triangle spread evenly), and the K/V blocks travel the ring as an
-    all-gather of K and V per layer."""
+    all-gather of K and V per layer.
+
+    ``sequence_parallel`` (train, ``tp`` > 1; Megatron-LM's sequence parallelism, Korthikanti et al.
+    2022, which MaxText's sharding of activations over the tensor axis matches): the norms and
+    residual adds work on ``tokens / tp`` rows, and each tensor-parallel all-reduce becomes an
+    all-gather before the block and a reduce-scatter after it (the same bytes on the wire)."""
     a, s, p = architecture, scenario, parallelism
     training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
@@ -119,6 +124,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     act, act_bytes = s.activation_dtype, DTYPES[s.activation_dtype].bytes_per_element
     hidden = a.hidden
     residual_bytes = tokens * hidden * act_bytes
+    sharded = training and sequence_parallel and p.tp > 1
+    rows_per_chip = tokens // p.tp if sharded else tokens  # the residual stream's rows on each chip
     kv_role = "activation" if training else "kv_cache"
     if training and context_shards > 1:  # each query sees half the sequence on average (causal, balanced)
         kv_tokens, causal = math.ceil(s.prompt_tokens / 2), False
@@ -128,7 +135,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
            inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
            outputs=(_t((tokens, hidden), act),)),
-        _elementwise("layers.input_norm", tokens, hidden, act, layers, kind="norm", norm="rms"),
+        _elementwise("layers.input_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms"),
         _linear("layers.attn.q_proj", tokens, hidden, heads * a.head_dim, s, layers),
         _linear("layers.attn.k_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
         _linear("layers.attn.v_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
@@ -145,10 +152,15 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if training and context_shards > 1:
         kv_bytes = 2 * batch * kv_heads * s.prompt_tokens * a.head_dim * DTYPES[s.kv_dtype].bytes_per_element
         ops.insert(-2, _collective("layers.attn.context_ring", "all_gather", kv_bytes, context_shards, act, layers))
-    if p.tp > 1:
+    if sharded:
+        ops.insert(2, _collective("layers.attn.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
+    elif p.tp > 1:
         ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
-    ops += [_elementwise("layers.attn.residual", tokens, hidden, act, layers, inputs=2),
-            _elementwise("layers.post_norm", tokens, hidden, act, layers, kind="norm", norm="rms")]
+    ops += [_elementwise("layers.attn.residual", rows_per_chip, hidden, act, layers, inputs=2),
+            _elementwise("layers.post_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms")]
+    if sharded:
+        ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
     if a.experts > 1:
         local_experts = a.experts // p.ep
         routed = tokens * a.experts_per_token / p.ep
@@ -176,10 +188,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
                     _elementwise("layers.mlp.act", tokens, width, act, layers,
                                  flops_per_element=activation_flops_per_element(a.activation, gated=False))]
         ops.append(_linear("layers.mlp.down_proj", tokens, width, hidden, s, layers))
-    if p.tp > 1:
+    if sharded:
+        ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
+    elif p.tp > 1:
         ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
     rows = tokens if training else batch  # inference computes logits for each sequence's last token only
-    ops += [_elementwise("layers.mlp.residual", tokens, hidden, act, layers, inputs=2),
+    ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, layers, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
             _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
     if training:  # softmax cross-entropy over the vocabulary shard (fp32 logits)

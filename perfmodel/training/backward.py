@@ -20,8 +20,12 @@ these rules: its matmul FLOPs are twice the forward's as here.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+if TYPE_CHECKING:
+    from perfmodel.hardware.execution_models import SIValue
 
 CONJUGATE_COLLECTIVE = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
                         "all_to_all": "all_to_all", "send": "send"}
@@ -67,7 +71,7 @@ def gradient_ops(op: Op) -> list[Op]:
     if op.kind == "embedding":
         table = op.inputs[1]
         dy = _gradient(op.outputs[0])
-        return [Op(name=name, kind="elementwise", count=op.count, provenance="aten.embedding_dense_backward",
+        return [Op(name=name, kind="copy", count=op.count, provenance="aten.embedding_dense_backward",
                    inputs=(dy,), outputs=(_gradient(table, dy.dtype),))]
     activations = [tensor for tensor in op.inputs if tensor.role == "activation"]
     if not activations:
@@ -87,34 +91,52 @@ def backward_graph(forward: Graph) -> Graph:
     return _chained(f"{forward.name}.backward", ops)
 
 
-def recomputed_ops(forward: Graph, policy: str) -> list[Op]:
+def _kept(op: Op, kept: tuple[str, ...] | None) -> bool:
+    """Whether selective recomputation keeps this op's output: every matmul, or those named in ``kept``."""
+    return op.kind == "matmul" and (kept is None or op.name.rpartition(".")[2] in kept)
+
+
+def recomputed_ops(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> list[Op]:
     """The forward ops a recomputation ``policy`` runs again during the backward, renamed
     ``recompute.<name>``: 'full' every op of the decoder layers, 'selective' every layer op but the
-    matmuls (their outputs are kept), 'none' nothing."""
+    kept matmuls (all matmuls, or those whose last name part is in ``kept``: q_proj, o_proj...) and
+    the collectives, 'none' nothing."""
     if policy == "none":
         return []
     layer_ops = [op for op in forward.ops if op.name.startswith(LAYER_PREFIX)]
     if policy == "selective":
-        layer_ops = [op for op in layer_ops if op.kind not in ("matmul", "collective")]
+        layer_ops = [op for op in layer_ops if not _kept(op, kept) and op.kind != "collective"]
     return [replace(op, name=RECOMPUTE_PREFIX + op.name) for op in layer_ops]
 
 
-def backward_with_recompute(forward: Graph, policy: str) -> Graph:
+def backward_with_recompute(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> Graph:
     """What a chip runs between a micro-batch's forward and its gradients: the recomputed forward
     ops, then the backward."""
-    return _chained(f"{forward.name}.backward", [*recomputed_ops(forward, policy), *backward_graph(forward).ops])
+    return _chained(f"{forward.name}.backward",
+                    [*recomputed_ops(forward, policy, kept), *backward_graph(forward).ops])
 
 
-def saved_activation_bytes(forward: Graph, policy: str):
+def saved_activation_bytes(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> SIValue:
     """Bytes a chip keeps from one micro-batch's forward until its backward: every tensor the
-    decoder layers produce ('none'), the matmul outputs and each layer's input ('selective'), or each
-    layer's input ('full'); collectives' buffers are not kept. Counts multiply (one op per layer)."""
+    decoder layers produce ('none'), the kept matmuls' outputs and each layer's input ('selective'),
+    or each layer's input ('full'); collectives' buffers are not kept, and a matmul output that a
+    reduce-scatter consumes is kept as its shard (sequence parallel). Counts multiply (one op per layer)."""
+    position = {op.name: index for index, op in enumerate(forward.ops)}
     layer_ops = [op for op in forward.ops if op.name.startswith(LAYER_PREFIX) and op.kind not in ("collective", "view")]
     if not layer_ops:
         return 0.0
     layer_input = layer_ops[0].inputs[0].bytes * layer_ops[0].count
     if policy == "full":
         return layer_input
-    kept = [op for op in layer_ops if policy == "none" or op.kind == "matmul"]
-    saved = sum(op.output_bytes * op.count for op in kept)
+    saved: SIValue = 0.0
+    for op in layer_ops:
+        if policy == "selective" and not _kept(op, kept):
+            continue
+        kept_bytes = op.output_bytes * op.count
+        index = position[op.name] + 1
+        following = forward.ops[index] if index < len(forward.ops) else None
+        if (op.kind == "matmul" and following is not None and following.kind == "collective"
+                and following.attrs.get("collective") == "reduce_scatter"):
+            kept_bytes = kept_bytes / int(following.attrs["group_size"])
+        saved = saved + kept_bytes
     return saved + (layer_input if policy == "selective" else 0.0)

@@ -34,13 +34,20 @@ class TrainingSetup:
     gradients as reduced and both AdamW moments. ``recompute``: 'none' keeps every tensor a layer's
     forward produces; 'selective' keeps the matmul outputs and recomputes the rest (norms,
     activations, attention: JAX's ``checkpoint_dots``, MaxText's 'minimal'); 'full' keeps only each
-    layer's input and recomputes its whole forward in the backward."""
+    layer's input and recomputes its whole forward in the backward. ``kept`` narrows 'selective' to
+    the matmuls named (the last part of their op name: q_proj, k_proj, v_proj, o_proj, gate_up_proj,
+    down_proj), as MaxText's named policies do; the other matmuls are recomputed. ``offload`` moves
+    the kept tensors to host memory after each layer's forward and back before its backward
+    (MaxText's offload policies): they leave device memory, and the copies cross the host link
+    while the chip computes."""
 
     global_batch: int
     seq_len: int
     compute_dtype: str = "bf16"
     master_dtype: str = "fp32"
     recompute: str = "none"
+    kept: tuple[str, ...] | None = None
+    offload: bool = False
     optimizer: str = "adamw"
 
 
@@ -51,7 +58,9 @@ class Layout:
     ``zero`` (0-2) shards optimizer state (1) and gradients (2) over the ``dp`` replicas; ``fsdp``
     shards weights too (ZeRO-3) over its own axis. ``micro_batch`` sequences per forward/backward
     pass; gradients accumulate over ``global_batch / (dp * fsdp * micro_batch)`` of them per step.
-    ``virtual_stages`` > 1 is the interleaved 1F1B schedule (each chip holds that many chunks)."""
+    ``virtual_stages`` > 1 is the interleaved 1F1B schedule (each chip holds that many chunks).
+    ``sequence_parallel`` shards the norms, residual adds and the tensors they keep over the ``tp``
+    chips (Megatron-LM's default with tensor parallelism, and MaxText's activation sharding)."""
 
     dp: int = 1
     fsdp: int = 1
@@ -62,6 +71,7 @@ class Layout:
     zero: int = 0
     micro_batch: int = 1
     virtual_stages: int = 1
+    sequence_parallel: bool = True  # shard the residual stream over tp (with tp > 1; see llm.graphs)
 
     @property
     def chips(self) -> int:

@@ -1,7 +1,9 @@
 """Find the fastest training layout that fits (pure core).
 
 Every layout of ``chips`` is a product tp x cp x fsdp x pp x dp (``training.layout``). The search
-tries tensor degrees that divide the heads within one fast-link domain, context degrees up to 8,
+tries tensor degrees up to 16 that divide the heads within one fast-link domain (Megatron-LM and
+MaxText recipes stay at or below 8), context degrees up to 8 that leave each chip at least 2048
+tokens of a sequence (shorter shards only add ring traffic),
 pipeline depths that divide the layers, three ways to spend the remaining data-parallel chips
 (all FSDP; all replicas with ZeRO-1; FSDP inside a domain and replicas across), micro-batches of
 powers of two and every recompute policy (unless one is fixed). The per-micro-batch costs depend
@@ -15,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from perfmodel.costs.residency import on_device_capacity_bytes
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
@@ -26,9 +29,12 @@ from perfmodel.training.step import (
     micro_batch_costs,
     model_flops_per_sequence,
     train_predict,
+    training_memory,
 )
 
 MAX_CONTEXT_PARALLEL = 8
+MAX_TENSOR_PARALLEL = 16
+MIN_TOKENS_PER_CONTEXT_SHARD = 2048
 MAX_MICRO_BATCH = 16
 
 
@@ -57,11 +63,13 @@ def _data_splits(rest: int, inner: int, domain: int) -> list[tuple[int, int, int
 def candidate_layouts(architecture: Architecture, setup: TrainingSetup, chips: int, domain: int):
     """Every layout the search tries (before fitting), grouped by what their micro-batch costs share."""
     a = architecture
-    tensor = [t for t in _divisors(chips) if a.heads % t == 0 and a.intermediate % t == 0 and t <= domain
+    tensor = [t for t in _divisors(chips) if a.heads % t == 0 and a.intermediate % t == 0
+              and t <= min(domain, MAX_TENSOR_PARALLEL)
               and (a.kv_heads % t == 0 or t % a.kv_heads == 0)]
     for tp in tensor:
         for cp in (c for c in (1, 2, 4, 8) if c <= MAX_CONTEXT_PARALLEL and tp * c <= domain
-                   and setup.seq_len % c == 0 and (chips // tp) % c == 0):
+                   and setup.seq_len % c == 0 and (chips // tp) % c == 0
+                   and (c == 1 or setup.seq_len // c >= MIN_TOKENS_PER_CONTEXT_SHARD)):
             for pp in (p for p in _divisors(chips // (tp * cp)) if a.layers % p == 0):
                 rest = chips // (tp * cp * pp)
                 for fsdp, dp, zero in _data_splits(rest, tp * cp, domain):
@@ -84,6 +92,7 @@ def search(architecture: Architecture, hardware: Hardware, setup: TrainingSetup,
     execution = resolve_mode(hardware, mode)
     domain = domain_chips or default_domain_chips(hardware, chips)
     flops = None
+    capacity = on_device_capacity_bytes(hardware)
     results: list[TrainingResult] = []
     tried = rejected = 0
     for policy in recompute:
@@ -100,11 +109,14 @@ def search(architecture: Architecture, hardware: Hardware, setup: TrainingSetup,
                 flops = model_flops_per_sequence(architecture, hardware, policy_setup) * setup.global_batch
             for layout in members:
                 tried += 1
+                costs = priced.point(sizes.index(layout.micro_batch))
                 try:
                     check(architecture, policy_setup, layout, chips)
+                    if training_memory(architecture, policy_setup, layout, costs).total > capacity:
+                        rejected += 1  # does not fit: no need to price its communication
+                        continue
                     result = train_predict(architecture, hardware, policy_setup, layout, mode=execution,
-                                           domain_chips=domain, costs=priced.point(sizes.index(layout.micro_batch)),
-                                           model_flops=flops)
+                                           domain_chips=domain, costs=costs, model_flops=flops)
                 except PerfmodelError:
                     rejected += 1
                     continue

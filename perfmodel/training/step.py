@@ -146,7 +146,7 @@ def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layo
     """One chip's forward pass of one micro-batch (its pipeline stage, tensor and context shards)."""
     return stage_graph(architecture, _scenario(setup, layout.micro_batch if micro_batch is None else micro_batch),
                        Parallelism(tp=layout.tp, pp=layout.pp, ep=layout.ep), phase="train", context=setup.seq_len,
-                       context_shards=layout.cp)
+                       context_shards=layout.cp, sequence_parallel=layout.sequence_parallel)
 
 
 # ------------------------------------------------------------------------------------------ links
@@ -250,7 +250,7 @@ def micro_batch_costs(architecture: Architecture, hardware: Hardware, setup: Tra
     """Price the forward and backward of the whole model once (``pp`` = 1) and split it per layer."""
     whole = replace(layout, pp=1, virtual_stages=1)
     forward = forward_graph(architecture, setup, whole, micro_batch)
-    backward = backward_with_recompute(forward, setup.recompute)
+    backward = backward_with_recompute(forward, setup.recompute, setup.kept)
     f_arrays = evaluate_arrays(forward, hardware, mode=mode)
     b_arrays = evaluate_arrays(backward, hardware, mode=mode)
     layers = architecture.layers
@@ -283,7 +283,7 @@ def micro_batch_costs(architecture: Architecture, hardware: Hardware, setup: Tra
         backward_layer=_sum(b_arrays, b_layer) / layers, backward_ends=_sum(b_arrays, ~b_layer),
         recompute_layer=_sum(b_arrays, b_recompute) / layers if b_recompute.any() else 0.0,
         recompute_flops_layer=b_arrays.flops[b_recompute].sum(axis=0) / layers if b_recompute.any() else 0.0,
-        saved_layer=np.asarray(saved_activation_bytes(forward, setup.recompute)) / layers,
+        saved_layer=np.asarray(saved_activation_bytes(forward, setup.recompute, setup.kept)) / layers,
         all_outputs_layer=np.asarray(saved_activation_bytes(forward, "none")) / layers,
         bound_layer=merged(by_bound(f_arrays, f_layer, layers), by_bound(b_arrays, b_layer, layers)),
         bound_ends=merged(by_bound(f_arrays, ~f_layer, 1.0), by_bound(b_arrays, ~b_layer, 1.0)),
@@ -320,7 +320,6 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
     tokens = layout.micro_batch * (setup.seq_len // layout.cp)
     send_ops = group_collective(hardware, "pipeline.send", "send", tokens * architecture.hidden * compute,
                                 2 if layout.pp > 1 else 1, layout.stride("pp"), domain, setup.compute_dtype)
-    t_send = _evaluate_ops(send_ops, hardware, execution)
 
     # Data-parallel communication: FSDP per micro-batch, replicas' gradient sync per step.
     parameters = _stage_parameters(architecture, layout)
@@ -329,7 +328,6 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
                                 fsdp_stride, domain, setup.compute_dtype, count=2)
     fsdp_ops += group_collective(hardware, "fsdp.reduce_scatter", "reduce_scatter", parameters * master, layout.fsdp,
                                  fsdp_stride, domain, setup.master_dtype)
-    t_fsdp = _evaluate_ops(fsdp_ops, hardware, execution)
     shard = parameters / layout.fsdp
     dp_stride = layout.stride("dp")
     gather_ops: list[Op] = []
@@ -341,7 +339,10 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
                                     dp_stride, domain, setup.master_dtype)
         gather_ops = group_collective(hardware, "dp.all_gather", "all_gather", shard * compute, layout.dp, dp_stride,
                                       domain, setup.compute_dtype)
-    t_sync, t_gather = _evaluate_ops(sync_ops, hardware, execution), _evaluate_ops(gather_ops, hardware, execution)
+    optimizer_shard = shard / (layout.dp if layout.zero >= 1 else 1)  # this chip's shard of the master weights
+    # Everything outside the micro-batch graphs, priced in one evaluation and summed per group.
+    t_send, t_fsdp, t_sync, t_gather, t_optimizer = _evaluate_groups(
+        [send_ops, fsdp_ops, sync_ops, gather_ops, [_adamw(optimizer_shard, setup)]], hardware, execution)
     if overlap:
         first_layer = t_fsdp / max(stage_layers, 1)  # the first gather and the last reduce-scatter cannot hide
         exposed_fsdp = steps * max(t_fsdp - t_micro, 0.0) + (first_layer if layout.fsdp > 1 else 0.0)
@@ -349,13 +350,19 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
     else:
         exposed_fsdp, exposed_sync = steps * t_fsdp, t_sync
 
-    # The optimizer step over this chip's shard of the master weights.
-    optimizer_shard = shard / (layout.dp if layout.zero >= 1 else 1)
-    t_optimizer = _evaluate_ops([_adamw(optimizer_shard, setup)], hardware, execution)
+    # Offloaded activations go out during the forward and come back during the backward, each way
+    # hidden by that pass's compute as far as the host link allows.
+    exposed_offload = 0.0
+    if setup.offload:
+        host = next((link for link in hardware.links.values() if link.kind == "host"), None)
+        if host is None:
+            raise PerfmodelError(f"{hardware.name} has no host link in its spec, so activations cannot be offloaded")
+        copy_s = float(costs.saved_layer) * stage_layers / host.bandwidth_bytes_per_s_per_direction
+        exposed_offload = steps * (max(copy_s - t_forward, 0.0) + max(copy_s - t_backward_all, 0.0))
     phases = {"forward": steps * t_forward, "backward": steps * (t_backward_all - t_recompute),
               "recompute": steps * t_recompute, "pipeline_bubble": bubble,
               "pipeline_sends": 2 * steps * t_send if layout.pp > 1 else 0.0,
-              "exposed_communication": exposed_fsdp + exposed_sync + t_gather,
+              "exposed_communication": exposed_fsdp + exposed_sync + t_gather, "activation_offload": exposed_offload,
               "optimizer": t_optimizer, "program_launch": costs.program_s}
     step = float(sum(phases.values()))
 
@@ -377,7 +384,7 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
         time_by_bound={k: float(v) for k, v in by_bound.items()},
         tokens_per_s=setup.global_batch * setup.seq_len / step, model_flops_per_step=model_flops,
         mfu=float(model_flops / (step * peak)), hfu=float((model_flops + recompute_flops) / (step * peak)),
-        memory=_memory(architecture, setup, layout, costs, parameters, stage_layers),
+        memory=training_memory(architecture, setup, layout, costs),
         capacity_bytes=float(on_device_capacity_bytes(hardware)), power_watts=hardware.power.tdp_watts * layout.chips,
         notes=tuple(notes))
 
@@ -387,11 +394,17 @@ def _scalar(value):
     return float(array) if array.ndim == 0 else array
 
 
-def _evaluate_ops(ops: list[Op], hardware: Hardware, mode: str):
+def _evaluate_groups(groups: list[list[Op]], hardware: Hardware, mode: str) -> list[float]:
+    """The time of each group of ops (0 for an empty one), from one unfused evaluation."""
+    ops = [op for group in groups for op in group]
     if not ops:
-        return 0.0
-    arrays = evaluate_arrays(Graph(name="communication", ops=ops), hardware, mode=mode, fuse=False)
-    return _sum(arrays)
+        return [0.0] * len(groups)
+    per_op = evaluate_arrays(Graph(name="step", ops=ops), hardware, mode=mode, fuse=False).total_s
+    times, start = [], 0
+    for group in groups:
+        times.append(float(np.sum(per_op[start:start + len(group)])))
+        start += len(group)
+    return times
 
 
 def _adamw(parameters: float, setup: TrainingSetup) -> Op:
@@ -405,8 +418,10 @@ def _adamw(parameters: float, setup: TrainingSetup) -> Op:
               attrs={"flops_per_element": ADAMW_FLOPS_PER_PARAMETER / ADAMW_TENSORS_WRITTEN})
 
 
-def _memory(architecture: Architecture, setup: TrainingSetup, layout: Layout, costs: MicroBatchCosts,
-            parameters: float, stage_layers: int) -> TrainingMemory:
+def training_memory(architecture: Architecture, setup: TrainingSetup, layout: Layout,
+                    costs: MicroBatchCosts) -> TrainingMemory:
+    """Bytes per chip of the fullest stage (see the module docstring)."""
+    parameters, stage_layers = _stage_parameters(architecture, layout), architecture.layers // layout.pp
     compute, master = DTYPES[setup.compute_dtype].bytes_per_element, DTYPES[setup.master_dtype].bytes_per_element
     shard = parameters / layout.fsdp
     layer = parameters / max(stage_layers, 1)
@@ -416,6 +431,7 @@ def _memory(architecture: Architecture, setup: TrainingSetup, layout: Layout, co
     in_flight = min(layout.pp, accumulation_steps(setup, layout)) if layout.pp > 1 else 1
     tokens = layout.micro_batch * (setup.seq_len // layout.cp)
     logits = tokens * architecture.vocab / layout.tp * 4  # fp32 logits and their gradient, one at a time
+    kept_layers = 2 if setup.offload else stage_layers * in_flight  # offloading: one layer each way in flight
     return TrainingMemory(weights=weights, gradients=gradients, optimizer=optimizer,
-                          activations=float(costs.saved_layer) * stage_layers * in_flight,
+                          activations=float(costs.saved_layer) * kept_layers,
                           workspace=float(costs.all_outputs_layer) + logits)
