@@ -264,3 +264,83 @@ def test_condensed_training_graph_matches_the_captured_module(h100):
     assert condensed["attention"] == pytest.approx(causal_share * by_phase["forward"]["attention"], rel=0.02)
     assert backward["attention"] == pytest.approx(causal_share * by_phase["backward"]["attention"], rel=0.02)
     assert by_phase["backward"]["matmul"] == pytest.approx(2 * by_phase["forward"]["matmul"], rel=0.01)
+
+
+def test_published_flop_conventions_reproduce_their_sources():
+    """PaLM's Appendix B: 6N + 12LHQT = 3.28 TFLOPs a token (Table 22), and 238.3k tokens/s on 6144
+    TPU v4 chips at 275 TFLOP/s is the paper's 46.2% MFU; MaxText's pre-#1988 count reproduces the
+    tiering table's Llama-3.1-8B MFU on v6e (45.46% at 7207 tokens/s per chip, 918 TFLOP/s)."""
+    from perfmodel.training.published_flops import flops_per_sequence
+
+    palm = load_architecture("palm-540b")
+    per_token = flops_per_sequence(palm, 2048, "palm") / 2048
+    assert per_token == pytest.approx(3.28e12, rel=0.005)
+    assert 238.3e3 * per_token / (6144 * 275e12) == pytest.approx(0.462, abs=0.001)
+    llama = load_architecture("llama-3.1-8b")
+    per_token = flops_per_sequence(llama, 8192, "maxtext") / 8192
+    assert 7207 * per_token / 918e12 == pytest.approx(0.4546, abs=0.001)
+    causal = flops_per_sequence(llama, 8192, "maxtext-causal")
+    assert causal < flops_per_sequence(llama, 8192, "maxtext")
+    with pytest.raises(PerfmodelError, match="unknown FLOP convention"):
+        flops_per_sequence(llama, 8192, "megatron")
+
+
+def test_sequence_parallel_shards_the_residual_stream_with_the_same_wire_bytes(llama, h100):
+    setup = TrainingSetup(global_batch=8, seq_len=SEQ)
+    plain = forward_graph(llama, setup, Layout(tp=4, sequence_parallel=False))
+    sharded = forward_graph(llama, setup, Layout(tp=4))
+    def wire(graph):
+        return sum(float(cost) for cost, op in zip(evaluate_arrays(graph, h100).link_s, graph.ops, strict=True)
+                   if op.kind == "collective")
+    kinds = sorted(op.attrs["collective"] for op in sharded.ops if op.kind == "collective")
+    assert kinds == ["all_gather", "all_gather", "reduce_scatter", "reduce_scatter"]
+    assert sharded.op("layers.input_norm").inputs[0].shape[0] == SEQ // 4
+    # The same bytes on the wire (an all-reduce is a reduce-scatter and an all-gather), twice the latency steps.
+    assert wire(sharded) == pytest.approx(wire(plain), rel=0.05)
+    assert saved_activation_bytes(sharded, "none") < saved_activation_bytes(plain, "none")
+
+
+def test_kept_matmuls_and_offload(llama, h100):
+    layout = Layout(fsdp=8, micro_batch=2)
+    every = TrainingSetup(global_batch=64, seq_len=SEQ, recompute="selective")
+    attention_only = replace(every, kept=("q_proj", "k_proj", "v_proj", "o_proj"))
+    offloaded = replace(attention_only, offload=True)
+    r_every, r_attention, r_offload = (train_predict(llama, h100, s, layout) for s in (every, attention_only, offloaded))
+    # Keeping fewer matmuls recomputes the MLP's: less memory, more recompute time.
+    assert r_attention.memory.activations < r_every.memory.activations
+    assert r_attention.time_by_phase["recompute"] > r_every.time_by_phase["recompute"]
+    # Offloading leaves two layers' worth on the device; the copies cost time only beyond the compute.
+    assert r_offload.memory.activations == pytest.approx(2 * r_attention.memory.activations / llama.layers)
+    assert r_offload.time_by_phase["activation_offload"] >= 0
+    assert r_offload.step_s >= r_attention.step_s
+    forward = forward_graph(llama, attention_only, layout)
+    recomputed = {op.name for op in backward_with_recompute(forward, "selective", attention_only.kept).ops
+                  if op.name.startswith("recompute.")}
+    assert "recompute.layers.mlp.gate_up_proj" in recomputed and "recompute.layers.attn.q_proj" not in recomputed
+
+
+def test_training_rows_are_validated_with_their_published_recipes():
+    from perfmodel.validation import validate
+
+    rows = [row for row in validate() if row.group == "B" and "training" in row.workload.lower()]
+    predicted = [row for row in rows if row.predicted is not None]
+    assert len(predicted) >= 17
+    assert all(row.family == "tpu" and "recompute" in row.how for row in predicted)
+    skipped = {row.skipped for row in rows if row.skipped}
+    assert any("network link" in reason for reason in skipped)  # multi-pod rows without a sourced DCN figure
+
+
+def test_train_runs_or_explains_on_every_bundled_spec(capsys):
+    """Every family trains or says why not (exit 0 or 2, never an internal error)."""
+    from perfmodel.hardware.loader import catalog_index
+
+    for name in catalog_index():
+        code = main(["train", "--model", "llama-2-7b", "--on", name, "--chips", "2", "--global-batch", "4",
+                     "--seq", "1024", "--json"])
+        captured = capsys.readouterr()
+        assert code in (0, 2), (name, captured.err)
+        if code == 0:
+            data = json.loads(captured.out)
+            assert data["step_s"] > 0 and 0 < data["mfu"] <= 1, name
+        else:
+            assert name in captured.err or "--" in captured.err, captured.err

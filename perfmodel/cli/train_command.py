@@ -37,6 +37,9 @@ def register(commands) -> None:
     train.add_argument("--recompute", choices=["none", "selective", "full"],
                        help="activation recomputation (default none; --search tries all three unless given)")
     train.add_argument("--compute-dtype", default="bf16", help="matmul and activation dtype (default bf16)")
+    train.add_argument("--master-dtype", default="fp32",
+                       help="master weights, AdamW moments and reduced gradients (default fp32; a spec without an "
+                            "fp32 vector engine needs bf16 here)")
     train.add_argument("--domain-chips", type=_count,
                        help="chips per fast-link domain (an NVLink node, a TPU slice); default: the chip-to-chip "
                             "link's reach; groups that span domains use the spec's network link")
@@ -83,7 +86,7 @@ def _train(args) -> int:
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
-                          recompute=args.recompute or "none")
+                          master_dtype=args.master_dtype, recompute=args.recompute or "none")
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")

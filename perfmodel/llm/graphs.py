@@ -196,8 +196,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, layers, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
             _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
-    if training:  # softmax cross-entropy over the vocabulary shard (fp32 logits)
-        ops.append(_elementwise("loss", rows, a.vocab // p.tp, "fp32", 1, kind="softmax"))
+    if training:  # softmax cross-entropy over the vocabulary shard (fused kernels upcast inside)
+        ops.append(_elementwise("loss", rows, a.vocab // p.tp, act, 1, kind="softmax"))
     names = [op.name for op in ops]
     return Graph(name=f"{a.name}.{phase}", ops=ops, edges=list(zip(names, names[1:], strict=False)))
 

@@ -32,6 +32,11 @@ from ZeRO-2), the activations kept for the backward (``training.backward.saved_a
 for every micro-batch in flight (1F1B keeps up to ``p`` on the first stage), and a workspace: one
 layer's recomputed tensors and the fp32 logits of a micro-batch.
 
+Recompute keeps what ``TrainingSetup.recompute`` (and ``kept``) says; with ``offload`` the kept
+tensors live in host memory (two layers' worth stay on the device) and their copies out during the
+forward and back during the backward show only where the host link is slower than the pass. A
+spatial (layer-pipelined) machine streams a micro-batch's tokens through its regions.
+
 MFU counts the model's FLOPs (3x the forward's useful FLOPs: the backward is twice the forward),
 HFU adds the recomputed forward, both over the matrix engines' peak at the compute dtype.
 """
@@ -189,7 +194,7 @@ def group_collective(hardware: Hardware, name: str, collective: str, payload, si
     if network is None:
         raise PerfmodelError(f"{name} spans {stride * size} chips, more than one fast-link domain of {domain_chips}, "
                              f"but {hardware.name} has no network link (kind: network) in its spec; add one or "
-                             f"use at most {domain_chips} chips")
+                             f"use at most {domain_chips} chip{'s' if domain_chips > 1 else ''}")
     ops = [op(".intra", fast, inside, payload)] if inside > 1 and fast is not None else []
     return ops + [op(".inter", network, size // inside, payload / inside)]
 
@@ -251,8 +256,10 @@ def micro_batch_costs(architecture: Architecture, hardware: Hardware, setup: Tra
     whole = replace(layout, pp=1, virtual_stages=1)
     forward = forward_graph(architecture, setup, whole, micro_batch)
     backward = backward_with_recompute(forward, setup.recompute, setup.kept)
-    f_arrays = evaluate_arrays(forward, hardware, mode=mode)
-    b_arrays = evaluate_arrays(backward, hardware, mode=mode)
+    # A spatial (layer-pipelined) machine streams the micro-batch's tokens through its regions.
+    tokens = (layout.micro_batch if micro_batch is None else micro_batch) * (setup.seq_len // layout.cp)
+    f_arrays = evaluate_arrays(forward, hardware, mode=mode, stream_items=tokens)
+    b_arrays = evaluate_arrays(backward, hardware, mode=mode, stream_items=tokens)
     layers = architecture.layers
 
     def rows(graph: Graph, predicate) -> np.ndarray:
@@ -308,6 +315,12 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
     if layout.tp * layout.cp > domain:
         raise PerfmodelError(f"tp x cp = {layout.tp * layout.cp} chips exceed one fast-link domain of {domain} "
                              f"({hardware.name}); tensor and context parallelism need the fast links")
+    peak = hardware.peak_flops_per_s(setup.compute_dtype, "matrix") * layout.chips
+    if not np.all(np.asarray(peak) > 0):
+        offered = sorted({dtype for engine in hardware.compute.values() if engine.kind == "matrix"
+                          for dtype in engine.peak_flops_per_s})
+        raise PerfmodelError(f"{hardware.name} has no matrix engine for compute dtype {setup.compute_dtype!r}; "
+                             f"it offers {', '.join(offered) or 'none'} (use --compute-dtype)")
     costs = costs or micro_batch_costs(architecture, hardware, setup, layout, execution)
     compute, master = DTYPES[setup.compute_dtype].bytes_per_element, DTYPES[setup.master_dtype].bytes_per_element
     stage_layers = architecture.layers // layout.pp
@@ -369,7 +382,6 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
     model_flops = model_flops if model_flops is not None else \
         model_flops_per_sequence(architecture, hardware, setup) * setup.global_batch
     recompute_flops = steps * costs.recompute_flops_layer * stage_layers * layout.chips
-    peak = hardware.peak_flops_per_s(setup.compute_dtype, "matrix") * layout.chips
     by_bound = {key: steps * value * stage_layers for key, value in costs.bound_layer.items()}
     for key, value in costs.bound_ends.items():
         by_bound[key] = by_bound.get(key, 0.0) + steps * value
