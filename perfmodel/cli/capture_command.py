@@ -1,4 +1,4 @@
-"""``perfmodel capture FILE.py:factory --input-shape 1x512 [--dtype bf16] -o workloads/NAME.yaml``."""
+"""``perfmodel capture FILE.py:factory --input-shape 1x512 [--dtype bf16] [--train] -o workloads/NAME.yaml``."""
 
 from __future__ import annotations
 
@@ -21,6 +21,11 @@ def register(commands) -> None:
                          help="dtype of each input (default: int64 when the module has an embedding, else --dtype)")
     capture.add_argument("--dtype", default=None, help="convert the module's parameters to this dtype (e.g. bf16)")
     capture.add_argument("--name", help="workload name (default: the factory's name)")
+    capture.add_argument("--train", action="store_true",
+                         help="capture a training step: the forward, a loss (the sum of the output), the backward as "
+                              "autograd runs it and an AdamW step; op names start with their phase (forward, "
+                              "backward, recompute, optimizer)")
+    capture.add_argument("--no-optimizer", action="store_true", help="with --train: leave out the optimizer step")
     capture.add_argument("-o", "--output", type=Path, required=True, help="workload file to write (.yaml or .json)")
     capture.set_defaults(handler=_capture)
 
@@ -86,7 +91,16 @@ def _capture(args) -> int:
     default_input = torch.int64 if has_embedding else torch_dtype(args.dtype or "fp32")
     dtypes = [torch_dtype(name) for name in (args.input_dtype or [])]
     dtypes += [default_input] * (len(shapes) - len(dtypes))
-    result = capture(module, input_shapes=shapes, input_dtypes=dtypes, name=args.name or args.target.rpartition(":")[2])
+    name = args.name or args.target.rpartition(":")[2]
+    if args.no_optimizer and not args.train:
+        raise PerfmodelError("--no-optimizer goes with --train")
+    if args.train:
+        from perfmodel.workload.capture import capture_training
+
+        result = capture_training(module, input_shapes=shapes, input_dtypes=dtypes, name=name,
+                                  optimizer=None if args.no_optimizer else "adamw")
+    else:
+        result = capture(module, input_shapes=shapes, input_dtypes=dtypes, name=name)
     save_graph(result.graph, args.output)
     kinds: dict[str, int] = {}
     for op in result.graph.ops:
