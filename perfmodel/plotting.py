@@ -275,3 +275,69 @@ def plot_training_breakdown(results: Sequence, ax=None):
                  fontsize="medium")
     ax.legend(fontsize="x-small", ncols=4, loc="lower right")
     return ax
+
+
+def _ecdf(ax, values, label: str, colour: str) -> None:
+    """An empirical CDF of ``values`` in milliseconds (NaNs dropped), p50 and p99 marked."""
+    data = np.sort(np.asarray(values, dtype=float))
+    data = data[np.isfinite(data)] * 1e3
+    if not data.size:
+        return
+    shares = np.arange(1, data.size + 1) / data.size
+    p50, p99 = np.percentile(data, [50, 99])
+    ax.step(data, shares, where="post", color=colour, linewidth=1.6,
+            label=f"{label} (p50 {format_quantity(p50 / 1e3, 'seconds')}, p99 {format_quantity(p99 / 1e3, 'seconds')})")
+    ax.plot([p50, p99], [0.5, 0.99], "o", color=colour, markersize=4)
+
+
+def plot_serving_latency(result, ax=None):
+    """Distributions (empirical CDFs) of one serving run's TTFT, TPOT and inter-token latency
+    (``perfmodel.serving.ServingResult``), with p50 and p99 marked and the SLOs drawn where given."""
+    ax = _new_axes(ax)
+    _ecdf(ax, result.ttft_s, "TTFT", "tab:blue")
+    _ecdf(ax, result.tpot_s, "TPOT (per request)", "tab:green")
+    _ecdf(ax, result.itl_samples_s, "inter-token latency", "tab:orange")
+    for slo, name, colour in ((result.ttft_slo_s, "TTFT SLO", "tab:blue"), (result.tpot_slo_s, "TPOT SLO", "tab:green")):
+        if slo is not None:
+            ax.axvline(slo * 1e3, color=colour, linestyle="--", linewidth=1,
+                       label=f"{name} {format_quantity(slo, 'seconds')}")
+    ax.set_xscale("log")
+    ax.set_ylim(0, 1.02)
+    ax.set_xlabel("latency (ms)")
+    ax.set_ylabel("share of requests (tokens, for inter-token latency) at or below")
+    ax.set_title(f"{result.model} on {result.parallelism.chips} x {result.hardware}\n{result.workload}",
+                 fontsize="medium")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize="x-small", loc="lower right")
+    return ax
+
+
+def plot_serving_rates(rates: Sequence[float], results: Sequence, ax=None, *, knee: float | None = None,
+                       ttft_slo_s: float | None = None):
+    """Throughput (output tokens/s, left axis) and p99 TTFT and TPOT (right axis, log) against the
+    arrival rate, one point per serving run, the knee marked; returns the throughput Axes."""
+    ax = _new_axes(ax)
+    rates = [float(rate) for rate in rates]
+    ax.plot(rates, [r.tokens_per_s for r in results], "o-", color="tab:blue", label="throughput (output tokens/s)")
+    ax.set_xscale("log")
+    ax.set_xlabel("arrival rate (requests/s)")
+    ax.set_ylabel("throughput (output tokens/s)", color="tab:blue")
+    ax.set_ylim(bottom=0)
+    latency = ax.twinx()
+    latency.plot(rates, [r.ttft.p99 * 1e3 for r in results], "s--", color="tab:red", label="p99 TTFT")
+    latency.plot(rates, [r.tpot.p99 * 1e3 for r in results], "^--", color="tab:green", label="p99 TPOT")
+    if ttft_slo_s is not None:
+        latency.axhline(ttft_slo_s * 1e3, color="tab:red", linestyle=":", linewidth=1,
+                        label=f"TTFT SLO {format_quantity(ttft_slo_s, 'seconds')}")
+    latency.set_yscale("log")
+    latency.set_ylabel("p99 latency (ms)", color="tab:red")
+    if knee is not None:
+        ax.axvline(knee, color="black", linestyle="-.", linewidth=1.2, label=f"knee: {knee:g}/s")
+    lines = ax.get_legend_handles_labels()
+    more = latency.get_legend_handles_labels()
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize="x-small", loc="upper left")
+    first = results[0]
+    ax.set_title(f"{first.model} on {first.parallelism.chips} x {first.hardware}: throughput and p99 latency "
+                 "against the rate", fontsize="medium")
+    ax.grid(True, which="major", alpha=0.3)
+    return ax

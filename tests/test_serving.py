@@ -135,3 +135,225 @@ def test_readme_example_is_current(capsys):
             "--ttft-slo", "1s", "--tpot-slo", "50ms"]
     assert main(argv) == 0
     assert capsys.readouterr().out == block
+
+
+# ------------------------------------------------------------------ traces, length files, charts, prefix caching
+
+SERVE = ["serve", "--model", "llama-2-7b", "--on", "h100-sxm"]
+TRACE_ROWS = [(0.5, 300, 20), (0.75, 1200, 64), (2.0, 64, 5), (2.0, 900, 130), (7.25, 2000, 12)]
+
+
+def _write(path, text):
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _trace_file(tmp_path, header="arrival_s,prompt_tokens,output_tokens"):
+    rows = "\n".join(f"{a},{p},{o}" for a, p, o in TRACE_ROWS)
+    return _write(tmp_path / "trace.csv", f"# a comment line\n{header}\n{rows}\n")
+
+
+def test_trace_replays_exactly(tmp_path, capsys):
+    path = _trace_file(tmp_path)
+    assert main([*SERVE, "--trace", str(path), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    rows = data["per_request"]
+    assert data["requests"] == 5
+    assert rows["arrival_s"] == [a for a, _, _ in TRACE_ROWS]  # first 0.5 s, last 7.25 s, as written
+    assert rows["prompt_tokens"] == [p for _, p, _ in TRACE_ROWS]
+    assert rows["output_tokens"] == [o for _, _, o in TRACE_ROWS]
+    assert all(t > 0 for t in rows["ttft_s"]) and "trace trace.csv" in data["workload"]
+    # --requests takes the first rows
+    assert main([*SERVE, "--trace", str(path), "--requests", "2", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["per_request"]["prompt_tokens"] == [300, 1200]
+
+
+def test_trace_other_column_names_and_timestamps(tmp_path):
+    from perfmodel.serving.workload import read_trace
+
+    azure = _write(tmp_path / "azure.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                                           "2023-11-16 18:15:46.500000,374,44\n2023-11-16 18:15:49.250000,396,109\n")
+    trace = read_trace(azure)
+    assert trace.arrival_s == (0.0, 2.75) and trace.prompt_tokens == (374, 396) and trace.output_tokens == (44, 109)
+    epoch = read_trace(_write(tmp_path / "epoch.csv", "timestamp,input_len,output_len,user\n"
+                                                      "1700000010,10,2,a\n1700000012.5,20,3,b\n"))
+    assert epoch.arrival_s == (0.0, 2.5) and epoch.prompt_tokens == (10, 20)
+    assert read_trace(_write(tmp_path / "input.csv", "arrival_s,input_tokens,output_len\n1,5,6\n")).arrival_s == (1.0,)
+
+
+@pytest.mark.parametrize(("text", "fragments"), [
+    ("arrival_s,prompt_tokens\n0,5\n", ["line 1 (header)", "no output column", "'output_tokens'"]),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,3\n1,abc,3\n", ["line 3", "column 'prompt_tokens'", "not a number"]),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,3\n1,5,-2\n", ["line 3", "column 'output_tokens'", "negative"]),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,3\n1,5.5,3\n", ["line 3", "column 'prompt_tokens'", "whole number"]),
+    ("arrival_s,prompt_tokens,output_tokens\n-1,5,3\n", ["line 2", "column 'arrival_s'", "negative"]),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,3\n2,5,3\n\n1,5,3\n",
+     ["line 5", "column 'arrival_s'", "before the previous row's arrival (line 3", "sort the rows"]),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,3\n1,5\n", ["line 3", "column 'output_tokens'", "missing"]),
+    ("arrival_s,prompt_tokens,output_tokens\n0,5,3\n1,4000,200\n",
+     ["line 3", "4200 tokens", "llama-2-7b's context of 4096"]),
+    ("timestamp,prompt_tokens,output_tokens\nyesterday,5,3\n", ["line 2", "column 'timestamp'", "ISO 8601"]),
+    ("0,5,3\n", ["line 1 (header)", "no header row"]),
+    ("", ["is empty", "header row"]),
+    ("# only a comment\narrival_s,prompt_tokens,output_tokens\n", ["header (line 2) but no requests"]),
+])
+def test_bad_trace_exits_2_naming_line_and_column(text, fragments, tmp_path, capsys):
+    path = _write(tmp_path / "bad.csv", text)
+    assert main([*SERVE, "--trace", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("perfmodel: error: ") and "Traceback" not in err
+    assert str(path) in err or "bad.csv" in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+@pytest.mark.parametrize(("extra", "message"), [
+    (["--rate", "1/s"], "give one of --rate, --rates, --users and --trace"),
+    (["--prompt-dist", "fixed:5"], "drop --prompt-dist"),
+    (["--requests", "9"], "holds 5 requests"),
+])
+def test_trace_conflicting_options(extra, message, tmp_path, capsys):
+    assert main([*SERVE, "--trace", str(_trace_file(tmp_path)), *extra]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_empirical_length_distribution_mean(tmp_path):
+    from perfmodel.serving.workload import read_length_csv
+
+    weighted = _write(tmp_path / "prompts.csv", "tokens,count\n128,10\n256,25\n512,40\n1024,15\n2048,8\n3072,2\n")
+    distribution = parse_length(str(weighted))
+    file_mean = (128 * 10 + 256 * 25 + 512 * 40 + 1024 * 15 + 2048 * 8 + 3072 * 2) / 100
+    assert distribution.kind == "empirical" and distribution.mean == pytest.approx(file_mean)
+    assert distribution.largest == 3072
+    draws = distribution.sample(np.random.default_rng(11), 20_000)
+    assert draws.mean() == pytest.approx(file_mean, rel=0.02)
+    assert set(np.unique(draws)) == {128, 256, 512, 1024, 2048, 3072}
+    column = _write(tmp_path / "outputs.csv", "# one observation a row\n10\n20\n20\n50\n")
+    one = read_length_csv(column)
+    assert one.values == (10, 20, 50) and one.probabilities == pytest.approx((0.25, 0.5, 0.25))
+    assert parse_length(f"empirical:{column}") == one
+
+
+def test_empirical_lengths_in_a_simulation(setup, tmp_path):
+    _, _, server = setup
+    prompts = parse_length(str(_write(tmp_path / "p.csv", "value,weight\n100,1\n300,3\n")))
+    outputs = parse_length(str(_write(tmp_path / "o.csv", "20\n40\n")))
+    result = server.simulate(ArrivalProcess(kind="poisson", rate_per_s=4), 400, prompts, outputs, seed=5)
+    assert set(result.prompt_tokens) == {100, 300} and set(result.output_tokens) == {20, 40}
+    assert np.mean(result.prompt_tokens) == pytest.approx(250, rel=0.05)
+    assert np.mean(result.output_tokens) == pytest.approx(30, rel=0.05)
+
+
+@pytest.mark.parametrize(("text", "fragments"), [
+    ("tokens,count\n128,1\n256,x\n", ["line 3", "column 'count'", "not a number"]),
+    ("tokens,count\n128,1\n256,-1\n", ["line 3", "column 'count'", "negative"]),
+    ("128\n12.5\n", ["line 2", "column 'value'", "whole number"]),
+    ("lengths\n128\n0\n", ["line 3", "column 'lengths'", "below 1"]),
+    ("128,1,2\n", ["line 1", "3 columns"]),
+    ("128,1\n256\n", ["line 2", "1 cell where the first row has 2"]),
+    ("tokens,count\n128,0\n", ["every weight is 0"]),
+    ("", ["is empty"]),
+    ("128\n5000\n", ["line 2", "column 'value'", "context of 4096"]),
+])
+def test_bad_length_file_exits_2(text, fragments, tmp_path, capsys):
+    path = _write(tmp_path / "lengths.csv", text)
+    assert main([*SERVE, "--rate", "1/s", "--prompt-dist", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "--prompt-dist file" in err and "lengths.csv" in err and "Traceback" not in err
+    for fragment in fragments:
+        assert fragment in err
+
+
+def test_latency_chart_is_written(tmp_path, capsys):
+    chart = tmp_path / "charts" / "latency.png"
+    assert main([*SERVE, "--rate", "4/s", "--requests", "40", "--ttft-slo", "200ms", "--chart", str(chart)]) == 0
+    assert f"chart: {chart}" in capsys.readouterr().out
+    assert chart.stat().st_size > 10_000 and chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert [p.name for p in chart.parent.iterdir()] == ["latency.png"]  # no temporary left behind
+
+
+def test_rates_chart_is_written(tmp_path, capsys):
+    chart = tmp_path / "rates.svg"
+    assert main([*SERVE, "--rates", "2,16,128", "--requests", "60", "--json", "--chart", str(chart)]) == 0
+    json.loads(capsys.readouterr().out)  # --json output stays pure JSON
+    text = chart.read_text(encoding="utf-8")
+    assert text.startswith("<?xml") and "<svg" in text and len(text) > 10_000
+
+
+def test_plot_functions_take_an_axes(setup):
+    from perfmodel.plotting import plot_serving_latency, plot_serving_rates, pyplot
+
+    _, _, server = setup
+    results = [server.simulate(ArrivalProcess(kind="poisson", rate_per_s=r), 30, PROMPT, OUTPUT) for r in (2, 8)]
+    figure, (left, right) = pyplot().subplots(1, 2)
+    assert plot_serving_latency(results[0], left) is left
+    assert len(left.get_lines()) >= 3 and left.get_xscale() == "log"
+    assert plot_serving_rates([2, 8], results, right, knee=8, ttft_slo_s=0.2) is right
+    legend = [text.get_text() for text in right.get_legend().get_texts()]
+    assert "knee: 8/s" in legend and "p99 TTFT" in legend and "TTFT SLO 200 ms" in legend
+    pyplot().close(figure)
+    assert len(results[0].itl_samples_s) == 30 * 127  # every gap after a first token
+
+
+def test_bad_chart_name(capsys):
+    assert main([*SERVE, "--rate", "1/s", "--chart", "latency.jpg"]) == 2
+    assert "must end in .png, .svg or .pdf" in capsys.readouterr().err
+
+
+def test_progress_bar_only_in_a_terminal_and_never_with_json(monkeypatch, capsys):
+    from perfmodel.cli import serve_command
+
+    argv = [*SERVE, "--rates", "2,4,8", "--requests", "20"]
+    assert main(argv) == 0  # captured stderr is not a terminal: no bar
+    assert capsys.readouterr().err == ""
+    monkeypatch.setattr(serve_command, "_stderr_is_tty", lambda: True)
+    assert main(argv) == 0
+    assert "simulating" in capsys.readouterr().err
+    assert main([*argv, "--json"]) == 0
+    captured = capsys.readouterr()
+    assert captured.err == "" and json.loads(captured.out)["rates"] == [2, 4, 8]
+    assert main([*SERVE, "--rate", "2/s", "--requests", "20"]) == 0  # short single run: no bar
+    assert capsys.readouterr().err == ""
+
+
+def test_prefix_caching_skips_the_cached_prefill(setup):
+    _, _, server = setup
+    prompt, stream = parse_length("fixed:1024"), ArrivalProcess(kind="fixed", rate_per_s=0.5)
+    plain = server.simulate(stream, 10, prompt, OUTPUT)
+    cached = server.simulate(stream, 10, prompt, OUTPUT, prefix_share=0.5)
+    # isolated requests: TTFT is the prefill of the uncached tokens alone
+    assert plain.ttft.p50 == pytest.approx(server.costs.prefill_s(1024), rel=1e-9)
+    assert cached.ttft.p50 == pytest.approx(server.costs.prefill_s(512), rel=1e-9)
+    assert cached.ttft.mean < 0.7 * plain.ttft.mean
+    assert cached.tpot.mean == pytest.approx(plain.tpot.mean, rel=0.01)  # decode still reads the whole context
+    assert cached.to_dict()["prefix_share"] == 0.5 and "prefix share 0.5" in cached.workload
+    # under load too, and the larger the share the lower the TTFT
+    busy = [server.simulate(ArrivalProcess(kind="poisson", rate_per_s=16), 200, prompt, OUTPUT, seed=4,
+                            prefix_share=share).ttft.mean for share in (0.0, 0.5, 0.9)]
+    assert busy[0] > busy[1] > busy[2]
+    with pytest.raises(PerfmodelError, match=r"prefix share must be a fraction in \[0, 1\)"):
+        server.simulate(stream, 5, prompt, OUTPUT, prefix_share=1.0)
+
+
+def test_prefix_caching_on_the_command_line(capsys):
+    ttft = []
+    for share in ("0", "0.75"):
+        assert main([*SERVE, "--rate", "4/s", "--requests", "60", "--prompt-dist", "fixed:2048",
+                     "--prefix-share", share, "--json"]) == 0
+        ttft.append(json.loads(capsys.readouterr().out)["ttft_s"]["mean"])
+    assert ttft[1] < 0.6 * ttft[0]
+    assert main([*SERVE, "--rate", "4/s", "--prefix-share", "1"]) == 2
+    assert "--prefix-share must be a fraction" in capsys.readouterr().err
+
+
+def test_shipped_serving_examples(capsys):
+    from pathlib import Path
+
+    folder = Path(__file__).resolve().parent.parent / "workloads" / "serving"
+    assert main([*SERVE, "--trace", str(folder / "example_trace.csv"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["requests"] == 60 and data["per_request"]["arrival_s"][0] == 0.0
+    assert main([*SERVE, "--rate", "4/s", "--requests", "30", "--prompt-dist", str(folder / "prompt_lengths.csv"),
+                 "--output-dist", str(folder / "output_lengths.csv"), "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert set(data["per_request"]["prompt_tokens"]) <= {128, 256, 512, 1024, 2048, 3072}

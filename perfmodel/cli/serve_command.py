@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import math
+import sys
+from pathlib import Path
 
 from perfmodel.cli.llm_command import _check_counts, _rate
 from perfmodel.cli.overrides import (
@@ -18,6 +20,11 @@ from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
 KNEE_GROWTH = 1.10  # without a TTFT SLO, the knee is the first rate after which throughput grows by 10% or less
+DEFAULT_REQUESTS = 200
+DEFAULT_PROMPT, DEFAULT_OUTPUT = "fixed:512", "fixed:128"
+PROGRESS_REQUESTS = 2000  # a progress bar (stderr, a terminal only) above this many simulated requests...
+PROGRESS_RUNS = 3  # ...or from this many rates
+CHART_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def register(commands) -> None:
@@ -30,14 +37,25 @@ def register(commands) -> None:
     serve.add_argument("--rate", help="open-loop arrival rate, e.g. 2/s or 120/min")
     serve.add_argument("--rates", help="comma-separated rates: one simulation each, a throughput/latency table "
                                        "and the knee, e.g. 1,2,4,8")
-    serve.add_argument("--arrival", choices=["poisson", "fixed", "burst"], default="poisson",
+    serve.add_argument("--arrival", choices=["poisson", "fixed", "burst"],
                        help="open-loop arrivals: poisson (default), fixed gaps, or burst (every request at t = 0)")
     serve.add_argument("--users", type=int, help="closed loop: this many users, each waiting for its answer")
     serve.add_argument("--think", default="0s", help="closed loop: think time between a user's requests, e.g. 5s")
-    serve.add_argument("--requests", type=int, default=200, help="requests to simulate (default 200)")
-    serve.add_argument("--prompt-dist", default="fixed:512",
-                       help="prompt tokens: fixed:512, uniform:128-1024 or lognormal:MEAN,SIGMA")
-    serve.add_argument("--output-dist", default="fixed:128", help="output tokens, as --prompt-dist")
+    serve.add_argument("--trace", type=Path, metavar="FILE.csv",
+                       help="replay a request trace: a CSV with a header row and one request a row, columns "
+                            "arrival_s (seconds; or timestamp: epoch seconds or ISO 8601, replayed from the first "
+                            "row), prompt_tokens (or input_tokens, input_len) and output_tokens (or output_len); "
+                            "rows sorted by arrival")
+    serve.add_argument("--requests", type=int,
+                       help=f"requests to simulate (default {DEFAULT_REQUESTS}; with --trace: the first N rows, "
+                            "default all)")
+    serve.add_argument("--prompt-dist",
+                       help=f"prompt tokens: fixed:512, uniform:128-1024, lognormal:MEAN,SIGMA, or a CSV file of "
+                            f"lengths (one column, or value,weight rows) (default {DEFAULT_PROMPT})")
+    serve.add_argument("--output-dist", help=f"output tokens, as --prompt-dist (default {DEFAULT_OUTPUT})")
+    serve.add_argument("--prefix-share", type=float, default=0.0, metavar="F",
+                       help="prefix caching: the fraction (0 <= F < 1) of each prompt found in a shared cached "
+                            "prefix, whose prefill is skipped (default 0: no prefix caching)")
     serve.add_argument("--max-batch", type=int, default=256, help="most running sequences (default 256)")
     serve.add_argument("--max-tokens-per-step", type=int, default=8192,
                        help="token budget of a scheduler step: prefill chunks + one per decoding sequence")
@@ -52,29 +70,52 @@ def register(commands) -> None:
     add_set_argument(serve)
     add_ideal_argument(serve)
     serve.add_argument("--json", action="store_true")
+    serve.add_argument("--chart", type=Path, metavar="FILE.png",
+                       help="write a chart (.png, .svg or .pdf): the TTFT, TPOT and inter-token latency "
+                            "distributions; with --rates, throughput and p99 latency against the rate, knee marked")
     serve.set_defaults(handler=_serve)
 
 
 def _arrivals(args):
     from perfmodel.serving import ArrivalProcess, ClosedLoop
 
-    given = [name for name, value in (("--rate", args.rate), ("--rates", args.rates), ("--users", args.users))
-             if value is not None]
+    given = [name for name, value in (("--rate", args.rate), ("--rates", args.rates), ("--users", args.users),
+                                      ("--trace", args.trace)) if value is not None]
     if len(given) > 1:
-        raise PerfmodelError(f"give one of --rate, --rates and --users, not {' and '.join(given)}")
+        raise PerfmodelError(f"give one of --rate, --rates, --users and --trace, not {' and '.join(given)}")
+    arrival = args.arrival or "poisson"
+    if args.trace is not None:
+        extra = [name for name, value in (("--arrival", args.arrival), ("--prompt-dist", args.prompt_dist),
+                                          ("--output-dist", args.output_dist)) if value is not None]
+        if extra:
+            raise PerfmodelError(f"--trace gives the arrival times and lengths; drop {' and '.join(extra)}")
+        return [], None
     if args.users is not None:
         return [ClosedLoop(users=args.users, think_s=parse_quantity(args.think, "seconds"))], None
     if args.rates is not None:
         rates = [_rate(item) for item in args.rates.split(",")]
-        if args.arrival == "burst":
+        if arrival == "burst":
             raise PerfmodelError("--rates needs timed arrivals (poisson or fixed), not --arrival burst")
-        return [ArrivalProcess(kind=args.arrival, rate_per_s=rate) for rate in rates], rates
+        return [ArrivalProcess(kind=arrival, rate_per_s=rate) for rate in rates], rates
     if args.rate is not None:
-        return [ArrivalProcess(kind=args.arrival, rate_per_s=_rate(args.rate))], None
-    if args.arrival == "burst":
+        return [ArrivalProcess(kind=arrival, rate_per_s=_rate(args.rate))], None
+    if arrival == "burst":
         return [ArrivalProcess(kind="burst")], None
     raise PerfmodelError("give an arrival rate (--rate 2/s), several (--rates 1,2,4,8), closed-loop users "
-                         "(--users 32 --think 5s) or --arrival burst")
+                         "(--users 32 --think 5s), a trace (--trace requests.csv) or --arrival burst")
+
+
+def _stderr_is_tty() -> bool:
+    return sys.stderr.isatty()
+
+
+def _progress_bar(args, total: int, runs: int):
+    """A tqdm bar on stderr for long runs in a terminal (None otherwise; never with --json)."""
+    if args.json or not _stderr_is_tty() or (total <= PROGRESS_REQUESTS and runs < PROGRESS_RUNS):
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, unit="req", desc="simulating", file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
 def _serve(args) -> int:
@@ -82,36 +123,77 @@ def _serve(args) -> int:
     from perfmodel.llm import Parallelism
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.serving import Server, ServingConfig, max_context, parse_length
+    from perfmodel.serving.workload import read_trace
 
     _check_counts(args, ("tp", "pp", "users", "requests", "max_batch", "max_tokens_per_step", "block_size"))
     if not 0 < args.memory_utilization <= 1:
         raise PerfmodelError(f"--memory-utilization must be in (0, 1], got {args.memory_utilization}")
-    prompt = parse_length(args.prompt_dist, "--prompt-dist")
-    output = parse_length(args.output_dist, "--output-dist")
+    if not (math.isfinite(args.prefix_share) and 0 <= args.prefix_share < 1):
+        raise PerfmodelError(f"--prefix-share must be a fraction in [0, 1) (the share of each prompt found in the "
+                             f"prefix cache), got {args.prefix_share}")
+    if args.chart is not None and args.chart.suffix.lower() not in CHART_SUFFIXES:
+        raise PerfmodelError(f"--chart {args.chart}: the file must end in .png, .svg or .pdf")
+    streams, rates = _arrivals(args)
+    trace = prompt = output = None
+    if args.trace is not None:
+        trace = read_trace(args.trace)
+        if args.requests is not None:
+            if args.requests > len(trace):
+                raise PerfmodelError(f"--requests {args.requests}, but {args.trace} holds {len(trace)} requests; "
+                                     "drop --requests to replay them all")
+            trace = trace.head(args.requests)
+        longest: int | None = trace.longest
+    else:
+        prompt = parse_length(args.prompt_dist or DEFAULT_PROMPT, "--prompt-dist")
+        output = parse_length(args.output_dist or DEFAULT_OUTPUT, "--output-dist")
+        longest = max_context(prompt, output)
+    requests = len(trace) if trace is not None else args.requests or DEFAULT_REQUESTS
     ttft_slo = None if args.ttft_slo is None else parse_quantity(args.ttft_slo, "seconds")
     tpot_slo = None if args.tpot_slo is None else parse_quantity(args.tpot_slo, "seconds")
-    streams, rates = _arrivals(args)
     architecture = load_architecture(args.model)
+    if trace is not None:
+        trace.check_context(architecture.max_positions, architecture.name)
+    else:
+        prompt.check_context(architecture.max_positions, architecture.name, "--prompt-dist")
+        output.check_context(architecture.max_positions, architecture.name, "--output-dist")
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
                            block_size=args.block_size, memory_utilization=args.memory_utilization)
     server = Server(architecture, hardware, Parallelism(tp=args.tp, pp=args.pp), config=config,
-                    max_context=max_context(prompt, output), weight_dtype=args.weights,
+                    max_context=longest, weight_dtype=args.weights,
                     kv_dtype=args.kv or args.activations, activation_dtype=args.activations, mode=args.mode)
-    results = [server.simulate(stream, args.requests, prompt, output, seed=args.seed, ttft_slo_s=ttft_slo,
-                               tpot_slo_s=tpot_slo) for stream in streams]
+    runs = max(len(streams), 1)
+    bar = _progress_bar(args, requests * runs, runs)
+    results = []
+    try:
+        for run, stream in enumerate(streams or [None]):
+            progress = None if bar is None else (lambda done, base=run * requests: bar.update(base + done - bar.n))
+            if trace is not None:
+                results.append(server.replay(trace, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo,
+                                             prefix_share=args.prefix_share, progress=progress))
+            else:
+                results.append(server.simulate(stream, requests, prompt, output, seed=args.seed, ttft_slo_s=ttft_slo,
+                                               tpot_slo_s=tpot_slo, prefix_share=args.prefix_share,
+                                               progress=progress))
+    finally:
+        if bar is not None:
+            bar.close()
     header = (f"{architecture.name} on {server.parallelism.chips} x {hardware.name} (tp {args.tp}, pp {args.pp}, "
               f"{server.mode} mode), max batch {args.max_batch}, {args.max_tokens_per_step} tokens a step, "
               f"KV cache {server.kv.blocks} blocks of {args.block_size} tokens "
               f"({format_quantity(server.kv.budget_bytes, 'bytes', binary=True)} a chip)")
     if rates is not None:
         knee = _knee(rates, results, ttft_slo)
+        if args.chart is not None:
+            from perfmodel.plotting import plot_serving_rates, save_figure
+
+            save_figure(plot_serving_rates(rates, results, knee=knee, ttft_slo_s=ttft_slo), args.chart)
         if args.json:
             print(json.dumps({"rates": rates, "knee_rate_per_s": knee,
                               "results": [result.to_dict(per_request=False) for result in results]}, indent=1))
             return 0
         print(header)
-        print(f"{results[0].workload.split(';', 1)[1].strip()}, {args.requests} requests, seed {args.seed}")
+        print(f"{results[0].workload.split(';', 1)[1].strip()}, {requests} requests, seed {args.seed}")
         rows = [[f"{rate:g}/s", f"{r.requests_per_s:.2f}", f"{r.tokens_per_s:.0f}", _s(r.ttft.p50), _s(r.ttft.p99),
                  _s(r.tpot.p50), _s(r.tpot.p99), "-" if r.goodput is None else f"{100 * r.goodput:.0f}%",
                  r.preemptions, "<- knee" if rate == knee else ""] for rate, r in zip(rates, results, strict=True)]
@@ -120,13 +202,18 @@ def _serve(args) -> int:
         rule = (f"the last rate whose p99 TTFT meets {args.ttft_slo}" if ttft_slo is not None
                 else "the first rate after which throughput grows by 10% or less")
         print(f"knee: {'none' if knee is None else f'{knee:g}/s'} ({rule})")
+        _chart_note(args)
         return 0
     result = results[0]
+    if args.chart is not None:
+        from perfmodel.plotting import plot_serving_latency, save_figure
+
+        save_figure(plot_serving_latency(result), args.chart)
     if args.json:
         print(json.dumps(result.to_dict(), indent=1))
         return 0
     print(header)
-    print(f"{result.workload}, {result.requests} requests, seed {result.seed}")
+    print(f"{result.workload}, {result.requests} requests" + ("" if trace is not None else f", seed {result.seed}"))
     rows = [[name, _s(p.p50), _s(p.p90), _s(p.p99), _s(p.mean)]
             for name, p in (("TTFT", result.ttft), ("TPOT", result.tpot), ("end-to-end", result.e2e),
                             ("inter-token", result.itl))]
@@ -141,7 +228,13 @@ def _serve(args) -> int:
                                 f"({100 * result.peak_kv_share:.1f}%)"],
               ["preemptions", str(result.preemptions)], ["scheduler steps", str(result.steps)]]
     print(format_table(["metric", "value"], facts))
+    _chart_note(args)
     return 0
+
+
+def _chart_note(args) -> None:
+    if args.chart is not None:
+        print(f"chart: {args.chart}")
 
 
 def _s(value: float) -> str:

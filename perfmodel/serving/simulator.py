@@ -17,6 +17,17 @@ Each scheduler step (``Server.simulate``):
    steps are priced conservatively). A sequence emits a token at the end of the step that processes
    its last known token (the prefill's last chunk yields the first token).
 
+Prefix caching (``prefix_share`` F > 0): the first ``F x prompt`` tokens of each prompt, rounded down
+to whole KV blocks (and leaving at least one token to prefill), are a shared prefix already in the
+cache: the request starts with them computed, so its prefill skips them, and they take no blocks of
+its own. The shared prefix is kept resident: the blocks of the longest one are reserved for the whole
+run. Decode steps still read the whole context (the cached prefix included). A preempted request
+keeps its cached prefix. **Assumption:** every request hits the cache (no first-request miss) and
+the prefix's blocks are counted once.
+
+Arrivals come from an arrival process, closed-loop users, or a trace (``Server.replay``: the rows'
+arrival times and lengths exactly as read, ``workload.read_trace``).
+
 The loop is plain Python over steps; the engine is called only to build the step-cost grids.
 TTFT = first token - arrival; TPOT = mean gap between a request's later tokens; end-to-end = last
 token - arrival; inter-token latencies are every gap after the first token (a preempted request's
@@ -28,7 +39,9 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -37,7 +50,7 @@ from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario
 from perfmodel.serving.steps import KVCapacity, StepCosts, kv_capacity
-from perfmodel.serving.workload import ArrivalProcess, ClosedLoop, LengthDistribution
+from perfmodel.serving.workload import ArrivalProcess, ClosedLoop, LengthDistribution, Trace
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +111,8 @@ class ServingResult:
     ttft_s: tuple[float, ...]
     tpot_s: tuple[float, ...]
     e2e_s: tuple[float, ...]
+    prefix_share: float = 0.0
+    itl_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
 
     @property
     def peak_kv_share(self) -> float:
@@ -114,7 +129,7 @@ class ServingResult:
             "ttft_slo_s": self.ttft_slo_s, "tpot_slo_s": self.tpot_slo_s, "mean_in_system": self.mean_in_system,
             "max_queue": self.max_queue, "kv_blocks": self.kv_blocks, "block_size": self.block_size,
             "peak_kv_blocks": self.peak_kv_blocks, "peak_kv_share": self.peak_kv_share,
-            "preemptions": self.preemptions, "steps": self.steps,
+            "preemptions": self.preemptions, "steps": self.steps, "prefix_share": self.prefix_share,
         }
         if per_request:
             data["per_request"] = {
@@ -141,11 +156,14 @@ class ServingConfig:
 
 
 class _Request:
-    __slots__ = ("arrival", "prompt", "output", "generated", "computed", "blocks", "first", "last", "finish")
+    __slots__ = ("arrival", "prompt", "output", "generated", "computed", "blocks", "first", "last", "finish",
+                 "cached", "cached_blocks")
 
-    def __init__(self, arrival: float, prompt: int, output: int) -> None:
+    def __init__(self, arrival: float, prompt: int, output: int, cached: int = 0, cached_blocks: int = 0) -> None:
         self.arrival, self.prompt, self.output = arrival, prompt, output
-        self.generated = self.computed = self.blocks = 0
+        self.generated = self.blocks = 0
+        self.cached, self.cached_blocks = cached, cached_blocks  # the shared prefix already in the KV cache
+        self.computed = cached
         self.first = self.last = self.finish = math.nan
 
 
@@ -175,46 +193,81 @@ class Server:
         held = tokens if window is None else min(tokens, window)
         return -(-held // self.config.block_size)
 
+    def _cached(self, prompt: int, prefix_share: float) -> int:
+        """Tokens of a ``prompt``-token prompt found in the prefix cache: whole blocks, one token left."""
+        size = self.config.block_size
+        return min(int(prefix_share * prompt), prompt - 1) // size * size
+
     def simulate(self, arrivals: ArrivalProcess | ClosedLoop, requests: int, prompt: LengthDistribution,
                  output: LengthDistribution, *, seed: int = 0, ttft_slo_s: float | None = None,
-                 tpot_slo_s: float | None = None) -> ServingResult:
+                 tpot_slo_s: float | None = None, prefix_share: float = 0.0,
+                 progress: Callable[[int], None] | None = None) -> ServingResult:
+        """``requests`` requests from ``arrivals`` with lengths drawn from ``prompt`` and ``output``
+        (seeded); ``progress(done)`` is called as requests finish."""
         if requests < 1:
             raise PerfmodelError(f"requests must be at least 1, got {requests}")
         rng = np.random.default_rng(seed)
         limit = self.architecture.max_positions
         prompts = np.minimum(prompt.sample(rng, requests), limit - 1)
         outputs = np.maximum(np.minimum(output.sample(rng, requests), limit - prompts), 1)
+        times = None if isinstance(arrivals, ClosedLoop) else arrivals.times(rng, requests)
+        return self._run(arrivals, times, prompts, outputs, f"prompt {prompt.text}, output {output.text}", seed=seed,
+                         ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, prefix_share=prefix_share, progress=progress)
+
+    def replay(self, trace: Trace, *, ttft_slo_s: float | None = None, tpot_slo_s: float | None = None,
+               prefix_share: float = 0.0, progress: Callable[[int], None] | None = None) -> ServingResult:
+        """The trace's requests at its arrival times with its lengths, exactly as read."""
+        if not len(trace):
+            raise PerfmodelError(f"trace {trace.source} holds no requests")
+        trace.check_context(self.architecture.max_positions, self.architecture.name)
+        times = np.asarray(trace.arrival_s, dtype=float)
+        if np.any(np.diff(times) < 0) or times[0] < 0:
+            raise PerfmodelError(f"trace {trace.source}: arrival times must be at least 0 and sorted")
+        return self._run(trace, times, np.asarray(trace.prompt_tokens, dtype=np.int64),
+                         np.asarray(trace.output_tokens, dtype=np.int64), "prompt and output lengths from the trace",
+                         seed=0, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, prefix_share=prefix_share,
+                         progress=progress, trace_name=Path(trace.source).name)
+
+    def _run(self, arrivals: ArrivalProcess | ClosedLoop | Trace, times: np.ndarray | None, prompts: np.ndarray,
+             outputs: np.ndarray, lengths: str, *, seed: int, ttft_slo_s: float | None, tpot_slo_s: float | None,
+             prefix_share: float, progress: Callable[[int], None] | None, trace_name: str = "") -> ServingResult:
+        if not (math.isfinite(prefix_share) and 0 <= prefix_share < 1):
+            raise PerfmodelError(f"prefix share must be a fraction in [0, 1), got {prefix_share!r}")
+        requests = len(prompts)
+        cached = [self._cached(int(p), prefix_share) for p in prompts]
+        cached_blocks = [self._blocks(c) for c in cached]
+        reserved = max(cached_blocks)  # the shared prefix stays resident
         longest = int(np.max(prompts + outputs))
-        if self._blocks(longest) > self.kv.blocks:
+        own = max(self._blocks(int(p + o)) - b for p, o, b in zip(prompts, outputs, cached_blocks, strict=True))
+        if own + reserved > self.kv.blocks:
             raise PerfmodelError(f"a request of {longest} tokens needs {self._blocks(longest)} KV blocks, the cache "
                                  f"holds {self.kv.blocks} ({self.kv.tokens} tokens); add chips or raise the memory "
                                  "utilization")
         think_s = arrivals.think_s if isinstance(arrivals, ClosedLoop) else 0.0
         closed = isinstance(arrivals, ClosedLoop)
-        if isinstance(arrivals, ClosedLoop):
-            first = min(arrivals.users, requests)
-            times = np.zeros(requests)
+        if isinstance(arrivals, ClosedLoop) or times is None:
+            first = min(arrivals.users, requests) if isinstance(arrivals, ClosedLoop) else requests
             pending = [(0.0, index) for index in range(first)]
             issued = first
         else:
-            times = arrivals.times(rng, requests)
             pending = [(float(t), index) for index, t in enumerate(times)]
             issued = requests
         heapq.heapify(pending)
-        reqs = [_Request(0.0, int(p), int(o)) for p, o in zip(prompts, outputs, strict=True)]
+        reqs = [_Request(0.0, int(p), int(o), c, b)
+                for p, o, c, b in zip(prompts, outputs, cached, cached_blocks, strict=True)]
         budget_max, max_batch = self.config.max_tokens_per_step, self.config.max_batch
         costs, total_blocks = self.costs, self.kv.blocks
         waiting: deque[_Request] = deque()
         running: list[_Request] = []
         gaps: list[float] = []
-        free, peak, max_queue, preemptions, steps, done = total_blocks, 0, 0, 0, 0, 0
+        free, peak, max_queue, preemptions, steps, done = total_blocks - reserved, reserved, 0, 0, 0, 0
         now, area = 0.0, 0.0
 
         def preempt(victim: _Request) -> None:
             nonlocal free, preemptions
             running.remove(victim)
             free += victim.blocks
-            victim.blocks = victim.computed = 0
+            victim.blocks, victim.computed = 0, victim.cached
             waiting.appendleft(victim)
             preemptions += 1
 
@@ -236,7 +289,7 @@ class Server:
                 if need <= 0:
                     position += 1
                     continue
-                extra = self._blocks(seq.computed + need) - seq.blocks
+                extra = self._blocks(seq.computed + need) - seq.cached_blocks - seq.blocks
                 while extra > free and running[-1] is not seq:
                     preempt(running[-1])
                     preempted = True
@@ -252,7 +305,7 @@ class Server:
             while not preempted and waiting and len(running) < max_batch and budget > 0:
                 seq = waiting[0]
                 need = min(seq.prompt + seq.generated - seq.computed, budget)
-                extra = self._blocks(seq.computed + need) - seq.blocks
+                extra = self._blocks(seq.computed + need) - seq.cached_blocks - seq.blocks
                 if extra > free:
                     break
                 waiting.popleft()
@@ -296,11 +349,13 @@ class Server:
                         issued += 1
             if finished:
                 running = [seq for seq in running if math.isnan(seq.finish)]
-        return self._result(reqs, arrivals, prompt, output, seed, gaps, now, area, max_queue, peak, preemptions,
-                            steps, ttft_slo_s, tpot_slo_s)
+                if progress is not None:
+                    progress(done)
+        return self._result(reqs, arrivals, lengths, seed, gaps, now, area, max_queue, peak, preemptions,
+                            steps, ttft_slo_s, tpot_slo_s, prefix_share, trace_name)
 
-    def _result(self, reqs, arrivals, prompt, output, seed, gaps, now, area, max_queue, peak, preemptions, steps,
-                ttft_slo_s, tpot_slo_s) -> ServingResult:
+    def _result(self, reqs, arrivals, lengths, seed, gaps, now, area, max_queue, peak, preemptions, steps,
+                ttft_slo_s, tpot_slo_s, prefix_share, trace_name) -> ServingResult:
         arrival = np.array([r.arrival for r in reqs])
         ttft = np.array([r.first - r.arrival for r in reqs])
         e2e = np.array([r.finish - r.arrival for r in reqs])
@@ -316,7 +371,9 @@ class Server:
             if tpot_slo_s is not None:
                 ok &= np.isnan(tpot) | (tpot <= tpot_slo_s)
             goodput, goodput_rate = float(ok.mean()), float(ok.sum() / duration)
-        if isinstance(arrivals, ClosedLoop):
+        if isinstance(arrivals, Trace):
+            how = f"trace {trace_name}, arrivals {arrival.min():g} s to {arrival.max():g} s"
+        elif isinstance(arrivals, ClosedLoop):
             how = f"{arrivals.users} closed-loop users, think {arrivals.think_s:g} s"
         elif arrivals.kind == "burst":
             how = "burst (all at t = 0)"
@@ -324,7 +381,8 @@ class Server:
             how = f"{arrivals.kind} arrivals at {arrivals.rate_per_s:g}/s"
         return ServingResult(
             model=self.architecture.name, hardware=self.hardware.name, mode=self.mode, parallelism=self.parallelism,
-            workload=f"{how}; prompt {prompt.text}, output {output.text}", requests=len(reqs), seed=seed,
+            workload=f"{how}; {lengths}" + (f", prefix share {prefix_share:g}" if prefix_share else ""),
+            requests=len(reqs), seed=seed,
             duration_s=duration, ttft=Percentiles.of(ttft), tpot=Percentiles.of(tpot), e2e=Percentiles.of(e2e),
             itl=Percentiles.of(gaps), tokens_per_s=float(out_tokens.sum() / duration),
             requests_per_s=len(reqs) / duration, goodput=goodput, goodput_requests_per_s=goodput_rate,
@@ -332,7 +390,8 @@ class Server:
             kv_blocks=self.kv.blocks, block_size=self.kv.block_size, peak_kv_blocks=peak, preemptions=preemptions,
             steps=steps, arrival_s=tuple(arrival.tolist()), prompt_tokens=tuple(int(r.prompt) for r in reqs),
             output_tokens=tuple(int(r.output) for r in reqs), ttft_s=tuple(ttft.tolist()),
-            tpot_s=tuple(tpot.tolist()), e2e_s=tuple(e2e.tolist()))
+            tpot_s=tuple(tpot.tolist()), e2e_s=tuple(e2e.tolist()), prefix_share=prefix_share,
+            itl_samples_s=np.asarray(gaps, dtype=float))
 
 
 def max_context(prompt: LengthDistribution, output: LengthDistribution) -> int | None:
