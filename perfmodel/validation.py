@@ -278,17 +278,16 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
         return _int(recipe[name]) or 1
 
     slices = degree("dcn_data") * degree("dcn_fsdp")
-    layout = Layout(tp=degree("ici_tensor"), fsdp=degree("ici_fsdp") * degree("dcn_fsdp"),
-                    dp=degree("ici_data") * degree("dcn_data"), pp=degree("pipeline"))
+    tp, pp = degree("ici_tensor"), degree("pipeline")
+    fsdp, dp = degree("ici_fsdp") * degree("dcn_fsdp"), degree("ici_data") * degree("dcn_data")
     global_batch = int(recipe["global_batch_sequences"])
     per_device = _int(recipe["per_device_batch"])
     how = ""
-    if per_device and global_batch // per_device != layout.chips and "expert" in recipe["notes"]:
-        folded = global_batch // per_device // layout.chips  # an expert axis shards the batch like FSDP
-        layout = Layout(tp=layout.tp, fsdp=layout.fsdp * folded, dp=layout.dp, pp=layout.pp)
+    if per_device and global_batch // per_device != tp * pp * fsdp * dp and "expert" in recipe["notes"]:
+        folded = global_batch // per_device // (tp * pp * fsdp * dp)  # an expert axis shards the batch like FSDP
+        fsdp *= folded
         how = f"; expert axis ({folded}) folded into fsdp"
-    layout = Layout(tp=layout.tp, fsdp=layout.fsdp, dp=layout.dp, pp=layout.pp,
-                    micro_batch=global_batch // (layout.fsdp * layout.dp))
+    layout = Layout(tp=tp, fsdp=fsdp, dp=dp, pp=pp, micro_batch=global_batch // (fsdp * dp))  # no accumulation
     master = "bf16" if recipe["weights_dtype"] == "bfloat16" else "fp32"
     setup = TrainingSetup(global_batch=global_batch, seq_len=int(recipe["seq_len"]), master_dtype=master,
                           recompute=recipe["remat"] or "none", kept=tuple(recipe["kept_matmuls"].split()) or None,

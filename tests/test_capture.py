@@ -203,18 +203,9 @@ def test_views_are_free():
     assert [op.kind for op in capture(Materialized(), input_shapes=[(16,)]).graph.ops] == ["copy", "elementwise"]
 
 
-def test_capture_cli_and_compiled_view(tmp_path, capsys):
-    source = tmp_path / "models.py"
-    source.write_text(textwrap.dedent("""
-        import torch, transformers
-        def small_llama():
-            config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                              num_attention_heads=4, num_key_value_heads=4, vocab_size=500)
-            with torch.device("meta"):
-                return transformers.LlamaForCausalLM(config)
-    """))
+def test_capture_cli_and_compiled_view(tmp_path, capsys, small_llama_factory):
     target = tmp_path / "captured.yaml"
-    assert main(["capture", f"{source}:small_llama", "--input-shape", "1x64", "--dtype", "bf16", "-o", str(target)]) == 0
+    assert main(["capture", small_llama_factory, "--input-shape", "1x64", "--dtype", "bf16", "-o", str(target)]) == 0
     assert "captured" in capsys.readouterr().out
     assert main(["predict", str(target), "--on", "h100-sxm", "--json"]) == 0
     eager = json.loads(capsys.readouterr().out)
@@ -222,8 +213,9 @@ def test_capture_cli_and_compiled_view(tmp_path, capsys):
     compiled = json.loads(capsys.readouterr().out)
     assert compiled["total_s"] < eager["total_s"]
     assert len({op["kernel"] for op in compiled["ops"]}) < len({op["kernel"] for op in eager["ops"]})
-    assert main(["capture", f"{source}:missing", "--input-shape", "1x64", "-o", str(target)]) == 2
-    assert main(["capture", f"{source}:small_llama", "--input-shape", "1xa", "-o", str(target)]) == 2
+    missing = small_llama_factory.replace(":small_llama", ":missing")
+    assert main(["capture", missing, "--input-shape", "1x64", "-o", str(target)]) == 2
+    assert main(["capture", small_llama_factory, "--input-shape", "1xa", "-o", str(target)]) == 2
 
 
 def test_meta_device_modules_get_meta_inputs():

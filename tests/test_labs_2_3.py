@@ -1,22 +1,19 @@
 """Labs 2 and 3 use the real PyTorch tools, show their figures, and leave the working directory alone (issue 16).
 
-Each notebook is executed once (module-scoped fixture) in its own empty working directory, as
+Each notebook is executed once (the session's ``notebook_runs``) in its own empty working directory, as
 ``tests/test_notebooks.py`` does; the tests then read the executed cells: the named tool is called in a
 cell whose outputs are not empty, at least one PNG figure is displayed, and nothing was written to the
 working directory (none of these cells announces a file).
 """
 
-import time
-from pathlib import Path
 
 import nbformat
 import pytest
-from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests.notebook_runs import NOTEBOOKS, output_text
+
 LAB2 = "02_dataflow_execution_models"
 LAB3 = "03_compilation_for_dataflow"
-CELL_TIMEOUT_S = 600
 # Both labs together run in well under 90 s on the 2-core development machine (torch.compile included);
 # the bound leaves room for a cold Inductor cache and a busy CI runner.
 BOTH_LABS_S = 240
@@ -34,27 +31,9 @@ TOOLS = {
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
+def executed(notebook_runs):
     """name -> (executed notebook, files left in its working directory, seconds)."""
-    results = {}
-    for name in (LAB2, LAB3):
-        workdir = tmp_path_factory.mktemp(name)
-        notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-        start = time.perf_counter()
-        NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                       resources={"metadata": {"path": str(workdir)}}).execute()
-        results[name] = (notebook, sorted(path.name for path in workdir.iterdir()), time.perf_counter() - start)
-    return results
-
-
-def _output_text(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        if output.output_type == "stream":
-            parts.append(output.text)
-        elif output.output_type in ("execute_result", "display_data"):
-            parts.extend(str(output.data.get(kind, "")) for kind in ("text/plain", "text/html"))
-    return "".join(parts)
+    return {name: notebook_runs(name) for name in (LAB2, LAB3)}
 
 
 @pytest.mark.parametrize("call", TOOLS)
@@ -63,7 +42,7 @@ def test_each_tool_is_called_and_prints_its_result(executed, call):
     notebook = executed[name][0]
     cells = [cell for cell in notebook.cells if cell.cell_type == "code" and call in cell.source]
     assert cells, f"{name} has no cell calling {call}"
-    outputs = [_output_text(cell) for cell in cells]
+    outputs = [output_text(cell) for cell in cells]
     assert any(text.strip() for text in outputs), f"the cell calling {call} printed nothing"
     assert any(expected in text for text in outputs), f"the output of {call} lacks {expected!r}"
 
@@ -99,7 +78,7 @@ def test_lab_layout(name):
 def test_exercise_checks_pass_with_the_reference_solution(executed):
     for name in (LAB2, LAB3):
         checks = [cell for cell in executed[name][0].cells if "check" in cell.metadata.get("tags", [])]
-        assert checks and all("correct:" in _output_text(cell) for cell in checks)
+        assert checks and all("correct:" in output_text(cell) for cell in checks)
 
 
 def test_both_labs_run_in_time(executed):

@@ -1,6 +1,6 @@
 """Labs 4 and 5: the profiler's memory timeline for real, three planted bugs with hidden solutions (issue 16).
 
-Each notebook is executed once (module-scoped fixture) in its own empty working directory, as
+Each notebook is executed once (the session's ``notebook_runs``) in its own empty working directory, as
 ``tests/test_notebooks.py`` does; the tests then read the executed cells. Lab 4 must profile with
 ``profile_memory=True``, export the memory timeline and draw it; Lab 5 must set three exercises whose
 check cells pass as committed (the symptom is reproduced) and whose reference solutions, kept in
@@ -9,18 +9,16 @@ when pasted into the exercise cells.
 """
 
 import re
-import time
-from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
-NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+from tests.notebook_runs import CELL_TIMEOUT_S, NOTEBOOKS, output_text
+
 LAB4 = "04_memory_systems"
 LAB5 = "05_debugging_across_the_stack"
 SOLUTIONS = NOTEBOOKS / "solutions" / "05_solutions.md"
-CELL_TIMEOUT_S = 600
 # Both labs together run in ~40 s on the 2-core development machine; the bound leaves room for a busy runner.
 BOTH_LABS_S = 180
 # Phrases of the reference solutions that give an answer away: none may be printed by the notebook.
@@ -29,29 +27,9 @@ GIVEAWAYS = ["probs.amax(", "x32 = x.float()", "temperatures[:, None]", "dispatc
 
 
 @pytest.fixture(scope="module")
-def executed(tmp_path_factory):
+def executed(notebook_runs):
     """name -> (executed notebook, files left in its working directory, seconds)."""
-    results = {}
-    for name in (LAB4, LAB5):
-        workdir = tmp_path_factory.mktemp(name)
-        notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-        start = time.perf_counter()
-        NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                       resources={"metadata": {"path": str(workdir)}}).execute()
-        results[name] = (notebook, sorted(path.name for path in workdir.iterdir()), time.perf_counter() - start)
-    return results
-
-
-def _output_text(cell) -> str:
-    parts = []
-    for output in cell.get("outputs", []):
-        if output.output_type == "stream":
-            parts.append(output.text)
-        elif output.output_type in ("execute_result", "display_data"):
-            parts.extend(str(output.data.get(kind, "")) for kind in ("text/plain", "text/html"))
-        elif output.output_type == "error":
-            parts.append("\n".join(output.traceback))
-    return "".join(parts)
+    return {name: notebook_runs(name) for name in (LAB4, LAB5)}
 
 
 def _code_cells(notebook, *, calling: str = "", tag: str = "") -> list:
@@ -94,7 +72,7 @@ def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
     assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
     source = cells[0].source
     assert "tempfile.TemporaryDirectory()" in source and 'load_hardware("epyc-zen4-2vcpu-fitted")' in source
-    text = _output_text(cells[0])
+    text = output_text(cells[0])
     assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
     hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(c.source for c in _code_cells(notebook)))
     assert hard_coded == ["epyc-zen4-2vcpu-fitted"], f"a hard-coded CPU spec besides the fallback: {hard_coded}"
@@ -124,7 +102,7 @@ def test_lab4_profiles_memory_and_exports_the_timeline(executed):
     notebook = executed[LAB4][0]
     cells = _code_cells(notebook, calling="profile_memory=True, record_shapes=True, with_stack=True")
     assert cells and "export_memory_timeline(" in cells[0].source and "tempfile.TemporaryDirectory()" in cells[0].source
-    text = _output_text(cells[0])
+    text = output_text(cells[0])
     assert _number(r"export_memory_timeline: (\d+) time steps", text) > 100
     assert _number(r"parameter\s+([\d.]+)", text) > 1  # the weights, MiB
     assert _number(r"activation\s+([\d.]+)", text) > 1
@@ -137,9 +115,9 @@ def test_lab4_measured_weights_and_kv_cache_agree_with_perfmodel(executed):
     notebook = executed[LAB4][0]
     cells = _code_cells(notebook, calling="memory_per_chip(tiny, scenario, Parallelism())")
     assert cells and "from_hf_config(config.to_dict()" in cells[0].source
-    table = _output_text(_code_cells(notebook, calling="comparison = pd.DataFrame(rows)")[0])
+    table = output_text(_code_cells(notebook, calling="comparison = pd.DataFrame(rows)")[0])
     assert re.search(r"weights\s+6\.958\s+6\.958", table), table
-    growth = _output_text(_code_cells(notebook, calling="measured = np.array(probe.points")[0])
+    growth = output_text(_code_cells(notebook, calling="measured = np.array(probe.points")[0])
     measured = _number(r"= (\d+) per sequence", growth)
     assert measured == _number(r"kv_bytes_per_token \(fp32\): (\d+)", growth) == 4096
 
@@ -148,7 +126,7 @@ def test_lab4_largest_single_op_allocation_is_one_call(executed):
     notebook = executed[LAB4][0]
     cells = _code_cells(notebook, calling="light.key_averages()")
     assert cells and "with_stack=False" in cells[0].source and "profile_memory=True" in cells[0].source
-    text = _output_text(cells[0])
+    text = output_text(cells[0])
     total = _number(r"the old label's number: ([\d.]+) MiB = what \S+ allocated over \d+ calls", text)
     single = _number(r"largest single-op allocation: ([\d.]+) MiB by one call of aten::", text)
     jump = _number(r"largest single jump in the memory timeline: ([\d.]+) MiB", text)
@@ -162,7 +140,7 @@ def test_lab4_exercise_check_passes_with_the_reference_solution(executed):
     solutions = _code_cells(notebook, tag="solution")
     assert solutions and all(cell.metadata.get("jupyter", {}).get("source_hidden") for cell in solutions)
     checks = _code_cells(notebook, tag="check")
-    assert checks and all("correct:" in _output_text(cell) for cell in checks)
+    assert checks and all("correct:" in output_text(cell) for cell in checks)
 
 
 # --- Lab 5: three planted bugs ----------------------------------------------------------------------------------
@@ -177,12 +155,12 @@ def test_lab5_has_three_exercises_each_with_a_check_that_sees_the_symptom(execut
         assert re.search(r"^\w+ = None$", cell.source, re.M), "the exercise cell should leave the fix to the student"
         check = code[code.index(cell) + 1]
         assert "check" in check.metadata.get("tags", []) and "assert" in check.source
-        assert f"Exercise {number}: symptom reproduced" in _output_text(check)
-    failures = _output_text(_code_cells(notebook, calling="for tool, failure in capture_failures(moe")[0])
+        assert f"Exercise {number}: symptom reproduced" in output_text(check)
+    failures = output_text(_code_cells(notebook, calling="for tool, failure in capture_failures(moe")[0])
     assert "TraceError" in failures and "DynamicOutputShapeException" in failures
     assert re.search(r"line \d+ of forward: if rows.numel\(\) == 0", failures), failures
-    assert "inf or NaN in the output: 0" in _output_text(_code_cells(notebook, calling="out16 = rms_norm(x16")[0])
-    timed = _output_text(_code_cells(notebook, calling="timer.blocked_autorange(")[0])
+    assert "inf or NaN in the output: 0" in output_text(_code_cells(notebook, calling="out16 = rms_norm(x16")[0])
+    timed = output_text(_code_cells(notebook, calling="timer.blocked_autorange(")[0])
     assert "measured median" in timed and "IQR" in timed
 
 
@@ -191,7 +169,7 @@ def test_lab5_solutions_live_in_their_own_file_and_are_not_printed(executed):
     assert any("solutions/05_solutions.md" in cell.source for cell in notebook.cells if cell.cell_type == "markdown")
     blocks = _solution_blocks()
     assert len(blocks) == 3, "one python block per exercise in the solutions file"
-    printed = "".join(_output_text(cell) for cell in notebook.cells if cell.cell_type == "code")
+    printed = "".join(output_text(cell) for cell in notebook.cells if cell.cell_type == "code")
     sources = "\n".join(cell.source for cell in notebook.cells)
     for phrase in GIVEAWAYS:
         assert phrase in SOLUTIONS.read_text(encoding="utf-8"), f"{phrase!r} is not in the solutions any more"
@@ -210,5 +188,5 @@ def test_lab5_reference_solutions_pass_the_checks(tmp_path):
     NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
     checks = [cell for cell in notebook.cells if "check" in cell.metadata.get("tags", [])]
-    assert [f"Exercise {number} fixed" in _output_text(cell) for number, cell in enumerate(checks, 1)] == [True] * 3
+    assert [f"Exercise {number} fixed" in output_text(cell) for number, cell in enumerate(checks, 1)] == [True] * 3
     assert list(tmp_path.iterdir()) == []

@@ -272,24 +272,14 @@ def test_errors():
         capture_training("not a module", input_shapes=[(2, 4)])
 
 
-def test_capture_cli_writes_a_training_step_that_predict_prices(tmp_path, capsys):
+def test_capture_cli_writes_a_training_step_that_predict_prices(tmp_path, capsys, small_llama_factory):
     import json
-    import textwrap
 
     from perfmodel.cli import main
 
-    source = tmp_path / "models.py"
-    source.write_text(textwrap.dedent("""
-        import torch, transformers
-        def small_llama():
-            config = transformers.LlamaConfig(hidden_size=128, intermediate_size=256, num_hidden_layers=2,
-                                              num_attention_heads=4, num_key_value_heads=4, vocab_size=500)
-            with torch.device("meta"):
-                return transformers.LlamaForCausalLM(config)
-    """))
     forward, step = tmp_path / "forward.yaml", tmp_path / "step.yaml"
-    assert main(["capture", f"{source}:small_llama", "--input-shape", "2x64", "-o", str(forward)]) == 0
-    assert main(["capture", f"{source}:small_llama", "--input-shape", "2x64", "--train", "-o", str(step)]) == 0
+    assert main(["capture", small_llama_factory, "--input-shape", "2x64", "-o", str(forward)]) == 0
+    assert main(["capture", small_llama_factory, "--input-shape", "2x64", "--train", "-o", str(step)]) == 0
     capsys.readouterr()
     assert main(["predict", str(forward), "--on", "h100-sxm", "--json"]) == 0
     inference = json.loads(capsys.readouterr().out)
@@ -299,5 +289,5 @@ def test_capture_cli_writes_a_training_step_that_predict_prices(tmp_path, capsys
     assert {"forward", "backward", "optimizer"} <= phases
     # Forward, twice its matmuls in the backward, and the optimizer: roughly three times the FLOPs.
     assert 2.8 * inference["flops_total"] < training["flops_total"] < 3.6 * inference["flops_total"]
-    assert main(["capture", f"{source}:small_llama", "--input-shape", "2x64", "--no-optimizer", "-o",
+    assert main(["capture", small_llama_factory, "--input-shape", "2x64", "--no-optimizer", "-o",
                  str(step)]) == 2

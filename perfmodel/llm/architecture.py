@@ -15,6 +15,7 @@ layer norm), the token embedding, and the LM head unless tied to the embedding.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Mapping
 
@@ -98,6 +99,16 @@ class Architecture:
         does not hold the embedding: Megatron keeps a copy there)."""
         final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
         return self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0) + final_norm
+
+    def stage_parameters(self, pp: int) -> int:
+        """Parameters of the fullest of ``pp`` pipeline stages: ``ceil(layers / pp)`` layers and the
+        larger end (embedding or LM head); one stage holds both ends, sharing a tied head's matrix."""
+        if pp == 1:
+            tied = self.vocab * self.hidden if self.tied_embeddings else 0
+            ends = self.embedding_parameters + self.head_parameters - tied
+        else:
+            ends = max(self.embedding_parameters, self.head_parameters)
+        return math.ceil(self.layers / pp) * self.layer_parameters + ends
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
         """2 (K and V) x layers x kv_heads x head_dim x bytes."""

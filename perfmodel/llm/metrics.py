@@ -134,11 +134,7 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     act_bytes = DTYPES[scenario.activation_dtype].bytes_per_element
     a, tp, pp = architecture, parallelism.tp, parallelism.pp
     stage_layers = math.ceil(a.layers / pp)
-    if pp == 1:  # one stage holds both ends; a tied head shares the embedding's matrix
-        ends = a.embedding_parameters + a.head_parameters - (a.vocab * a.hidden if a.tied_embeddings else 0)
-    else:
-        ends = max(a.embedding_parameters, a.head_parameters)
-    stage_parameters = stage_layers * a.layer_parameters + ends
+    stage_parameters = a.stage_parameters(pp)
     kv_heads_share = max(a.kv_heads // tp, 1) / a.kv_heads
     cached = a.cached_tokens(scenario.prompt_tokens + scenario.generated_tokens)
     tokens = np.asarray(scenario.batch) * cached

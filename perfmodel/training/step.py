@@ -43,7 +43,6 @@ HFU adds the recomputed forward, both over the matrix engines' peak at the compu
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -205,15 +204,6 @@ def _sum(arrays: ArrayEvaluation, rows=None):
     return total.sum(axis=0)
 
 
-def _stage_parameters(architecture: Architecture, layout: Layout) -> float:
-    """Parameters of the fullest stage on one chip of its tensor group (the last stage: its layers and
-    the LM head; pp = 1 holds the embedding too)."""
-    a = architecture
-    ends = a.embedding_parameters + a.head_parameters - (a.vocab * a.hidden if a.tied_embeddings else 0) \
-        if layout.pp == 1 else max(a.embedding_parameters, a.head_parameters)
-    return (math.ceil(a.layers / layout.pp) * a.layer_parameters + ends) / layout.tp
-
-
 @dataclass(frozen=True, kw_only=True)
 class MicroBatchCosts:
     """One micro-batch on one chip of a tensor/context group, split into one decoder layer and the
@@ -335,7 +325,7 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
                                 2 if layout.pp > 1 else 1, layout.stride("pp"), domain, setup.compute_dtype)
 
     # Data-parallel communication: FSDP per micro-batch, replicas' gradient sync per step.
-    parameters = _stage_parameters(architecture, layout)
+    parameters = architecture.stage_parameters(layout.pp) / layout.tp
     fsdp_stride = layout.stride("fsdp")
     fsdp_ops = group_collective(hardware, "fsdp.all_gather", "all_gather", parameters * compute, layout.fsdp,
                                 fsdp_stride, domain, setup.compute_dtype, count=2)
@@ -433,7 +423,8 @@ def _adamw(parameters: float, setup: TrainingSetup) -> Op:
 def training_memory(architecture: Architecture, setup: TrainingSetup, layout: Layout,
                     costs: MicroBatchCosts) -> TrainingMemory:
     """Bytes per chip of the fullest stage (see the module docstring)."""
-    parameters, stage_layers = _stage_parameters(architecture, layout), architecture.layers // layout.pp
+    parameters = architecture.stage_parameters(layout.pp) / layout.tp  # one chip's tensor shard of its stage
+    stage_layers = architecture.layers // layout.pp
     compute, master = DTYPES[setup.compute_dtype].bytes_per_element, DTYPES[setup.master_dtype].bytes_per_element
     shard = parameters / layout.fsdp
     layer = parameters / max(stage_layers, 1)
