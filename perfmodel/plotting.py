@@ -6,6 +6,7 @@ the pure functions of :mod:`perfmodel.roofline.charts`.
 
 from __future__ import annotations
 
+import math
 import os
 import tempfile
 from pathlib import Path
@@ -57,7 +58,7 @@ def _marker_sizes(shares) -> np.ndarray:
 
 
 def _x_range(data, points) -> tuple[float, float]:
-    xs = [p.intensity_flop_per_byte for p in points if p.intensity_flop_per_byte > 0]
+    xs = [p.intensity_flop_per_byte for p in points if 0 < p.intensity_flop_per_byte < math.inf]
     ridges = [roof.ridge_flop_per_byte for roof in data.roofs]
     low = min([*xs, *ridges, 1.0]) / 10
     high = max([*xs, *ridges, 10.0]) * 10
@@ -67,11 +68,19 @@ def _x_range(data, points) -> tuple[float, float]:
 BOUND_MARKERS = {"compute": "^", "scheduling": "s"}
 
 
-def _scatter_points(ax, points, level_names, *, by_level=False, measured=False):
+def _scatter_points(ax, points, level_names, *, by_level=False, measured=False, edge=None):
     """Colour by bound (classic) or by memory level (hierarchical, matching the roofs; the marker
-    shape then tells the bound: triangle compute, circle memory, square scheduling)."""
+    shape then tells the bound: triangle compute, circle memory, square scheduling). An op that moves
+    no bytes at the chart's levels (infinite intensity) is drawn at ``edge`` as a right-pointing
+    triangle."""
     seen = set()
     for point in points:
+        if point.intensity_flop_per_byte == math.inf:
+            label = None if "edge" in seen else "no traffic at the roof's level (drawn at the edge)"
+            seen.add("edge")
+            ax.scatter([edge], [point.achieved_flops_per_s / TERA], s=_marker_sizes([point.time_share]), marker=">",
+                       label=label, alpha=0.75, color=bound_colour(point.bound, level_names))
+            continue
         if by_level and not measured:
             colour = LEVEL_COLOURS[level_names.index(point.level) % len(LEVEL_COLOURS)]
             key = f"at {point.level}"
@@ -104,7 +113,7 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
     ax.axhline(data.peak_flops_per_s / TERA, color="tab:red", linestyle=":", linewidth=1)
     peak_label = f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}"
     ax.text(low * 1.3, data.peak_flops_per_s / TERA * 0.6, peak_label, fontsize="small", color="tab:red")
-    _scatter_points(ax, data.points, level_names, by_level=len(data.roofs) > 1)
+    _scatter_points(ax, data.points, level_names, by_level=len(data.roofs) > 1, edge=high / 2)
     if measured:
         _scatter_points(ax, measured, level_names, measured=True)
     ax.set_xlim(low, high)
@@ -113,7 +122,7 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
     ax.set_ylabel("performance (TFLOP/s)")
     ax.set_title(title or f"{data.hardware}: {'hierarchical ' if len(data.roofs) > 1 else ''}roofline ({data.dtype})")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="lower right", markerscale=0.6)
+    ax.legend(fontsize="x-small", loc="best", markerscale=0.6)
     return ax
 
 

@@ -9,8 +9,14 @@ Conventions for reproducing rows:
 * TensorRT-LLM and gpt-fast runs use CUDA graphs (the `compiled` mode: graph on GPUs, the static program on
   Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream.
 * Static-batching throughput = batch x output tokens / (TTFT + (output - 1) x TPOT), per GPU when
-  the row says so; in-flight-batching "max-load" rows run at the largest batch that fits (capped at
-  TensorRT-LLM's default ``max_batch_size`` of 2048) with continuous batching.
+  the row says so.
+* In-flight-batching "max-load" rows (``trtllm-bench throughput``, TensorRT-LLM's perf-overview) go
+  through the serving simulator with the benchmark's published settings: the perf-overview's number of
+  requests for the row's ISL/OSL, all queued at once; ``max_batch_size`` and ``max_num_tokens`` from
+  trtllm-bench's own heuristic (``trtllm_bench_settings``); TensorRT-LLM's KV-cache defaults (32-token
+  blocks, whole sequences reserved at admission: GUARANTEED_NO_EVICT) and the perf-overview's KV share
+  of 0.95 of the free memory. Throughput = all output tokens / the run's wall time, as trtllm-bench
+  reports "Total Output Throughput".
 * FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute.
 * Single-user API speeds (Groq, Cerebras) are 1 / TPOT at batch 1 for a 512-token prompt and 256
   generated tokens, on the fewest chips that hold the weights (Groq: tp 8, pp as needed) or the
@@ -23,6 +29,7 @@ Conventions for reproducing rows:
 from __future__ import annotations
 
 import csv
+import functools
 import re
 import statistics
 from dataclasses import dataclass
@@ -32,7 +39,16 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.loader import load_for_prediction
 from perfmodel.paths import data_directory
 
-TRT_MAX_BATCH = 2048
+# trtllm-bench's max-load runs, TensorRT-LLM docs/source/performance/perf-overview.md at commit 00f37686
+# (https://github.com/NVIDIA/TensorRT-LLM/blob/00f37686aa854010d68bcbd0f4ab000221541ca6/docs/source/performance/
+# perf-overview.md): "$num_requests" per (input, output) length, "--kv_cache_free_gpu_mem_fraction 0.95".
+TRTLLM_BENCH_REQUESTS = {(128, 128): 30000, (128, 2048): 3000, (128, 4096): 1500, (1000, 2000): 1500,
+                         (2048, 128): 3000, (2048, 2048): 1500, (5000, 500): 1500, (1000, 1000): 3000,
+                         (500, 2000): 3000, (20000, 2000): 1000}
+TRTLLM_KV_FREE_FRACTION = 0.95
+# TensorRT-LLM defaults (tensorrt_llm/llmapi/llm_args.py, vendor code): KvCacheConfig.tokens_per_block = 32;
+# SchedulerConfig.capacity_scheduler_policy = GUARANTEED_NO_EVICT (a request's whole sequence is reserved).
+TRTLLM_TOKENS_PER_BLOCK = 32
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # A prompt stated only as "short": gpt-fast's generate.py default prompt, "Hello, my name is", is
@@ -115,7 +131,7 @@ def _dtypes(precision: str, system: str) -> dict | None:
 
 def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
     from perfmodel.hardware.execution_models import resolve_mode
-    from perfmodel.llm import Parallelism, Scenario, continuous_batching_throughput, llm_predict, max_batch
+    from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture, load_config
     from perfmodel.llm.eager import stage_graphs_for
     from perfmodel.llm.graphs import stage_graph
@@ -147,12 +163,7 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
         + f"; prompt {prompt}, gen {gen}"
     if "ifb" in batch_text or "max-load" in batch_text:
-        concurrency = min(max_batch(architecture, hardware, base, parallelism), TRT_MAX_BATCH)
-        if concurrency < 1:
-            raise _Skip("the model does not fit in this configuration")
-        throughput = continuous_batching_throughput(architecture, hardware, base, parallelism, concurrency, mode=mode,
-                                                    graphs=graphs)
-        return throughput, how + f"; continuous batching at the largest batch that fits ({concurrency})"
+        return _max_load_row(architecture, hardware, parallelism, base, mode, how)
     if "max" in batch_text or "sweep" in batch_text:
         raise _Skip("batch size of the sweep's maximum not stated")
     batch = _int(row["batch"]) or 1
@@ -174,6 +185,87 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     if "per-token" in metric:
         return result.tpot_s * 1e3, how
     raise _Skip(f"metric {row['metric']!r} is not an LLM metric the model predicts")
+
+
+@dataclass(frozen=True)
+class TrtllmBenchSettings:
+    max_batch: int
+    max_tokens: int
+    kv_max_requests: float  # the heuristic's estimate of requests whose whole sequence fits in the KV cache
+
+
+def trtllm_bench_settings(architecture, hardware, parallelism, scenario) -> TrtllmBenchSettings:
+    """``max_batch_size`` and ``max_num_tokens`` as trtllm-bench picks them for a dataset of one
+    ISL/OSL (vendor code: tensorrt_llm/bench/build/tuning.py, ``calc_engine_setting`` and
+    ``finetune_setting``, https://github.com/NVIDIA/TensorRT-LLM/blob/04cba882084a25665e7f80f5bda71b35b9790b6f/
+    tensorrt_llm/bench/build/tuning.py): the KV cache is 0.95 of the GPUs' memory less the weights
+    (parameters x bytes per element), a request needs its whole sequence's KV (each GPU of the tp
+    group holds at least one KV head), and the estimated concurrency is rounded up ("slightly
+    optimistic") with a batch cap of 4096 and a token cap of 32768."""
+    import math
+
+    from perfmodel.costs.residency import on_device_capacity_bytes
+    from perfmodel.dtypes import DTYPES
+
+    gib = 2.0 ** 30
+    kv_bytes = DTYPES[scenario.kv_dtype].bytes_per_element
+    per_token = 2 * architecture.layers * max(parallelism.tp, architecture.kv_heads) * architecture.head_dim \
+        * kv_bytes / gib
+    engine = architecture.parameter_count() * DTYPES[scenario.weight_dtype].bytes_per_element / gib
+    available = float(on_device_capacity_bytes(hardware)) / gib * parallelism.chips - engine
+    requests = available * TRTLLM_KV_FREE_FRACTION / (per_token * (scenario.prompt_tokens + scenario.generated_tokens))
+    raw_batch = min(requests, 4096) / parallelism.pp
+    raw_tokens = min(raw_batch * (1 + scenario.prompt_tokens / scenario.generated_tokens), 32768)
+    if raw_batch < 256:
+        batch = max(64, 32 * math.ceil(raw_batch / 32))
+    elif raw_batch < 1024:
+        batch = 128 * math.ceil(raw_batch / 128)
+    else:
+        batch = 256 * math.ceil(raw_batch / 256)
+    if raw_tokens < 4096:
+        tokens = max(2048, 256 * math.ceil(raw_tokens / 256))
+    elif raw_tokens < 8192:
+        tokens = 512 * math.ceil(raw_tokens / 512)
+    else:
+        tokens = 1024 * math.ceil(raw_tokens / 1024)
+    return TrtllmBenchSettings(max_batch=batch, max_tokens=tokens, kv_max_requests=requests)
+
+
+def _max_load_row(architecture, hardware, parallelism, scenario, mode, how) -> tuple[float, str]:
+    """A trtllm-bench max-load row through the serving simulator (see the module docstring)."""
+    from perfmodel.costs.residency import on_device_capacity_bytes
+    from perfmodel.serving import ArrivalProcess, Server, ServingConfig, kv_capacity, parse_length
+
+    prompt, gen = scenario.prompt_tokens, scenario.generated_tokens
+    requests = TRTLLM_BENCH_REQUESTS.get((prompt, gen))
+    if requests is None:
+        raise _Skip(f"the perf-overview states no request count for ISL/OSL {prompt}/{gen}")
+    settings = trtllm_bench_settings(architecture, hardware, parallelism, scenario)
+    if settings.kv_max_requests < 1:
+        raise _Skip("the model does not fit in this configuration")
+    # Every running sequence needs a token of the step's budget, so the budget is at least the batch.
+    tokens = max(settings.max_tokens, settings.max_batch)
+    try:
+        # TensorRT-LLM gives the KV cache 0.95 of the memory left after the weights and buffers; the
+        # simulator's utilization is a share of all the memory, so it is set to give the same cache.
+        probe = kv_capacity(architecture, hardware, scenario, parallelism, block_size=TRTLLM_TOKENS_PER_BLOCK,
+                            max_batch=settings.max_batch, max_tokens_per_step=tokens, memory_utilization=1.0)
+        capacity = float(on_device_capacity_bytes(hardware))
+        utilization = TRTLLM_KV_FREE_FRACTION + (1 - TRTLLM_KV_FREE_FRACTION) * (capacity - probe.budget_bytes) / capacity
+        config = ServingConfig(max_batch=settings.max_batch, max_tokens_per_step=tokens,
+                               block_size=TRTLLM_TOKENS_PER_BLOCK, memory_utilization=min(utilization, 1.0),
+                               kv_admission="reserve")
+        server = Server(architecture, hardware, parallelism, config=config, max_context=prompt + gen,
+                        weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
+                        activation_dtype=scenario.activation_dtype, mode=mode)
+        result = server.simulate(ArrivalProcess(kind="burst"), requests, parse_length(f"fixed:{prompt}"),
+                                 parse_length(f"fixed:{gen}"))
+    except PerfmodelError as error:
+        raise _Skip(f"the model does not fit in this configuration ({error})") from None
+    return result.tokens_per_s, how + (
+        f"; trtllm-bench max-load simulated: {requests} requests at once, max batch {settings.max_batch}, "
+        f"{tokens} tokens a step (trtllm-bench's heuristic), whole sequences reserved; peak "
+        f"{result.peak_kv_blocks} of {result.kv_blocks} KV blocks; total")
 
 
 def _groq_parallelism(architecture, hardware, scenario):
@@ -356,16 +448,26 @@ def default_csv() -> Path:
 
 def validate(path: str | Path | None = None, *, ideal: bool = False) -> list[ValidationRow]:
     """Every row predicted (or skipped with its reason), with each device's achievable overlay where
-    one ships, or the datasheet specs with ``ideal``."""
+    one ships, or the datasheet specs with ``ideal``. Results are remembered per file (and its
+    modification time) within a process: the serving rows simulate tens of thousands of requests."""
     path = Path(path) if path else default_csv()
-    with path.open(newline="", encoding="utf-8") as stream:
+    try:
+        stamp = path.stat().st_mtime_ns
+    except OSError as error:
+        raise PerfmodelError(f"cannot read {path}: {error}") from None
+    return list(_validate_file(str(path.resolve()), stamp, ideal))
+
+
+@functools.lru_cache(maxsize=8)
+def _validate_file(path: str, stamp: int, ideal: bool) -> tuple[ValidationRow, ...]:
+    with Path(path).open(newline="", encoding="utf-8") as stream:
         reader = csv.DictReader(stream)
         required = {"group", "system", "chips", "workload", "precision", "batch", "input_len", "output_len", "metric",
                     "value", "unit"}
         missing = required - set(reader.fieldnames or [])
         if missing:
             raise PerfmodelError(f"{path}: missing column(s) {sorted(missing)}")
-        return [validate_row(number, row, ideal) for number, row in enumerate(reader, start=2)]
+        return tuple(validate_row(number, row, ideal) for number, row in enumerate(reader, start=2))
 
 
 def summary(rows: list[ValidationRow]) -> dict:

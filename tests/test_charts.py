@@ -152,3 +152,28 @@ def test_plot_functions_return_axes_and_accept_one():
     assert plotting.plot_roofline(classic_roofline(h100, evaluation), ax) is ax
     assert "TFLOP/s" in ax.get_ylabel() and ax.get_xscale() == "log"
     plt.close(figure)
+
+
+def test_ops_that_move_no_outer_bytes_are_still_drawn(tmp_path):
+    """A decode step's small ops keep their data in inner caches: they move nothing at HBM, yet they
+    take time, so the classic and scheduling charts draw them (at the right edge) instead of dropping
+    them; every op with FLOPs is on both charts and their time shares add up."""
+    from perfmodel.llm import Parallelism, Scenario
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.graphs import stage_graph
+
+    hardware = load_hardware("h100-sxm")
+    graph = stage_graph(load_architecture("llama-2-7b"), Scenario(batch=1, prompt_tokens=128, generated_tokens=1),
+                        Parallelism(), phase="decode", context=128)
+    evaluation = evaluate(graph, hardware, mode="dynamic")
+    with_flops = {op.name for op in evaluation.ops if op.flops > 0 and op.total_s > 0}
+    classic, scheduling = classic_roofline(hardware, evaluation), scheduling_roofline(hardware, evaluation)
+    unmoved = [p for p in classic.points if p.intensity_flop_per_byte == float("inf")]
+    assert unmoved, "the decode step has ops with no HBM traffic"
+    for data in (classic, scheduling):
+        assert {p.name for p in data.points} == with_flops
+    share = sum(op.total_s for op in evaluation.ops if op.name in with_flops) / evaluation.total_s
+    assert sum(p.time_share for p in classic.points) == pytest.approx(share, rel=1e-9)
+    for data, draw in ((classic, plotting.plot_roofline), (scheduling, plotting.plot_scheduling_roofline)):
+        plotting.save_figure(draw(data), tmp_path / "chart.png")
+        assert (tmp_path / "chart.png").stat().st_size > 0

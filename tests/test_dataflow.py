@@ -26,10 +26,11 @@ def _gemv(name: str, k: int, n: int) -> Op:
 
 
 def test_each_op_runs_on_its_region_and_pays_the_fabric_hops():
-    """Two GEMVs holding 3/4 and 1/4 of the weights: each runs on that share of the wafer's compute
-    and SRAM bandwidth and pays 2 sqrt(cores in its region) hops of 0.91 ns."""
+    """Two GEMVs holding 3/4 and 1/4 of the weights (26 and 9 GB, most of the wafer's SRAM): each runs
+    on that share of the wafer's compute and SRAM bandwidth and pays 2 sqrt(cores in its region) hops
+    of 0.91 ns (both regions are narrower than the latency-optimal width, spatial_regions)."""
     wafer = load_hardware("cerebras-wse-3")
-    big, small = _gemv("big", 4096, 3 * 4096), _gemv("small", 4096, 4096)
+    big, small = _gemv("big", 65536, 3 * 65536), _gemv("small", 65536, 65536)
     spatial = evaluate(Graph(name="two", ops=[big, small]), wafer, mode="spatial")
     whole = evaluate(Graph(name="two", ops=[big, small]), wafer, mode="static")
     cores, hop = 900_000, wafer.scheduling.modes["spatial"].fabric_hop_s
@@ -40,6 +41,26 @@ def test_each_op_runs_on_its_region_and_pays_the_fabric_hops():
         assert timing.scheduling_s == pytest.approx(2 * math.sqrt(share * cores) * hop)
         busy = max(timing.compute_s, *timing.memory_s.values())
         assert timing.total_s == pytest.approx(busy + timing.scheduling_s)
+
+
+def test_a_small_op_uses_no_more_of_its_region_than_lowers_its_latency():
+    """Two 100 and 34 MB GEMVs alone on the wafer are allotted 675,000 and 225,000 cores, where the
+    fabric's 2 sqrt(cores) hops (1.5 us) would dwarf their work (~10 ns on the whole wafer): each runs
+    on the A* = (s x cores / hop)^(2/3) cores that minimize s x cores / A + 2 sqrt(A) x hop, and that
+    is faster than its whole allotment."""
+    wafer = load_hardware("cerebras-wse-3")
+    big, small = _gemv("big", 4096, 3 * 4096), _gemv("small", 4096, 4096)
+    spatial = evaluate(Graph(name="two", ops=[big, small]), wafer, mode="spatial")
+    whole = evaluate(Graph(name="two", ops=[big, small]), wafer, mode="static")
+    cores, hop = 900_000, wafer.scheduling.modes["spatial"].fabric_hop_s
+    for timing, full, share in ((spatial.ops[0], whole.ops[0], 0.75), (spatial.ops[1], whole.ops[1], 0.25)):
+        work = max(full.compute_s, *full.memory_s.values())
+        region = (work * cores / hop) ** (2 / 3)
+        assert 1 < region < share * cores
+        assert timing.compute_s == pytest.approx(full.compute_s * cores / region)
+        assert timing.scheduling_s == pytest.approx(2 * math.sqrt(region) * hop)
+        allotted = work / share + 2 * math.sqrt(share * cores) * hop
+        assert timing.total_s < allotted
 
 
 def test_a_token_stream_leaves_the_pipeline_one_slowest_stage_apart():

@@ -179,8 +179,8 @@ def test_size_cli(capsys):
     assert main(["size", "--model", "llama-3.1-70b", "--on", "h100-sxm,ibm-spyre", "--ttft", "500ms", "--tpot", "50ms",
                  "--rate", "10/s", "--prompt", "1024", "--gen", "256", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    best = data["h100-sxm"]["best"]
-    assert best["meets_targets"] and best["tpot_s"] <= 0.05 and best["ttft_s"] <= 0.5 and best["chips"] >= 2
+    best = data["h100-sxm"]["best"]  # --ttft/--tpot are targets on the simulated requests' means
+    assert best["tpot_s"]["mean"] <= 0.05 and best["ttft_s"]["mean"] <= 0.5 and best["chips"] >= 2
     assert data["ibm-spyre"]["best"] is None and data["ibm-spyre"]["closest"]["tpot_s"] > 0.05
     assert main(["size", "--model", "llama-3.1-70b", "--ttft", "soon", "--tpot", "50ms", "--rate", "1/s"]) == 2
 

@@ -11,7 +11,8 @@ different factor at each point (``hardware_with`` takes arrays). Cases checked, 
   on average) ~ 74,000;
 * ``test_chain_properties``: 35 x 6 x 16 x ~11 ~ 37,000; ``test_builder_chain_properties``: 35 x 2 x 8
   x ~11 ~ 6,000;
-* ``test_adding_an_op_never_makes_a_graph_faster``: 35 x 10 x 16 x 3 placements ~ 17,000;
+* ``test_adding_an_op_never_makes_a_graph_faster``: 35 x 10 x 16 x ~2.7 placements (4 in the 12 non-fusing
+  pairs, the 2 unconnected ones in fusing modes) ~ 15,000;
 * ``test_flops_never_fall_with_a_larger_dimension``: 35 x 10 x 16 ~ 5,600;
 * ``test_decode_time_is_non_decreasing_in_context``: 35 x 2 models x (64 contexts + 4 prompts) ~ 4,800;
 * ``test_setting_a_field_to_its_current_value_changes_nothing``: every numeric field of every spec
@@ -19,7 +20,8 @@ different factor at each point (``hardware_with`` takes arrays). Cases checked, 
 
 A measured run: 165,528 checks (80,496 sanity checks of evaluated points, 60,096 faster-hardware,
 14,080 added-op, 5,440 FLOPs, 4,012 decode-context, 1,404 --set evaluations), 43 s on one CPU core.
-Matrix ops on engines that choose among kernels (GPUs) get the sanity checks only (KERNEL_CHOICE_BUG).
+Matrix ops on engines that choose among kernels (GPUs) get every check too: a kernel is chosen by the
+time it is charged (``costs.rules.select_kernel``), so faster hardware never picks a slower one.
 """
 
 from __future__ import annotations
@@ -120,8 +122,7 @@ def single_op(draw, kind: str, name: str = "op", dtype: str | None = None) -> Op
         vocab = draw(st.integers(1, 128_000))
         return Op(name=name, kind=kind, inputs=(_t((tokens,), "int64"), _t((vocab, hidden), dtype, "weight")),
                   outputs=(_t((tokens, hidden), dtype),))
-    # A view's tensors are scalars here: a view with array dimensions crashes (VIEW_ARRAY_BUG, below).
-    elements = draw(st.integers(1, 1 << 24)) if kind == "view" else draw(dims(1 << 24))
+    elements = draw(dims(1 << 24))
     attrs: dict = {}
     if kind == "elementwise":
         attrs["flops_per_element"] = draw(st.integers(0, 16))
@@ -176,28 +177,12 @@ def scalable_fields(hardware) -> list[tuple[str, float]]:
     return fields
 
 
-KERNEL_CHOICE_BUG = (
-    "matmul kernel selection (perfmodel/costs/rules.py select_kernel) picks the candidate with the smallest "
-    "max(executed/peak, inner bytes/inner bandwidth, outer time) at datasheet rates, but the op is then priced with "
-    "the spec's efficiencies, latencies and fixed time, so more bandwidth can switch to a kernel that is slower as "
-    "priced; minimal case: conv m=783 n=3685 k=1836 bf16 on h100-sxm-achievable, graph mode: memory.smem.bandwidth "
-    "x2 switches cta_64x128 -> small_m and the op goes 14.7509 us -> 14.7513 us (also h100-sxm datasheet, "
-    "transformer_block o_proj, +1%; h200-sxm-achievable matmul, tensor_cores peak.bf16 x1.25: +0.8%)")
-
-
 def check_faster_hardware_is_never_slower(graph: Graph, hardware, mode: str, factors: np.ndarray, where: str) -> None:
-    chooses = any(engine.kernels for engine in hardware.compute.values()) and any(
-        OP_KIND_TABLE[op.kind].engine == "matrix" for op in graph.ops)
     slack = RELATIVE
     base = evaluate_arrays(graph, hardware, mode=mode)
     check_sane(base, where)
     for field, value in scalable_fields(hardware):
-        if chooses:
-            break  # KERNEL_CHOICE_BUG: a matrix op choosing among kernels can get slower (by 1% and more)
-            # with more bandwidth (smem, l2, hbm) or more peak, so only the sanity checks apply to it
-        # A peak swept as an array crashes engine selection (PEAK_SWEEP_BUG, tested below), so a peak
-        # is scaled by one factor per example, a bandwidth by one factor per point.
-        scale = factors if field.startswith("memory.") else float(factors[0])
+        scale = factors  # one factor per point, bandwidths and peaks alike
         faster = evaluate_arrays(graph, hardware_with(hardware, {field: value * scale}), mode=mode)
         check_sane(faster, f"{where}, {field} x{scale}")
         worse_ops = faster.total_s > base.total_s * (1 + slack)
@@ -270,45 +255,81 @@ def test_builder_chain_properties(spec, mode, data, scale):
                                           f"{spec} {mode} {choice}")
 
 
-PEAK_SWEEP_BUG = ("a compute peak swept as an array crashes engine selection: perfmodel/costs/rules.py select_engine "
-                  "tests 'engine.peak_flops_per_s.get(wanted, 0) > 0' on the array (ValueError: truth value of an array "
-                  "is ambiguous); minimal case: perfmodel.sweep(builders.transformer_block, load_hardware('h100-sxm'), "
-                  "spec={'compute.tensor_cores.peak.bf16': [1e15, 2e15]}), or 'perfmodel sweep --on h100-sxm --grid "
-                  "compute.tensor_cores.peak.bf16=900TFLOP/s,1PFLOP/s' (internal error, exit 70)")
+PEAK = "compute.tensor_cores.peak.bf16"
 
 
-@pytest.mark.xfail(strict=True, raises=ValueError, reason=PEAK_SWEEP_BUG)
-def test_a_peak_swept_as_an_array_is_priced():
+def _square_matmul(size) -> Graph:
+    return Graph(name="matmul", ops=[Op(name="mm", kind="matmul", attrs={"m": size, "n": 8192, "k": 8192},
+                                        inputs=(_t((size, 8192), "bf16"), _t((8192, 8192), "bf16", "weight")),
+                                        outputs=(_t((size, 8192), "bf16"),))])
+
+
+def test_a_peak_swept_as_an_array_is_priced(capsys):
+    """A compute peak swept as an array is priced per point (engine selection once tested the array's
+    truth value and crashed): the doubled peak is faster, a compute-bound matmul's compute time halves,
+    and the documented CLI sweep over a peak prints one row per point."""
+    import json
+
     from perfmodel.roofline.sweep import sweep
 
-    result = sweep(builders.transformer_block, load_hardware("h100-sxm"),
-                   spec={"compute.tensor_cores.peak.bf16": [1e15, 2e15]})
-    assert result.total_s[1] <= result.total_s[0]
+    hardware = hardware_of("h100-sxm")
+    result = sweep(builders.transformer_block, hardware, spec={PEAK: [1e15, 2e15]})
+    assert result.size == 2 and result.total_s[1] < result.total_s[0]
+    swept = evaluate_arrays(_square_matmul(8192), hardware_with(hardware, {PEAK: np.array([1e14, 2e14])}))
+    assert np.all(swept.bound_index == 0), "compute-bound at both points"
+    kernels = swept.costs[0].kernel
+    assert kernels[0] == kernels[1] and swept.executed_flops[0, 0] == swept.executed_flops[0, 1]
+    assert swept.compute_s[0, 1] == pytest.approx(swept.compute_s[0, 0] / 2, rel=1e-12)
+    busy = swept.total_s - swept.fixed_s
+    assert busy[0, 1] == pytest.approx(busy[0, 0] / 2, rel=1e-9)
+    assert main(["sweep", "--on", "h100-sxm", "--grid", f"{PEAK}=900TFLOP/s,1PFLOP/s", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [row[PEAK] for row in rows] == [9e14, 1e15] and rows[1]["total_s"] < rows[0]["total_s"]
 
 
-VIEW_ARRAY_BUG = ("a view whose tensor dimensions are sweep arrays crashes evaluate_arrays on a spec with more than "
-                  "one memory level: its costs are scalars, so the scalar fast path of stack() (perfmodel/roofline/"
-                  "arrays.py) calls float() on the fusion 'kept' share computed from the view's array input_bytes "
-                  "(TypeError: only 0-dimensional arrays can be converted to Python scalars); minimal case: "
-                  "Op(kind='view', inputs=outputs=(TensorSpec(shape=(np.array([1, 2]),), dtype='bf16'),)) alone on "
-                  "ibm-spyre (or any multi-level spec)")
+def test_a_peak_swept_to_zero_at_some_points_only_is_an_error():
+    """An op's engine is chosen once for a whole sweep, so a peak that is zero at some points only
+    (the engine there and not there) is a clear error, not a per-point engine choice."""
+    hardware = hardware_with(hardware_of("h100-sxm"), {PEAK: np.array([0.0, 1e15])})
+    with pytest.raises(PerfmodelError, match="swept to zero at some points only"):
+        evaluate_arrays(_square_matmul(8192), hardware)
 
 
-@pytest.mark.xfail(strict=True, raises=TypeError, reason=VIEW_ARRAY_BUG)
 def test_a_view_with_array_dimensions_is_priced():
+    """A view's costs are scalars, but its tensors' sizes are sweep arrays: the fusion share of its
+    traffic (multi-level specs) takes part in the sweep's shape, so it is priced per point (it once
+    crashed the scalar fast path of stack() in roofline/arrays.py with a TypeError)."""
     tensor = _t((np.array([1, 2]),), "bf16")
     graph = Graph(name="view", ops=[Op(name="view", kind="view", inputs=(tensor,), outputs=(tensor,))])
-    check_sane(evaluate_arrays(graph, hardware_of("ibm-spyre")), "ibm-spyre view")
+    evaluation = evaluate_arrays(graph, hardware_of("ibm-spyre"))
+    check_sane(evaluation, "ibm-spyre view")
+    assert total(evaluation).shape == (2,)
 
 
-@pytest.mark.xfail(strict=True, reason=KERNEL_CHOICE_BUG)
 def test_more_inner_bandwidth_never_makes_a_matmul_slower():
+    """A kernel was once chosen at datasheet rates but charged with the spec's efficiencies: here twice
+    the smem bandwidth switched cta_64x128 -> small_m and the op got slower (14.7509 -> 14.7513 us)."""
     hardware = hardware_of("h100-sxm-achievable")
     graph = Graph(name="conv", ops=[Op(name="op", kind="conv", attrs={"m": 783, "n": 3685, "k": 1836},
                                        inputs=(_t((1, 783, 1836), "bf16"), _t((1836, 3685), "bf16", "weight")),
                                        outputs=(_t((1, 783, 3685), "bf16"),))])
     faster = hardware_with(hardware, {"memory.smem.bandwidth": 2 * hardware.level("smem").bandwidth_bytes_per_s})
     assert total(evaluate_arrays(graph, faster, mode="graph")) <= total(evaluate_arrays(graph, hardware, mode="graph"))
+
+
+@pytest.mark.parametrize("spec", ["h100-sxm", "h100-sxm-achievable", "h200-sxm-achievable"])
+def test_the_chosen_kernel_is_the_fastest_as_charged(spec):
+    """Oracle: with its engine's whole kernel list an op costs, at every point, what the fastest of
+    the kernels costs when the engine offers it alone."""
+    hardware = hardware_of(spec)
+    name, engine = next((name, engine) for name, engine in hardware.compute.items() if engine.kernels)
+    graph = _square_matmul(np.array([1, 7, 64, 783, 1000, 4096, 5000]))
+    for mode in hardware.scheduling.modes:
+        alone = [total(evaluate_arrays(graph, dataclasses.replace(hardware, compute={
+            **hardware.compute, name: dataclasses.replace(engine, kernels=(kernel,))}), mode=mode))
+            for kernel in engine.kernels]
+        np.testing.assert_allclose(total(evaluate_arrays(graph, hardware, mode=mode)), np.min(alone, axis=0),
+                                   rtol=1e-12, err_msg=f"{spec} {mode}")
 
 
 def _with_op(graph: Graph, extra: Op, position: int, connect: bool) -> Graph:
@@ -324,28 +345,24 @@ def _with_op(graph: Graph, extra: Op, position: int, connect: bool) -> Graph:
     return Graph(name=graph.name, ops=ops, edges=edges)
 
 
-def fails_if(condition: bool, reason: str):
-    return pytest.mark.xfail(strict=True, reason=reason) if condition else ()
-
-
 @pytest.mark.parametrize("spec, mode", PAIRS)
 @fast(10)
 @given(data=st.data())
 def test_adding_an_op_never_makes_a_graph_faster(spec, mode, data):
     hardware = hardware_of(spec)
-    if execution_model(resolve_mode(hardware, mode)).spatial:
-        return  # SPATIAL_SHARE_BUG (tested deterministically below)
     kinds = kinds_for(hardware)
     graph = data.draw(chain(kinds, length=st.integers(1, 3)), label="graph")
     extra = data.draw(single_op(data.draw(st.sampled_from(kinds), label="extra kind"), name="extra"), label="extra")
     before = total(evaluate_arrays(graph, hardware, mode=mode))
-    placements = [(len(graph.ops), False)]
+    position = data.draw(st.integers(0, len(graph.ops)), label="position")
+    placements = [(len(graph.ops), False), (position, False)]
     if not execution_model(resolve_mode(hardware, mode)).fuses:
-        # In a fusing mode an op inserted inside a chain, or connected, hits FUSION_BUG (a fused consumer
-        # counts its producer's whole output as kept on chip; tested deterministically below): there
-        # only an unconnected op appended at the end is drawn.
-        position = data.draw(st.integers(0, len(graph.ops)), label="position")
-        placements += [(position, False), (len(graph.ops), True), (position, True)]
+        # In a fusing mode a connected op may rightly save time: a fused consumer that reads all of
+        # an op's output makes it an intermediate that never reaches memory (the IR's graph outputs
+        # are the tensors no op reads), e.g. a reduction fused after a copy replaces the copy's write
+        # by its smaller one. There only unconnected ops are added; a fused consumer that reads less
+        # than the whole output is tested below (issue 17 item 3).
+        placements += [(len(graph.ops), True), (position, True)]
     for position, connect in placements:
         bigger = _with_op(graph, extra, position, connect)
         after = evaluate_arrays(bigger, hardware, mode=mode)
@@ -357,15 +374,11 @@ def test_adding_an_op_never_makes_a_graph_faster(spec, mode, data):
         CASES["adding an op"] += POINTS
 
 
-SPATIAL_SHARE_BUG = (
-    "spatial mode (roofline/arrays.py spatial_shares): adding any weight-holding op shrinks every other op's region, "
-    "and the fabric term 2 sqrt(share x cores) x fabric_hop_s shrinks with it, so a graph of small ops gets faster; "
-    "minimal case (hypothesis): cerebras-wse-3 spatial, [conv m=n=1 k=7 (7x1 bf16 weight) -> elementwise of 1 element], "
-    "adding an unconnected embedding with a 1x1 bf16 weight at position 0 makes it faster: 3.45321 us -> 3.44643 us")
-
-
-@pytest.mark.xfail(strict=True, reason=SPATIAL_SHARE_BUG)
 def test_adding_a_weight_op_never_makes_a_spatial_graph_faster():
+    """Spatial mode: a new weight-holding op shrinks every other op's region; a region once kept its
+    whole allotment, so the fabric term 2 sqrt(region cores) x fabric_hop_s shrank with it and a graph of
+    small ops got faster (3.45321 us -> 3.44643 us here). An op now uses no more cores than lower its
+    latency (roofline/arrays.py spatial_regions), where fewer cores never make it faster."""
     one = _t((1,), "bf16")
     conv = Op(name="conv", kind="conv", attrs={"m": 1, "n": 1, "k": 7}, inputs=(_t((1, 1, 7), "bf16"),
               _t((7, 1), "bf16", "weight")), outputs=(_t((1, 1, 1), "bf16"),))
@@ -379,20 +392,10 @@ def test_adding_a_weight_op_never_makes_a_spatial_graph_faster():
     assert after >= before * (1 - RELATIVE), (before, after)
 
 
-FUSION_BUG = ("issue 17 item 3, not fixed (perfmodel/costs/fusion.py): a fused consumer makes its producer's "
-              "whole output internal (internal_output_bytes = the producer's output bytes) whatever the consumer "
-              "reads, so adding a 1-element element-wise consumer after an element-wise producer of 512 MB in and "
-              "out removes the producer's 512 MB write from every level but the innermost: the graph gets faster "
-              "in every fusing mode (graph, static, spatial)")
-# Groq (one memory level) and Cerebras (its second level is off the device) have no outer on-device
-# level for the dropped write to cross, so there the property holds.
-FUSING_PAIRS = [pytest.param(spec, mode, marks=fails_if(mode != "dynamic" and not spec.startswith(("groq", "cerebras")),
-                                                        FUSION_BUG)) for spec, mode in PAIRS]
-
-
-@pytest.mark.parametrize("spec, mode", FUSING_PAIRS)
+@pytest.mark.parametrize("spec, mode", PAIRS)
 def test_a_tiny_consumer_after_a_huge_producer_never_makes_it_faster(spec, mode):
-    """Issue 17 item 3: 512 MB in and out, then a 1-element element-wise consumer of it."""
+    """Issue 17 item 3: 512 MB in and out, then a 1-element element-wise consumer of it. A fused
+    consumer keeps on chip only what it reads; the producer's output, read in part, is still written."""
     hardware = hardware_of(spec)
     huge = 256 * 2 ** 20  # bf16 elements: 512 MB
     producer = Op(name="producer", kind="elementwise", inputs=(_t((huge,), "bf16"),), outputs=(_t((huge,), "bf16"),))
@@ -402,6 +405,29 @@ def test_a_tiny_consumer_after_a_huge_producer_never_makes_it_faster(spec, mode)
     before = float(total(evaluate_arrays(alone, hardware, mode=mode)))
     after = float(total(evaluate_arrays(with_consumer, hardware, mode=mode)))
     assert after >= before * (1 - RELATIVE), f"{spec} {mode}: {before} s alone, {after} s with the consumer"
+
+
+def test_an_output_stays_on_chip_only_if_fused_consumers_read_all_of_it():
+    """The fusion rule (costs/fusion.py): a fused chain keeps its intermediates on chip; an output read
+    in part, or also read by an op outside the kernel, is written whole; a consumer's read from its own
+    kernel never counts more than it reads."""
+    from perfmodel.costs.fusion import plan_fusion
+
+    def ew(name: str, elements: int) -> Op:
+        return Op(name=name, kind="elementwise", inputs=(_t((elements,), "bf16"),), outputs=(_t((elements,), "bf16"),))
+
+    whole = plan_fusion(Graph(name="g", ops=[ew("a", 1024), ew("b", 1024)], edges=[("a", "b")]))
+    assert whole.group_of == (0, 0) and whole.internal_output_bytes == (2048, 0.0)
+    assert whole.internal_input_bytes == (0.0, 2048)
+    part = plan_fusion(Graph(name="g", ops=[ew("a", 1024), ew("b", 1)], edges=[("a", "b")]))
+    assert part.group_of == (0, 0) and part.internal_output_bytes == (0.0, 0.0)
+    assert part.internal_input_bytes == (0.0, 2)
+    matmul = Op(name="mm", kind="matmul", attrs={"m": 1, "n": 1, "k": 1024},
+                inputs=(_t((1, 1024), "bf16"), _t((1024, 1), "bf16", "weight")), outputs=(_t((1, 1), "bf16"),))
+    shared = plan_fusion(Graph(name="g", ops=[ew("a", 1024), ew("b", 1024), matmul],
+                               edges=[("a", "b"), ("a", "mm")]))
+    assert shared.group_of == (0, 0, 2) and shared.internal_output_bytes[0] == 0.0
+    assert shared.internal_input_bytes[1] == 2048
 
 
 @pytest.mark.parametrize("spec, mode", PAIRS)

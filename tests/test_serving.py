@@ -357,3 +357,176 @@ def test_shipped_serving_examples(capsys):
                  "--output-dist", str(folder / "output_lengths.csv"), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert set(data["per_request"]["prompt_tokens"]) <= {128, 256, 512, 1024, 2048, 3072}
+
+
+def _as_dict(result) -> dict:
+    data = result.to_dict()
+    data["itl_samples"] = result.itl_samples_s.tolist()
+    return data
+
+
+@pytest.mark.parametrize("case", ["burst", "poisson", "closed", "tiny-cache"])
+def test_decode_stretches_equal_step_by_step(setup, monkeypatch, case):
+    """Stretches of pure decode steps are run as one update of the arrays; with that shortcut switched
+    off every step goes through the scheduler, and the results are the same to the last bit."""
+    architecture, hardware, server = setup
+    if case == "tiny-cache":  # KV runs out: the stretch must stop where the sequential rule preempts
+        weights = 2 * architecture.parameter_count()
+        total = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
+        server = Server(architecture, hardware, config=ServingConfig(max_batch=64, max_tokens_per_step=2048,
+                                                                     memory_utilization=(weights + 3e9) / total),
+                        max_context=1800)
+    arrivals = {"burst": ArrivalProcess(kind="burst"), "poisson": ArrivalProcess(kind="poisson", rate_per_s=64),
+                "closed": ClosedLoop(users=16, think_s=0.5), "tiny-cache": ArrivalProcess(kind="burst")}[case]
+    prompt, output = parse_length("uniform:16-1500"), parse_length("uniform:1-300")
+
+    def run():
+        return server.simulate(arrivals, 150, prompt, output, seed=11, prefix_share=0.2)
+
+    fast = run()
+    monkeypatch.setattr(Server, "_decode_only", lambda *args: False)
+    slow = run()
+    assert _as_dict(fast) == _as_dict(slow)
+    assert fast.steps == slow.steps > 150
+    if case == "tiny-cache":
+        assert fast.preemptions > 0
+
+
+def test_reserved_admission_never_preempts(setup):
+    architecture, hardware, _ = setup
+    weights = 2 * architecture.parameter_count()
+    total = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device)
+    results = {}
+    for admission in ("on-demand", "reserve"):
+        config = ServingConfig(max_batch=64, max_tokens_per_step=2048, memory_utilization=(weights + 3e9) / total,
+                               kv_admission=admission)
+        server = Server(architecture, hardware, config=config, max_context=max_context(PROMPT, OUTPUT))
+        results[admission] = server.simulate(ArrivalProcess(kind="burst"), 80, PROMPT, OUTPUT)
+    demand, reserve = results["on-demand"], results["reserve"]
+    assert demand.preemptions > 0 and reserve.preemptions == 0
+    blocks_per_request = -(-(512 + 128) // 16)
+    # reserve admits only whole sequences: at most blocks // 40 requests run at once
+    assert reserve.peak_kv_blocks <= reserve.kv_blocks
+    assert reserve.peak_kv_blocks % blocks_per_request == 0
+    assert reserve.mean_in_system == pytest.approx(demand.mean_in_system, rel=0.5)
+    assert len(reserve.e2e_s) == 80 and np.all(np.isfinite(reserve.e2e_s))
+    with pytest.raises(PerfmodelError, match="kv-admission must be one of on-demand, reserve"):
+        ServingConfig(kv_admission="lazy")
+
+
+def test_kv_admission_on_the_command_line(capsys):
+    assert main([*SERVE, "--arrival", "burst", "--requests", "40", "--kv-admission", "reserve"]) == 0
+    assert "whole sequences reserved at admission" in capsys.readouterr().out
+    assert main([*SERVE, "--rate", "2/s", "--kv-admission", "sometimes"]) == 2
+    assert "--kv-admission" in capsys.readouterr().err
+
+
+def test_trtllm_bench_settings_follow_its_heuristic():
+    """tensorrt_llm/bench/build/tuning.py worked by hand for Llama-3.1-8B FP8 (fp8 KV) on one H100:
+    KV per token 2 x 32 layers x 8 heads x 128 x 1 byte = 64 KiB; weights 8.03e9 B = 7.48 GiB;
+    on-device memory 79.72 GiB (the spec's HBM and caches); 0.95 x (79.72 - 7.48) GiB / (64 KiB x 2176
+    tokens) = 516.8 requests at 128/2048; batch 128 x ceil(516.8 / 128) = 640; tokens
+    516.8 x (1 + 128/2048) = 549 -> the floor of 2048."""
+    from perfmodel.llm import Scenario
+    from perfmodel.llm.graphs import Parallelism
+    from perfmodel.validation import trtllm_bench_settings
+
+    architecture, hardware = load_architecture("llama-3.1-8b"), load_for_prediction("h100-sxm", ideal=True)
+    scenario = Scenario(batch=1, prompt_tokens=128, generated_tokens=2048, weight_dtype="fp8", kv_dtype="fp8",
+                        activation_dtype="fp8")
+    settings = trtllm_bench_settings(architecture, hardware, Parallelism(), scenario)
+    weights_gib = architecture.parameter_count() / 2**30
+    memory_gib = sum(level.total_capacity_bytes for level in hardware.memory if not level.off_device) / 2**30
+    assert memory_gib == pytest.approx(79.72, abs=0.01)
+    expected = 0.95 * (memory_gib - weights_gib) / (2 * 32 * 8 * 128 / 2**30 * 2176)
+    assert settings.kv_max_requests == pytest.approx(expected, rel=1e-9) == pytest.approx(516.8, abs=0.1)
+    assert settings.max_batch == 640 and settings.max_tokens == 2048
+    short = trtllm_bench_settings(architecture, hardware, Parallelism(),
+                                  Scenario(batch=1, prompt_tokens=128, generated_tokens=128, weight_dtype="fp8",
+                                           kv_dtype="fp8", activation_dtype="fp8"))
+    assert short.max_batch == 4096 and short.max_tokens == 8192  # capped at 4096; 2 x 4096 tokens
+
+
+def test_max_load_rows_go_through_the_simulator():
+    from perfmodel.validation import validate
+
+    rows = [row for row in validate() if row.group == "A" and "max-load" in row.how]
+    assert len(rows) == 18
+    for row in rows:
+        assert "trtllm-bench max-load simulated" in row.how and row.predicted > 0
+        assert "whole sequences reserved" in row.how
+
+
+def test_steady_state_is_flagged_past_saturation(setup, capsys):
+    _, _, server = setup
+    calm = server.simulate(ArrivalProcess(kind="poisson", rate_per_s=4), 300, PROMPT, OUTPUT, seed=1)
+    flooded = server.simulate(ArrivalProcess(kind="poisson", rate_per_s=256), 300, PROMPT, OUTPUT, seed=1)
+    assert calm.steady_state is True and flooded.steady_state is False
+    assert server.simulate(ArrivalProcess(kind="burst"), 40, PROMPT, OUTPUT).steady_state is None
+    assert server.simulate(ClosedLoop(users=4, think_s=1.0), 40, PROMPT, OUTPUT).steady_state is None
+    assert flooded.to_dict()["steady_state"] is False
+    assert main([*SERVE, "--rate", "256/s", "--requests", "300"]) == 0
+    assert "did not reach a steady state" in capsys.readouterr().out
+    assert main([*SERVE, "--rate", "4/s", "--requests", "100"]) == 0
+    assert "steady state" not in capsys.readouterr().out
+
+
+def test_server_scenario_finds_the_highest_rate_meeting_p99(setup):
+    from perfmodel.serving import server_scenario
+
+    _, _, server = setup
+    loose = server_scenario(server, 300, PROMPT, OUTPUT, ttft_slo_s=0.2, tpot_slo_s=0.05)
+    strict = server_scenario(server, 300, PROMPT, OUTPUT, ttft_slo_s=0.05, tpot_slo_s=0.05)
+    for found, ttft in ((loose, 0.2), (strict, 0.05)):
+        assert found.result is not None and found.result.ttft.p99 <= ttft and found.result.tpot.p99 <= 0.05
+        assert found.rate_per_s <= found.offline.requests_per_s
+        failed = [rate for rate, met in found.tried if not met]
+        # every rate tried above the answer failed; the search bracket closed within 2% (or hit the ceiling)
+        assert all(rate > found.rate_per_s for rate in failed)
+        assert found.rate_per_s == found.offline.requests_per_s or min(failed) <= 1.021 * found.rate_per_s
+    assert strict.rate_per_s < loose.rate_per_s
+    oracle = llm_predict(*setup[:2], Scenario(batch=1, prompt_tokens=512, generated_tokens=128))
+    impossible = server_scenario(server, 100, PROMPT, OUTPUT, ttft_slo_s=0.5 * oracle.ttft_s, tpot_slo_s=None)
+    assert impossible.rate_per_s is None and impossible.result is None
+    with pytest.raises(PerfmodelError, match="needs a TTFT or a TPOT constraint"):
+        server_scenario(server, 100, PROMPT, OUTPUT, ttft_slo_s=None, tpot_slo_s=None)
+
+
+def test_server_scenario_on_the_command_line(capsys):
+    assert main([*SERVE, "--scenario", "server", "--ttft-slo", "200ms", "--tpot-slo", "50ms", "--requests", "150",
+                 "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["scenario"] == "server" and data["rate_per_s"] > 0
+    assert data["result"]["ttft_s"]["p99"] <= 0.2 and data["offline"]["requests_per_s"] >= data["rate_per_s"]
+    assert main([*SERVE, "--scenario", "offline", "--requests", "50"]) == 0
+    assert "burst (all at t = 0)" in capsys.readouterr().out
+    assert main([*SERVE, "--scenario", "server", "--requests", "50"]) == 2
+    assert "needs a p99 constraint" in capsys.readouterr().err
+    assert main([*SERVE, "--scenario", "server", "--rate", "2/s", "--ttft-slo", "1s"]) == 2
+    assert "sets the arrivals itself; drop --rate" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("arrivals", [ArrivalProcess(kind="poisson", rate_per_s=8), ArrivalProcess(kind="burst"),
+                                      ClosedLoop(users=16, think_s=0.5)], ids=["poisson", "burst", "closed"])
+def test_latency_percentiles_are_ordered(setup, arrivals):
+    _, _, server = setup
+    result = server.simulate(arrivals, 200, parse_length("uniform:64-2048"), parse_length("lognormal:200,0.8"), seed=5)
+    for name in ("ttft", "tpot", "e2e", "itl"):
+        p = getattr(result, name)
+        assert 0 < p.p50 <= p.p90 <= p.p99, name
+        samples = np.asarray({"ttft": result.ttft_s, "tpot": result.tpot_s, "e2e": result.e2e_s,
+                              "itl": result.itl_samples_s}[name], dtype=float)
+        samples = samples[~np.isnan(samples)]
+        assert p.p99 <= samples.max() and p.mean == pytest.approx(samples.mean(), rel=1e-12)
+    assert np.all(np.asarray(result.e2e_s) >= np.asarray(result.ttft_s))
+
+
+def test_ttft_explodes_past_saturation(setup):
+    """Below the knee TTFT stays near the single-request prefill; past it, it grows with the run's
+    length (the queue grows without bound): 4x the requests, several times the p99 TTFT."""
+    _, _, server = setup
+    saturated = ArrivalProcess(kind="poisson", rate_per_s=128)
+    short, long = (server.simulate(saturated, n, PROMPT, OUTPUT, seed=2) for n in (200, 800))
+    calm = server.simulate(ArrivalProcess(kind="poisson", rate_per_s=4), 200, PROMPT, OUTPUT, seed=2)
+    assert long.ttft.p99 > 3 * short.ttft.p99 > 30 * calm.ttft.p99
+    assert calm.steady_state and not long.steady_state

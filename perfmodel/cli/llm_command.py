@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from perfmodel.cli.overrides import (
@@ -16,10 +18,15 @@ from perfmodel.cli.overrides import (
     parse_overrides,
 )
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.execution_models import mode_choices, mode_help
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
 DEFAULT_SYSTEMS = "h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre"
+DEFAULT_SIZE_REQUESTS = 200
+DEFAULT_SIZE_PROMPT, DEFAULT_SIZE_OUTPUT = 1024, 256
+TARGET_STATISTICS = ("mean", "p50", "p90", "p99")
+SIZE_RANKINGS = ("chips", "cost", "watts")
 
 
 def register(commands) -> None:
@@ -52,21 +59,86 @@ def register(commands) -> None:
     llm.add_argument("--json", action="store_true")
     llm.set_defaults(handler=_llm)
 
-    size = commands.add_parser("size", help="fewest chips per system that meet TTFT/TPOT targets at a request rate")
-    size.add_argument("--model", required=True)
+    size = commands.add_parser(
+        "size", help="fewest chips per system that meet TTFT/TPOT percentile targets at a load (simulated)",
+        description="Size a deployment on each system: a steady-state screen proposes parallelisms and replica\n"
+                    "counts, the serving simulator checks the cheapest ones at the given load (one replica at its\n"
+                    "share: rate / replicas, or users / replicas) and adds replicas until every target holds.",
+        epilog=SIZE_EPILOG, formatter_class=_SizeHelpFormatter)
+    size.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
     size.add_argument("--on", default=DEFAULT_SYSTEMS, help=f"specs, comma-separated (default {DEFAULT_SYSTEMS})")
-    size.add_argument("--ttft", required=True, help="target time to first token, e.g. 500ms")
-    size.add_argument("--tpot", required=True, help="target time per output token, e.g. 50ms")
-    size.add_argument("--rate", required=True, help="requests per second, e.g. 10/s")
-    size.add_argument("--prompt", type=int, default=1024)
-    size.add_argument("--gen", type=int, default=256)
+    size.add_argument("--rate", help="open loop: Poisson arrivals of all replicas together, e.g. 10/s or 600/min")
+    size.add_argument("--users", type=int, help="closed loop: users in all, each waiting for its answer and then "
+                                                "thinking --think before the next request")
+    size.add_argument("--think", help="closed loop: think time between a user's requests, e.g. 5s (default 0s)")
+    for metric, words in (("ttft", "time to first token"), ("tpot", "time per output token")):
+        for statistic in TARGET_STATISTICS:
+            flags = [f"--{metric}", f"--{metric}-mean"] if statistic == "mean" else [f"--{metric}-{statistic}"]
+            what = "mean" if statistic == "mean" else f"{statistic[1:]}th percentile of the"
+            size.add_argument(*flags, dest=f"{metric}_{statistic}", metavar="TIME",
+                              help=f"target: the {what} {words} over the simulated requests, e.g. "
+                                   f"{'500ms' if metric == 'ttft' else '50ms'}")
+    size.add_argument("--prompt", type=int, help="prompt tokens, every request (default 1024; or --prompt-dist)")
+    size.add_argument("--gen", type=int, help="output tokens, every request (default 256; or --output-dist)")
+    size.add_argument("--prompt-dist", help="prompt tokens: fixed:1024, uniform:128-1024, lognormal:MEAN,SIGMA or a "
+                                            "CSV file of lengths (as perfmodel serve)")
+    size.add_argument("--output-dist", help="output tokens, as --prompt-dist")
+    size.add_argument("--requests", type=int, default=DEFAULT_SIZE_REQUESTS,
+                      help=f"requests per simulation (default {DEFAULT_SIZE_REQUESTS})")
+    size.add_argument("--seed", type=int, default=0, help="seed of the simulated arrivals and lengths (default 0)")
+    size.add_argument("--price", metavar="USD|SPEC=USD,...",
+                      help="price per chip-hour in USD, one number for every system or per spec "
+                           "(h100-sxm=2.5,tpu-v5e=1.2); overrides the spec's price; without one, cost is n/a")
+    size.add_argument("--rank", choices=SIZE_RANKINGS, default="chips",
+                      help="order of the systems: by chips (default), cost per million output tokens or watts, "
+                           "ties broken by the other two in the order chips, cost, watts")
     size.add_argument("--weights", default="bf16")
     size.add_argument("--kv", default=None)
-    add_mode_argument(size)
+    size.add_argument("--mode", choices=mode_choices(), help=mode_help() + " " + FAMILY_MODES_PLACEHOLDER)
     add_set_argument(size)
     add_ideal_argument(size)
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
+
+
+SIZE_EPILOG = """\
+targets: --ttft/--tpot (also --ttft-mean/--tpot-mean) are means over the simulated requests, as the
+  steady-state sizing reported them; --ttft-p50/-p90/-p99 and --tpot-p50/-p90/-p99 are percentiles.
+  Give any combination; every one must hold. TPOT is a request's mean gap between its output tokens.
+ranking (--rank): chips, then cost per million output tokens, then watts (a system without a price
+  ranks after those with one on cost). Systems that cannot meet the targets come last, with the reason.
+each row: chips = replicas x tp x pp; TTFT/TPOT percentiles of one simulated replica at its share of
+  the load; tokens/s of all replicas; power = TDP x chips; USD/h = price per chip-hour x chips;
+  USD/M tokens = USD/h / (tokens/s x 3600) x 1e6; mode = the execution mode used; 'parameters:'
+  names the parameter set of each system (its achievable overlay, or ideal (datasheet); --ideal).
+"""
+FAMILY_MODES_PLACEHOLDER = "(default per family: see the specs)"
+
+
+class _SizeHelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Fills in the bundled specs' default execution mode per family when the help is printed (loading
+    every spec takes a second or two, which only --help should pay)."""
+
+    def _get_help_string(self, action) -> str | None:
+        text = action.help
+        if text and FAMILY_MODES_PLACEHOLDER in text:
+            text = text.replace(FAMILY_MODES_PLACEHOLDER, _family_default_modes())
+        return text
+
+
+def _family_default_modes() -> str:
+    from perfmodel.hardware.execution_models import execution_model
+    from perfmodel.hardware.loader import catalog, load_hardware
+
+    try:
+        modes: dict[str, set[str]] = {}
+        for entry in catalog():
+            modes.setdefault(entry.family, set()).add(load_hardware(entry.path).scheduling.default_mode)
+    except (PerfmodelError, FileNotFoundError):
+        return FAMILY_MODES_PLACEHOLDER
+    described = "; ".join(f"{family} {' or '.join(f'{mode} ({execution_model(mode).style})' for mode in sorted(names))}"
+                          for family, names in sorted(modes.items()))
+    return f"Default per family (the bundled specs' scheduling.default_mode): {described}."
 
 
 def _parallelism(args):
@@ -226,64 +298,192 @@ def _check_counts(args, names: tuple[str, ...]) -> None:
 def _size(args) -> int:
     from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.jsonable import to_jsonable
     from perfmodel.llm.catalog import load_architecture
-    from perfmodel.llm.sizing import Targets, pareto, size_system
+    from perfmodel.serving.sizing import SystemSizing, parameter_set, rank, size_deployment
 
-    _check_counts(args, ("prompt", "gen"))
+    _check_counts(args, ("prompt", "gen", "users", "requests"))
+    targets, load = _size_targets(args), _size_load(args)
+    prompt, output = _size_lengths(args)
+    names = [item.strip() for item in args.on.split(",") if item.strip()]
+    if not names:
+        raise PerfmodelError("--on: give at least one spec name, e.g. --on h100-sxm,tpu-v5e")
+    prices = _prices(args.price, names)
     architecture = load_architecture(args.model)
-    targets = Targets(ttft_s=parse_quantity(args.ttft, "seconds"), tpot_s=parse_quantity(args.tpot, "seconds"),
-                      rate_per_s=_rate(args.rate), prompt_tokens=args.prompt, generated_tokens=args.gen)
-    results, parameter_sets, unavailable = {}, {}, {}
+    _check_lengths(args, architecture, prompt, output)
     overrides = parse_overrides(args.set) or None
-    for name in [item.strip() for item in args.on.split(",") if item.strip()]:
+    sizings, unavailable = [], {}
+    for name in names:
         hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal)
-        parameter_sets[name] = hardware.efficiency.label if hardware.efficiency else "ideal (datasheet)"
         try:  # a system that does not offer the requested mode (eager on Groq) is reported, not sized
-            resolve_mode(hardware, args.mode)
+            mode = resolve_mode(hardware, args.mode)
         except PerfmodelError as error:
-            results[name], unavailable[name] = [], str(error)
+            unavailable[name] = str(error)
+            sizings.append(SystemSizing(hardware=name, parameters=parameter_set(hardware), mode="-", best=None,
+                                        note=str(error), closest=None, simulations=0))
             continue
-        weights = args.weights
-        options = size_system(architecture, hardware, targets, weight_dtype=weights, kv_dtype=args.kv or "bf16",
-                              mode=args.mode) if _supports(hardware, weights) else []
-        if not options and weights in ("bf16", "fp16"):
-            alternative = "fp16" if weights == "bf16" else "bf16"
-            options = size_system(architecture, hardware, targets, weight_dtype=alternative, kv_dtype=alternative,
-                                  activation_dtype=alternative, mode=args.mode)
-        results[name] = options
+        weights, kv, activations = args.weights, args.kv or "bf16", "bf16"
+        if not _supports(hardware, weights) and weights in ("bf16", "fp16"):  # the spec offers the other one
+            weights = kv = activations = "fp16" if weights == "bf16" else "bf16"
+        if not _supports(hardware, weights):
+            unavailable[name] = f"{hardware.name} has no engine for {weights} weights"
+            sizings.append(SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None,
+                                        note=unavailable[name], closest=None, simulations=0))
+            continue
+        sizing = size_deployment(architecture, hardware, targets, load, prompt, output, requests=args.requests,
+                                 seed=args.seed, weight_dtype=weights, kv_dtype=kv, activation_dtype=activations,
+                                 mode=args.mode, price_usd_per_chip_hour=prices.get(name, prices.get("")))
+        sizings.append(replace(sizing, hardware=name))
+    ranked = rank(sizings, by=args.rank)
     if args.json:
-        print(json.dumps({name: {"parameters": parameter_sets[name],
-                                 "best": options[0].to_dict() if options and options[0].meets_targets else None,
-                                 "pareto": [o.to_dict() for o in pareto(options)],
-                                 "closest": min(options, key=lambda o: o.tpot_s).to_dict() if options else None,
-                                 **({"unavailable": unavailable[name]} if name in unavailable else {})}
-                          for name, options in results.items()}, indent=1))
+        data = {}
+        for place, sizing in enumerate(ranked, start=1):
+            data[sizing.hardware] = {"rank": place if sizing.best is not None else None, **sizing.to_dict(),
+                                     "targets": [target.to_dict() for target in targets],
+                                     **({"unavailable": unavailable[sizing.hardware]}
+                                        if sizing.hardware in unavailable else {})}
+        print(json.dumps(to_jsonable(data), indent=1, allow_nan=False))
         return 0
-    rows, front = [], []
-    for name, options in results.items():
-        best = options[0] if options and options[0].meets_targets else None
-        if best is None:
-            closest = min(options, key=lambda o: o.tpot_s) if options else None
-            note = unavailable.get(name, "no option fits") if closest is None else (
-                f"misses the targets; fastest: TPOT {format_quantity(closest.tpot_s, 'seconds')}, "
-                f"TTFT {format_quantity(closest.ttft_s, 'seconds')} on {closest.parallelism.chips} chips")
-            rows.append([name, "-", "-", "-", "-", "-", "-", "-", note])
-            continue
-        rows.append([name, best.chips, f"{best.replicas} x (tp {best.parallelism.tp}, pp {best.parallelism.pp})",
-                     format_quantity(best.ttft_s, "seconds"), format_quantity(best.tpot_s, "seconds"),
-                     f"{best.tokens_per_s:.0f}", format_quantity(best.power_watts, "watts"),
-                     "n/a" if best.cost_usd_per_hour is None else f"{best.cost_usd_per_hour:.2f}", "meets the targets"])
-        front += [[name, o.chips, f"{o.replicas} x (tp {o.parallelism.tp}, pp {o.parallelism.pp})",
-                   format_quantity(o.tpot_s, "seconds"), o.concurrency] for o in pareto(options)]
-    print(f"{architecture.name}: TTFT <= {args.ttft}, TPOT <= {args.tpot}, {args.rate} requests, prompt {args.prompt}, "
-          f"gen {args.gen}")
-    print(format_table(["system", "chips", "replicas x parallelism", "TTFT", "TPOT", "tokens/s", "power",
-                        "USD/h", "note"], rows))
-    print("parameters: " + "; ".join(f"{name} {label}" for name, label in parameter_sets.items()))
-    if front:
-        print("\nPareto front (chips vs TPOT):")
-        print(format_table(["system", "chips", "replicas x parallelism", "TPOT", "concurrency"], front))
+    _print_sizing(args, architecture, targets, load, prompt, output, ranked)
     return 0
+
+
+def _print_sizing(args, architecture, targets, load, prompt, output, ranked) -> None:
+    from perfmodel.serving import ClosedLoop
+
+    statistics = {metric: [s for s in ("p50", "p90", "p99", "mean")
+                           if s in ("p50", "p99") or any(t.metric == metric and t.statistic == s for t in targets)]
+                  for metric in ("ttft", "tpot")}
+    header = ["rank", "system", "chips", "replicas x parallelism", "mode",
+              *(f"{metric.upper()} {s}" for metric, names in statistics.items() for s in names),
+              "tokens/s", "power", "USD/h", "USD/M tokens"]
+    rows, notes = [], []
+    for place, sizing in enumerate(ranked, start=1):
+        best = sizing.best
+        if best is None:
+            rows.append(["-", sizing.hardware, "-", "-", sizing.mode, *(["-"] * (len(header) - 5))])
+            notes.append(f"{sizing.hardware}: {sizing.note}")
+            continue
+        latencies = [format_quantity(getattr(getattr(best, metric), s), "seconds")
+                     for metric, names in statistics.items() for s in names]
+        rows.append([place, sizing.hardware, best.chips,
+                     f"{best.replicas} x (tp {best.parallelism.tp}, pp {best.parallelism.pp})", best.mode, *latencies,
+                     f"{best.tokens_per_s:.0f}", format_quantity(best.power_watts, "watts"),
+                     _usd(best.cost_usd_per_hour), _usd(best.usd_per_million_tokens)])
+    wanted = ", ".join(f"{target.label} <= {format_quantity(target.limit_s, 'seconds')}" for target in targets)
+    how = (f"{load.users} closed-loop users, think {format_quantity(load.think_s, 'seconds')}"
+           if isinstance(load, ClosedLoop) else f"Poisson arrivals at {load.rate_per_s:g}/s")
+    print(f"{architecture.name}: {wanted}; {how}; prompt {prompt.text}, output {output.text}; {args.requests} "
+          f"requests a simulation, seed {args.seed}; ranked by {args.rank}")
+    print(format_table(header, rows))
+    for note in notes:
+        print(note)
+    print("parameters: " + "; ".join(f"{sizing.hardware} {sizing.parameters}" for sizing in ranked))
+
+
+def _usd(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:.2f}"
+
+
+def _size_targets(args) -> list:
+    from perfmodel.serving.sizing import Target
+
+    targets = []
+    for metric in ("ttft", "tpot"):
+        for statistic in TARGET_STATISTICS:
+            text = getattr(args, f"{metric}_{statistic}")
+            if text is None:
+                continue
+            flag = f"--{metric}" if statistic == "mean" else f"--{metric}-{statistic}"
+            value = _seconds(text, flag)
+            if value <= 0:
+                raise PerfmodelError(f"{flag} {text!r}: a target must be a positive time, e.g. 500ms")
+            targets.append(Target(metric=metric, statistic=statistic, limit_s=value))
+    if not targets:
+        raise PerfmodelError("give at least one target: --ttft-p99 1s, --tpot-p99 50ms (percentiles p50, p90, p99), "
+                             "or --ttft 500ms / --tpot 50ms (means)")
+    return targets
+
+
+def _seconds(text: str, flag: str) -> float:
+    try:
+        value = parse_quantity(text, "seconds")
+    except PerfmodelError as error:
+        raise PerfmodelError(f"{flag} {text!r}: {error}") from None
+    if not math.isfinite(value):
+        raise PerfmodelError(f"{flag} {text!r}: expected a finite time, e.g. 500ms")
+    return value
+
+
+def _size_load(args):
+    from perfmodel.serving import ArrivalProcess, ClosedLoop
+
+    if args.rate is not None and args.users is not None:
+        raise PerfmodelError("give --rate (open-loop arrivals) or --users (closed loop), not both")
+    if args.users is not None:
+        think = 0.0 if args.think is None else _seconds(args.think, "--think")
+        if think < 0:
+            raise PerfmodelError(f"--think {args.think!r}: a think time must be at least 0 s, e.g. 5s")
+        return ClosedLoop(users=args.users, think_s=think)
+    if args.think is not None:
+        raise PerfmodelError("--think goes with --users (closed-loop users); with --rate there is no think time")
+    if args.rate is None:
+        raise PerfmodelError("give the load: --rate 10/s (open-loop Poisson arrivals) or --users 64 --think 5s "
+                             "(closed-loop users)")
+    return ArrivalProcess(kind="poisson", rate_per_s=_rate(args.rate))
+
+
+def _size_lengths(args):
+    from perfmodel.serving import parse_length
+
+    lengths = []
+    for count, dist, default in (("prompt", "prompt_dist", DEFAULT_SIZE_PROMPT),
+                                 ("gen", "output_dist", DEFAULT_SIZE_OUTPUT)):
+        given, text = getattr(args, count), getattr(args, dist)
+        flag = "--" + dist.replace("_", "-")
+        if given is not None and text is not None:
+            raise PerfmodelError(f"give --{count} (every request alike) or {flag}, not both")
+        lengths.append(parse_length(text, flag) if text is not None else parse_length(f"fixed:{given or default}"))
+    return lengths[0], lengths[1]
+
+
+def _check_lengths(args, architecture, prompt, output) -> None:
+    """Requests must fit the model's context (a distribution without a largest value is clipped)."""
+    limit, name = architecture.max_positions, architecture.name
+    prompt_flag = "--prompt-dist" if args.prompt_dist is not None else "--prompt"
+    output_flag = "--output-dist" if args.output_dist is not None else "--gen"
+    prompt.check_context(limit, name, prompt_flag)
+    output.check_context(limit, name, output_flag)
+    if prompt.largest is not None and output.largest is not None and prompt.largest + output.largest > limit:
+        raise PerfmodelError(f"{prompt_flag} {prompt.text} and {output_flag} {output.text} make requests of up to "
+                             f"{prompt.largest + output.largest} tokens, beyond {name}'s context of {limit} tokens; "
+                             "use shorter prompts or outputs")
+
+
+def _prices(text: str | None, names: list[str]) -> dict[str, float]:
+    """``--price``: one number for every system (key "") or SPEC=USD pairs naming systems of --on."""
+    if text is None:
+        return {}
+    usage = "expected USD per chip-hour, one number (2.5) or per spec (h100-sxm=2.5,tpu-v5e=1.2)"
+    items = [item.strip() for item in text.split(",") if item.strip()]
+    if not items:
+        raise PerfmodelError(f"--price {text!r}: {usage}")
+    prices = {}
+    for item in items:
+        name, sep, value = item.rpartition("=") if "=" in item else ("", "", item)
+        name = name.strip()
+        if sep and name not in names:
+            raise PerfmodelError(f"--price {item!r}: {name!r} is not a system of --on ({', '.join(names)})")
+        if not sep and len(items) > 1:
+            raise PerfmodelError(f"--price {text!r}: {usage}")
+        try:
+            number = float(value.strip().lstrip("$"))
+        except ValueError:
+            raise PerfmodelError(f"--price {item!r}: {usage}") from None
+        if not (math.isfinite(number) and number > 0):
+            raise PerfmodelError(f"--price {item!r}: a price must be a positive number of USD per chip-hour")
+        prices[name] = number
+    return prices
 
 
 def _supports(hardware, dtype: str) -> bool:

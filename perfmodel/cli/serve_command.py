@@ -27,6 +27,13 @@ PROGRESS_RUNS = 3  # ...or from this many rates
 CHART_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+RATE_SEARCH_RUNS = 12  # the progress bar's estimate of the server scenario's runs
+UNSETTLED = ("the time to first token kept growing with the arrival time (the last quarter's median over 1.5x "
+             "the second quarter's, and by over 5% of the time between them): the replica serves less than "
+             "the offered rate, so the latencies grow with --requests and describe no steady state; lower the "
+             "rate or add replicas (perfmodel size)")
+
+
 def register(commands) -> None:
     serve = commands.add_parser("serve", help="simulate serving a request stream: TTFT/TPOT percentiles, "
                                               "throughput, goodput, queueing, KV-cache use")
@@ -39,6 +46,10 @@ def register(commands) -> None:
                                        "and the knee, e.g. 1,2,4,8")
     serve.add_argument("--arrival", choices=["poisson", "fixed", "burst"],
                        help="open-loop arrivals: poisson (default), fixed gaps, or burst (every request at t = 0)")
+    serve.add_argument("--scenario", choices=["offline", "server"],
+                       help="MLPerf Inference scenarios: offline = every request at once (--arrival burst), the "
+                            "throughput; server = the highest Poisson rate whose p99 TTFT and p99 TPOT meet "
+                            "--ttft-slo/--tpot-slo (and whose run settles), by bisection below the offline rate")
     serve.add_argument("--users", type=int, help="closed loop: this many users, each waiting for its answer")
     serve.add_argument("--think", default="0s", help="closed loop: think time between a user's requests, e.g. 5s")
     serve.add_argument("--trace", type=Path, metavar="FILE.csv",
@@ -62,6 +73,10 @@ def register(commands) -> None:
     serve.add_argument("--block-size", type=int, default=16, help="paged-KV block size in tokens (default 16)")
     serve.add_argument("--memory-utilization", type=float, default=0.9,
                        help="share of the chip's memory for weights, activations and KV cache (default 0.9)")
+    serve.add_argument("--kv-admission", choices=["on-demand", "reserve"], default="on-demand",
+                       help="on-demand (vLLM, default): KV blocks as tokens arrive, the newest sequence preempted "
+                            "and recomputed when none are free; reserve (TensorRT-LLM's GUARANTEED_NO_EVICT): a "
+                            "request is admitted only when its whole sequence's blocks are free, never preempted")
     serve.add_argument("--seed", type=int, default=0)
     serve.add_argument("--ttft-slo", help="SLO on time to first token, e.g. 1s (goodput, the knee)")
     serve.add_argument("--tpot-slo", help="SLO on time per output token, e.g. 50ms (goodput)")
@@ -81,6 +96,14 @@ def _arrivals(args):
 
     given = [name for name, value in (("--rate", args.rate), ("--rates", args.rates), ("--users", args.users),
                                       ("--trace", args.trace)) if value is not None]
+    if args.scenario is not None:
+        if given or args.arrival is not None:
+            raise PerfmodelError(f"--scenario {args.scenario} sets the arrivals itself; drop "
+                                 f"{' and '.join(given or ['--arrival'])}")
+        if args.scenario == "server" and args.ttft_slo is None and args.tpot_slo is None:
+            raise PerfmodelError("--scenario server needs a p99 constraint: --ttft-slo and/or --tpot-slo "
+                                 "(MLPerf Llama-2-70B: --ttft-slo 2s --tpot-slo 200ms)")
+        return [ArrivalProcess(kind="burst")], None
     if len(given) > 1:
         raise PerfmodelError(f"give one of --rate, --rates, --users and --trace, not {' and '.join(given)}")
     arrival = args.arrival or "poisson"
@@ -158,10 +181,13 @@ def _serve(args) -> int:
         output.check_context(architecture.max_positions, architecture.name, "--output-dist")
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
-                           block_size=args.block_size, memory_utilization=args.memory_utilization)
+                           block_size=args.block_size, memory_utilization=args.memory_utilization,
+                           kv_admission=args.kv_admission)
     server = Server(architecture, hardware, Parallelism(tp=args.tp, pp=args.pp), config=config,
                     max_context=longest, weight_dtype=args.weights,
                     kv_dtype=args.kv or args.activations, activation_dtype=args.activations, mode=args.mode)
+    if args.scenario == "server":
+        return _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header_of(server))
     runs = max(len(streams), 1)
     bar = _progress_bar(args, requests * runs, runs)
     results = []
@@ -178,10 +204,7 @@ def _serve(args) -> int:
     finally:
         if bar is not None:
             bar.close()
-    header = (f"{architecture.name} on {server.parallelism.chips} x {hardware.name} (tp {args.tp}, pp {args.pp}, "
-              f"{server.mode} mode), max batch {args.max_batch}, {args.max_tokens_per_step} tokens a step, "
-              f"KV cache {server.kv.blocks} blocks of {args.block_size} tokens "
-              f"({format_quantity(server.kv.budget_bytes, 'bytes', binary=True)} a chip)")
+    header = header_of(server)
     if rates is not None:
         knee = _knee(rates, results, ttft_slo)
         if args.chart is not None:
@@ -196,9 +219,12 @@ def _serve(args) -> int:
         print(f"{results[0].workload.split(';', 1)[1].strip()}, {requests} requests, seed {args.seed}")
         rows = [[f"{rate:g}/s", f"{r.requests_per_s:.2f}", f"{r.tokens_per_s:.0f}", _s(r.ttft.p50), _s(r.ttft.p99),
                  _s(r.tpot.p50), _s(r.tpot.p99), "-" if r.goodput is None else f"{100 * r.goodput:.0f}%",
-                 r.preemptions, "<- knee" if rate == knee else ""] for rate, r in zip(rates, results, strict=True)]
+                 r.preemptions, _steady(r), "<- knee" if rate == knee else ""]
+                for rate, r in zip(rates, results, strict=True)]
         print(format_table(["rate", "req/s", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "goodput",
-                            "preemptions", ""], rows))
+                            "preemptions", "steady", ""], rows))
+        if any(r.steady_state is False for r in results):
+            print(f"steady = no: {UNSETTLED}")
         rule = (f"the last rate whose p99 TTFT meets {args.ttft_slo}" if ttft_slo is not None
                 else "the first rate after which throughput grows by 10% or less")
         print(f"knee: {'none' if knee is None else f'{knee:g}/s'} ({rule})")
@@ -228,7 +254,61 @@ def _serve(args) -> int:
                                 f"({100 * result.peak_kv_share:.1f}%)"],
               ["preemptions", str(result.preemptions)], ["scheduler steps", str(result.steps)]]
     print(format_table(["metric", "value"], facts))
+    if result.steady_state is False:
+        print(f"note: the run did not reach a steady state: {UNSETTLED}")
     _chart_note(args)
+    return 0
+
+
+def _steady(result) -> str:
+    return "-" if result.steady_state is None else "yes" if result.steady_state else "no"
+
+
+def header_of(server) -> str:
+    config = server.config
+    return (f"{server.architecture.name} on {server.parallelism.chips} x {server.hardware.name} "
+            f"(tp {server.parallelism.tp}, pp {server.parallelism.pp}, {server.mode} mode), max batch "
+            f"{config.max_batch}, {config.max_tokens_per_step} tokens a step, KV cache {server.kv.blocks} blocks "
+            f"of {config.block_size} tokens ({format_quantity(server.kv.budget_bytes, 'bytes', binary=True)} a chip)"
+            + (", whole sequences reserved at admission" if config.kv_admission == "reserve" else ""))
+
+
+def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header) -> int:
+    from perfmodel.serving import server_scenario
+
+    bar = _progress_bar(args, requests * (1 + RATE_SEARCH_RUNS), 1 + RATE_SEARCH_RUNS)
+    progress = None if bar is None else (lambda runs: bar.update(requests * runs - bar.n))
+    try:
+        found = server_scenario(server, requests, prompt, output, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo,
+                                seed=args.seed, progress=progress)
+    finally:
+        if bar is not None:
+            bar.close()
+    limits = " and ".join(f"{name} p99 <= {text}" for name, text in (("TTFT", args.ttft_slo), ("TPOT", args.tpot_slo))
+                          if text is not None)
+    if args.json:
+        print(json.dumps({"scenario": "server", "rate_per_s": found.rate_per_s, "constraints": limits,
+                          "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
+                          "tried": [{"rate_per_s": rate, "met": met} for rate, met in found.tried],
+                          "offline": found.offline.to_dict(per_request=False),
+                          "result": None if found.result is None else found.result.to_dict(per_request=False)},
+                         indent=1))
+        return 0
+    print(header)
+    print(f"MLPerf server scenario: {limits}; prompt {prompt.text}, output {output.text}, {requests} requests a "
+          f"run, seed {args.seed}")
+    offline = found.offline
+    print(f"offline (every request at once): {offline.tokens_per_s:.1f} output tokens/s, "
+          f"{offline.requests_per_s:.2f} requests/s")
+    print(format_table(["rate", "meets"], [[f"{rate:.4g}/s", "yes" if met else "no"] for rate, met in found.tried]))
+    if found.result is None:
+        print(f"no rate down to {found.tried[-1][0]:.3g}/s meets {limits}: the constraint is below what one "
+              "request alone achieves, or needs more chips (--tp/--pp)")
+        return 0
+    r = found.result
+    print(f"server: {found.rate_per_s:.4g} requests/s ({r.tokens_per_s:.1f} output tokens/s), TTFT p99 "
+          f"{_s(r.ttft.p99)}, TPOT p99 {_s(r.tpot.p99)}; {100 * found.rate_per_s / offline.requests_per_s:.0f}% "
+          "of the offline rate")
     return 0
 
 

@@ -7,11 +7,20 @@ compiler fuses a norm, softmax or reduction into a GEMM (``benchmarks/inductor_k
 measured Inductor's CPU kernels). Any other op starts a group.
 A group is one kernel: one launch, and its intermediates stay on chip, so at every level but the
 innermost it moves only its external inputs and outputs.
+
+What stays on chip is the rule of Inductor's and XLA's fusion: a consumer inside the kernel takes
+its producer's values from registers, so its read of them leaves the outer levels; but the
+producer's output is materialized (written whole) unless every consumer of it is inside the kernel
+and together they read all of it. The IR names no graph outputs: an output with no consumer, or
+a part of one that no op reads, is one, and an op outside the group needs what it reads from memory.
+So a 1-element consumer of a 512 MB output removes its own 2-byte read, not the 512 MB write.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+import numpy as np
 
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.workload.ir import Graph
@@ -21,7 +30,7 @@ from perfmodel.workload.op_kinds import OP_KIND_TABLE
 @dataclass(frozen=True, kw_only=True)
 class FusionPlan:
     """``group_of[i]`` is the index of the op that anchors op i's kernel; the internal bytes are
-    traffic that fusion keeps on chip (inputs read from, or outputs consumed only inside, the group)."""
+    traffic that fusion keeps on chip (inputs read from the group, outputs read whole and only inside it)."""
 
     group_of: tuple[int, ...]
     internal_input_bytes: tuple[SIValue, ...]  # floats, or arrays for sweeps
@@ -54,15 +63,34 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         joins = (position > 0 and kind.fusible and (kind.epilogue or not after_matrix_op)
                  and previous in producers[position] and op.count == graph.ops[previous].count)
         group_of.append(group_of[previous] if joins else position)
+    # What consumer c can read of producer p's output: at most that output, and at most c's inputs
+    # that an op can produce (weights are never another op's output). The graph does not say which of
+    # c's tensors p wrote, so this is the most it can be, and what an exact fit (the usual chain) reads.
+    produced = [sum((t.bytes for t in op.inputs if t.role != "weight"), 0.0) for op in graph.ops]
+
+    def read(p: int, c: int) -> SIValue:
+        return np.minimum(graph.ops[p].output_bytes, produced[c])
+
     internal_in: list[SIValue] = []
     internal_out: list[SIValue] = []
     for position, op in enumerate(graph.ops):
         group = group_of[position]
         inside = [p for p in producers[position] if group_of[p] == group]
-        # An input produced inside the group never leaves the chip: count the producer's output size.
-        internal_in.append(sum((graph.ops[p].output_bytes for p in inside), 0.0))
-        outside_consumers = [c for c in consumers[position] if group_of[c] != group]
-        only_inside = consumers[position] and not outside_consumers
-        internal_out.append(op.output_bytes if only_inside else 0.0)
+        # What this op reads from producers in its own kernel comes from registers, not memory.
+        internal_in.append(_plain(np.minimum(sum((read(p, position) for p in inside), 0.0), produced[position]))
+                           if inside else 0.0)
+        # Its output stays on chip only if no op outside the kernel reads it and the kernel's
+        # consumers read all of it (else the rest is a graph output); otherwise it is written whole.
+        users = consumers[position]
+        if users and all(group_of[c] == group for c in users):
+            covered = sum((read(position, c) for c in users), 0.0) >= op.output_bytes
+            internal_out.append(_plain(np.where(covered, op.output_bytes, 0.0)))
+        else:
+            internal_out.append(0.0)
     return FusionPlan(group_of=tuple(group_of), internal_input_bytes=tuple(internal_in),
                       internal_output_bytes=tuple(internal_out))
+
+
+def _plain(value: SIValue) -> SIValue:
+    """A float for a scalar (the evaluator's fast path), the array itself for a sweep."""
+    return float(value) if np.ndim(value) == 0 else np.asarray(value, dtype=float)

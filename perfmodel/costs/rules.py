@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, overload
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -33,7 +33,7 @@ from perfmodel.costs.traffic import (
 from perfmodel.dtypes import get_dtype
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
-from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link
+from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
 from perfmodel.workload.ir import Dimension, Op
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -44,6 +44,7 @@ ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
 RuleDimension = Dimension | float
 # The kernel shape a matmul chose: a name, an array of names over sweep points, or None (no shapes declared).
 KernelName = str | np.ndarray | None
+DATASHEET_PARAMETERS = Parameters()  # every efficiency 1, no latencies
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,10 +71,22 @@ class OpCost:
 
 @dataclass(frozen=True, kw_only=True)
 class CostContext:
-    """Device facts a rule needs beyond the op: the device, and whether weights stay on the device."""
+    """Device facts a rule needs beyond the op: the device, whether weights stay on the device, and
+    how the evaluation will charge the op: ``parameters`` (None: the spec's own, its calibrated
+    efficiencies where it carries them, else the datasheet) and ``overlap`` ('max' or 'sum'), so that a
+    rule that chooses (a matmul's kernel) chooses by the time the op is then charged."""
 
     hardware: Hardware
     weights_resident: bool = True
+    parameters: Parameters | None = None
+    overlap: str = "max"
+
+    @property
+    def pricing(self) -> Parameters:
+        """The parameters the op is charged with (``parameters`` resolved)."""
+        if self.parameters is not None:
+            return self.parameters
+        return self.hardware.efficiency if self.hardware.efficiency is not None else DATASHEET_PARAMETERS
 
 
 CostRule = Callable[[Op, CostContext], OpCost]
@@ -122,6 +135,25 @@ def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
 
 
 # ----------------------------------------------------------------------------------------- engines
+def runs(engine: ComputeEngine, dtype: str) -> bool:
+    """Whether ``engine`` runs ``dtype``: its peak for it is positive. A peak swept as an array (one
+    value per sweep point) must be positive at every point or at none: an op's engine and the dtype
+    whose rate applies are chosen once for all the points of a sweep, so a peak that is zero at some
+    points only is an error (sweep positive values; sweep the engine's absence as a separate spec)."""
+    rate = engine.peak_flops_per_s.get(dtype, 0.0)
+    if not isinstance(rate, np.ndarray):
+        return bool(rate > 0)
+    positive = rate > 0
+    if positive.all():
+        return True
+    if not positive.any():
+        return False
+    raise PerfmodelError(f"the {dtype} peak of engine {engine.name!r} is swept to zero at some points only "
+                         f"({np.count_nonzero(~positive)} of {positive.size}); an op's engine is chosen once for "
+                         "a whole sweep, so sweep positive peaks only, or compare the engine's absence as a "
+                         "separate spec")
+
+
 def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[ComputeEngine, str]:
     """The engine that runs an op of ``op_kind`` in ``dtype``, and the dtype whose peak applies."""
     entry = OP_KIND_TABLE.get(op_kind)
@@ -130,11 +162,11 @@ def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[Compute
     candidates = [dtype, *EQUIVALENT_DTYPES.get(dtype, ())]
     for wanted in candidates:
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
-            if engine.peak_flops_per_s.get(wanted, 0) > 0:
+            if runs(engine, wanted):
                 return engine, wanted
     if preferred != "matrix":  # upcast floats; integer and boolean ALUs assumed at the fp32 rate
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
-            if engine.peak_flops_per_s.get("fp32", 0) > 0:
+            if runs(engine, "fp32"):
                 return engine, "fp32"
     offered = sorted({f"{e.name}:{d}" for e in engines for d in e.peak_flops_per_s})
     raise PerfmodelError(f"{hardware.name} has no engine for a {op_kind} op in {dtype}; its engines offer "
@@ -265,17 +297,69 @@ def _bytes_per_element(op: Op, slot: int, group: str = "inputs") -> float:
     return get_dtype(tensor.dtype).bytes_per_element
 
 
+# ----------------------------------------------------------------------------------------- pricing
+# How an evaluation charges an op (``roofline.arrays``); kernel selection chooses by the same functions.
+def compute_rate_flops_per_s(hardware: Hardware, parameters: Parameters, engine: str, dtype: str,
+                             kind: str) -> SIValue:
+    """The rate an op of ``kind`` reaches on ``engine`` in ``dtype``: the peak x the compute efficiency."""
+    return hardware.compute[engine].peak_flops_per_s[dtype] * parameters.compute(engine, dtype, kind)
+
+
+@overload
+def compute_time_s(executed_flops: np.ndarray, rate_flops_per_s: SIValue, latency_s: SIValue) -> np.ndarray: ...
+@overload
+def compute_time_s(executed_flops: SIValue, rate_flops_per_s: SIValue, latency_s: SIValue) -> SIValue: ...
+def compute_time_s(executed_flops: SIValue, rate_flops_per_s: SIValue, latency_s: SIValue) -> SIValue:
+    """Compute time: executed FLOPs at the reached rate, plus the op kind's start-up latency."""
+    return executed_flops / rate_flops_per_s + latency_s
+
+
+@overload
+def memory_time_s(moved_bytes: np.ndarray, bandwidth_bytes_per_s: SIValue, efficiency: SIValue,
+                  latency_s: float) -> np.ndarray: ...
+@overload
+def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficiency: SIValue,
+                  latency_s: float) -> SIValue: ...
+def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficiency: SIValue,
+                  latency_s: float) -> SIValue:
+    """Memory time at a level: bytes at bandwidth x efficiency, plus the level's latency once if the
+    kernel touches it."""
+    return moved_bytes / (bandwidth_bytes_per_s * efficiency) + latency_s * (moved_bytes > 0)
+
+
+@overload
+def kernel_busy_s(components: np.ndarray, overlap: str) -> np.ndarray: ...
+@overload
+def kernel_busy_s(components: Sequence[float], overlap: str) -> float: ...
+def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str) -> SIValue:
+    """A kernel's busy time from its bottleneck times (stacked on the first axis of an array): the
+    slowest where they overlap ('max'), their sum where they do not ('sum')."""
+    if isinstance(components, np.ndarray):
+        busy: np.ndarray = components.max(axis=0) if overlap == "max" else components.sum(axis=0)
+        return busy
+    return max(components) if overlap == "max" else sum(components)
+
+
 def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtype: str, m: RuleDimension,
                   n: RuleDimension, k: RuleDimension, batch: RuleDimension, bytes_per_element: tuple[float, float, float],
-                  a_compulsory_elements: SIValue | None = None) -> tuple[SIValue, tuple[SIValue, ...], KernelName]:
-    """Price the product with every candidate kernel of the engine and keep the fastest at datasheet
-    rates (per sweep point), as cuBLAS/CUTLASS heuristics and XLA's autotuner do: a batch-1 GEMV takes
-    the small-M kernel and stays memory-bound instead of being padded into a 128-row tile.
+                  a_compulsory_elements: SIValue | None = None, *,
+                  side_compute_s: SIValue = 0.0) -> tuple[SIValue, tuple[SIValue, ...], KernelName]:
+    """Price the product with every candidate kernel of the engine and keep the fastest as the op is
+    then charged (per sweep point), as cuBLAS/CUTLASS heuristics and XLA's autotuner do: a batch-1 GEMV
+    takes the small-M kernel and stays memory-bound instead of being padded into a 128-row tile.
     Declared kernels are output-stationary tiles (GPU CTAs) whose operands the innermost level re-feeds
     per tile; an engine's native tile alone (a weight-stationary systolic array: TPU MXU, Groq, Spyre)
-    keeps the accumulator-capacity reuse model. Levels outside the innermost do not depend on the
-    kernel. The candidates are priced at once, as arrays. Returns (executed FLOPs, bytes per level,
-    kernel name)."""
+    keeps the accumulator-capacity reuse model. The candidates are priced at once, as arrays.
+
+    A candidate's time is what the evaluation charges for the parts that depend on the kernel, with
+    the context's parameters (``CostContext.pricing``) and overlap: its compute time
+    (``compute_time_s``: executed FLOPs at peak x efficiency plus latency; never below
+    ``side_compute_s``, a second engine inside the kernel) and its innermost level's memory time
+    (``memory_time_s``), combined by ``kernel_busy_s``. Everything else (outer levels, whose traffic
+    does not depend on the kernel; links; the engine's fixed time per kernel; scheduling) is the same
+    for every candidate and only caps or adds to that time, so the kernel chosen is the fastest as
+    charged, and more bandwidth or peak never makes the op slower. Returns (executed FLOPs, bytes per
+    level, kernel name)."""
     hardware = context.hardware
     traffic = _tiled_bytes(op, context, engine, m, n, k, batch, *bytes_per_element,
                            a_compulsory_elements=a_compulsory_elements)
@@ -284,13 +368,14 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
         native = candidates[0] if candidates else None
         return executed_matmul_flops(engine, m, n, k, batch, native), traffic, native.name if native else None
     # Sweep points come from the op's dimensions and from array-valued spec fields (bandwidth, peak).
-    levels = hardware.memory
-    shape = np.broadcast_shapes(*(np.shape(value) for value in (m, n, k, batch, *traffic,
-                                                                engine.peak_flops_per_s[peak_dtype])),
-                                *(np.shape(level.bandwidth_bytes_per_s) for level in levels))
+    inner_level = hardware.memory[0]
+    shape = np.broadcast_shapes(*(np.shape(value) for value in (m, n, k, batch, traffic[0], side_compute_s,
+                                                                engine.peak_flops_per_s[peak_dtype],
+                                                                inner_level.bandwidth_bytes_per_s)))
     if not shape:
-        return _select_kernel_scalar(hardware, engine, peak_dtype, candidates, float(m), float(n), float(k),
-                                     float(batch), bytes_per_element, a_compulsory_elements, traffic)
+        return _select_kernel_scalar(context, op.kind, engine, peak_dtype, candidates, float(m), float(n), float(k),
+                                     float(batch), bytes_per_element, a_compulsory_elements, traffic,
+                                     float(side_compute_s))
     column = (len(candidates),) + (1,) * len(shape)
 
     def per_kernel(values: Sequence[float]) -> np.ndarray:
@@ -305,10 +390,13 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
         reads_a = reads_a * (a_compulsory_elements / (np.asarray(m, dtype=float) * k))
     inner = batch * (reads_a * a_bytes + reads_b * b_bytes + writes_c * c_bytes) * _granule_factor(
         hardware, 0, k, a_bytes)
-    outer = [np.asarray(moved, dtype=float) / level.bandwidth_bytes_per_s
-             for moved, level in zip(traffic[1:], levels[1:], strict=True)]
-    time = np.maximum.reduce(np.broadcast_arrays(executed / engine.peak_flops_per_s[peak_dtype],
-                                                 inner / levels[0].bandwidth_bytes_per_s, *outer))
+    parameters = context.pricing
+    rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, op.kind)
+    compute = np.maximum(compute_time_s(executed, rate, parameters.compute_latency_s.get(op.kind, 0.0)),
+                         side_compute_s)
+    memory = memory_time_s(inner, inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, op.kind),
+                           parameters.memory_latency(inner_level.name))
+    time = kernel_busy_s(np.stack(np.broadcast_arrays(compute, memory)), context.overlap)
     best = np.argmin(time, axis=0)[None]
     chosen_executed = np.take_along_axis(np.broadcast_to(executed, time.shape), best, axis=0)[0]
     chosen_inner = np.take_along_axis(np.broadcast_to(inner, time.shape), best, axis=0)[0]
@@ -316,21 +404,24 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     return chosen_executed, (chosen_inner, *traffic[1:]), names
 
 
-def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype: str,
+def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine, peak_dtype: str,
                           candidates: Sequence[KernelShape], m: float, n: float, k: float, batch: float,
                           bytes_per_element: tuple[float, float, float], a_compulsory_elements: SIValue | None,
-                          traffic: tuple[SIValue, ...]) -> tuple[float, tuple[SIValue, ...], str]:
+                          traffic: tuple[SIValue, ...], side_compute_s: float) -> tuple[float, tuple[SIValue, ...], str]:
     """``select_kernel`` for one point, in plain floats (a graph of scalar ops prices ~10x faster so).
-    It restates ``_executed_flops`` and ``tile_elements_moved`` with ``math``; a test checks that both
-    paths choose the same kernel and give the same numbers."""
+    It restates ``_executed_flops`` and ``tile_elements_moved`` with ``math`` and prices each candidate
+    with the same functions; a test checks that both paths choose the same kernel and give the same
+    numbers."""
+    hardware, parameters = context.hardware, context.pricing
     a_bytes, b_bytes, c_bytes = bytes_per_element
-    levels = hardware.memory
-    outer = max((float(moved) / level.bandwidth_bytes_per_s for moved, level in zip(traffic[1:], levels[1:],
-                                                                                      strict=True)), default=0.0)
+    inner_level = hardware.memory[0]
     granule = float(_granule_factor(hardware, 0, k, a_bytes))
     a_scale = 1.0 if a_compulsory_elements is None else float(a_compulsory_elements) / (m * k)
-    peak, inner_bandwidth = engine.peak_flops_per_s[peak_dtype], levels[0].bandwidth_bytes_per_s
-    best: tuple[SIValue, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)
+    rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, kind)
+    compute_latency = parameters.compute_latency_s.get(kind, 0.0)
+    inner_bandwidth, inner_efficiency = inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, kind)
+    inner_latency = parameters.memory_latency(inner_level.name)
+    best: tuple[float, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)
     for kernel in candidates:
         tiles = batch * math.ceil(m / kernel.m) * math.ceil(n / kernel.n)
         k_blocks = math.ceil(k / kernel.k)
@@ -339,7 +430,9 @@ def _select_kernel_scalar(hardware: Hardware, engine: ComputeEngine, peak_dtype:
         executed = C.FLOPS_PER_FMA * waves * engine.units * kernel.m * kernel.n * math.ceil(k_blocks / split) * kernel.k
         inner = batch * (m * k * math.ceil(n / kernel.n) * a_scale * a_bytes + k * n * math.ceil(m / kernel.m) * b_bytes
                          + m * n * c_bytes) * granule
-        time = max(executed / peak, inner / inner_bandwidth, outer)
+        compute = max(float(compute_time_s(executed, rate, compute_latency)), side_compute_s)
+        memory = float(memory_time_s(inner, inner_bandwidth, inner_efficiency, inner_latency))
+        time = float(kernel_busy_s((compute, memory), context.overlap))
         if best is None or time < best[0]:
             best = (time, executed, inner, kernel.name)
     assert best is not None
@@ -362,7 +455,7 @@ def dequantize_flops(op: Op, weight_elements: ArrayLike) -> SIValue:
 def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
     """The device's vector engine at its fp32 rate (where element-wise conversion work runs)."""
     for engine in hardware.compute.values():
-        if engine.kind == "vector" and engine.peak_flops_per_s.get("fp32", 0) > 0:
+        if engine.kind == "vector" and runs(engine, "fp32"):
             return engine, "fp32"
     return None
 
@@ -375,11 +468,15 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = matmul_flops(m, n, k, batch)
-    executed, traffic, kernel = select_kernel(
-        op, context, engine, peak_dtype, m, n, k, batch,
-        (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")))
     dequantize = dequantize_flops(op, batch * np.asarray(k, dtype=float) * n)
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
+    # The dequantizing engine works inside the kernel, so its time bounds every candidate's compute time.
+    side_s = 0.0 if vector is None else compute_time_s(dequantize, compute_rate_flops_per_s(
+        context.hardware, context.pricing, vector[0].name, vector[1], op.kind), 0.0)
+    executed, traffic, kernel = select_kernel(
+        op, context, engine, peak_dtype, m, n, k, batch,
+        (_bytes_per_element(op, 0), _bytes_per_element(op, 1), _bytes_per_element(op, 0, "outputs")),
+        side_compute_s=side_s)
     cost = OpCost(flops=flops, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=traffic, kernel=kernel)
     if vector is not None:

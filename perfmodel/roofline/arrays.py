@@ -35,7 +35,15 @@ import numpy as np
 
 from perfmodel.costs.fusion import FusionPlan, no_fusion, plan_fusion
 from perfmodel.costs.residency import residency
-from perfmodel.costs.rules import CostContext, OpCost, op_cost
+from perfmodel.costs.rules import (
+    CostContext,
+    OpCost,
+    compute_rate_flops_per_s,
+    compute_time_s,
+    kernel_busy_s,
+    memory_time_s,
+    op_cost,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import MODE_FIELDS, Hardware, Parameters
@@ -92,14 +100,43 @@ def pipelined_totals(per_instance: np.ndarray, count_column: np.ndarray, items: 
 
 
 def spatial_shares(graph: Graph, costs) -> np.ndarray:
-    """Share of the device each op instance owns in spatial dataflow (see ``hardware.execution_models``):
-    its weight bytes over all weight bytes of the program; a weightless op an average region."""
+    """Share of the device each op instance is allotted in spatial dataflow (see
+    ``hardware.execution_models``): its weight bytes over all weight bytes of the program; a weightless
+    op an average region. It runs on at most this share (``spatial_regions``)."""
     weights = np.asarray([sum(float(np.max(t.bytes)) for t in op.inputs if t.role == "weight") for op in graph.ops])
     counts = np.asarray([op.count for op in graph.ops], dtype=float)
     total, holders = float(np.sum(weights * counts)), float(np.sum(counts[weights > 0]))
     if total <= 0:
         return np.ones(len(graph.ops))
     return np.where(weights > 0, weights / total, 1.0 / holders)
+
+
+def spatial_regions(allotted: np.ndarray, scaled_s: np.ndarray, unscaled_s: np.ndarray | float, cores: np.ndarray,
+                    fabric_hop_s: np.ndarray | float) -> np.ndarray:
+    """Cores each op instance runs on in spatial dataflow: its allotted region (``spatial_shares`` x
+    cores), but never more cores than lower its latency.
+
+    On ``A`` cores an op takes ``t(A) = max(s x cores / A, u) + 2 sqrt(A) x hop``: ``s`` is its time on
+    the whole device (compute and memory, which divide among the cores), ``u`` what does not divide
+    (its link time; 0 where the components add up), and a token's input is broadcast along the rows
+    of a square region and its partial sums reduced along the columns, ``sqrt(A)`` hops each. The
+    first term falls with ``A``, the second grows, so ``t`` falls up to
+    ``A* = min((s x cores / hop)^(2/3), s x cores / u)`` (where ``dt/dA = -s cores / A^2 + hop /
+    sqrt(A) = 0``, or where ``u`` takes over) and grows beyond: spread wider, an op only waits longer
+    on the fabric, so the compiler maps it onto ``min(allotted, A*)`` cores (at least one), leaving
+    the rest of its region idle. A weight-holding layer of a model that fills the wafer is allotted
+    far less than ``A*`` (Llama-3.1-8B decode's q_proj: 1,880 cores allotted, ``A*`` ~16,000); a norm
+    or residual add of 4,096 elements, allotted an average region of ~4,600 cores (under one element
+    a core), runs on ~120. Since ``t`` never rises as ``A`` shrinks below ``A*``, an op added to the
+    program, which only shrinks the others' allotments (``spatial_shares``), never makes one of them
+    faster; with whole allotments an op allotted more than ``A*`` got faster when a new region
+    squeezed it (its 2 sqrt(A) hops fell more than its work grew), and a graph of small ops with it."""
+    scaled = _as_float(scaled_s) * cores
+    hop, unscaled = _as_float(fabric_hop_s), _as_float(unscaled_s)
+    # No fabric latency (hop 0): nothing limits the width; nothing to divide (s 0): one core.
+    widest = np.where(hop > 0, (scaled / np.where(hop > 0, hop, 1.0)) ** (2.0 / 3.0), np.inf)
+    widest = np.minimum(widest, np.where(unscaled > 0, scaled / np.where(unscaled > 0, unscaled, 1.0), np.inf))
+    return np.minimum(allotted, np.maximum(widest, 1.0))
 
 
 def weight_bytes(graph: Graph):
@@ -127,7 +164,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     weights = weight_bytes(graph)
     placement = residency(hardware, weights, resident_bytes)
     on_device, resident = placement.capacity_bytes, placement.weights_resident
-    context = CostContext(hardware=hardware, weights_resident=resident)
+    # Rules that choose (a matmul's kernel) choose by the time charged below, with these parameters.
+    context = CostContext(hardware=hardware, weights_resident=resident, parameters=parameters, overlap=overlap)
     costs = tuple(op_cost(op, context) for op in graph.ops)
     fused = model.fuses if fuse is None else fuse
     plan = plan_fusion(graph) if fused else no_fusion(graph)
@@ -137,9 +175,16 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     spec_values = [level.bandwidth_bytes_per_s for level in levels]
     spec_values += [rate for engine in hardware.compute.values() for rate in engine.peak_flops_per_s.values()]
     spec_values += [getattr(execution, attribute) for attribute in MODE_FIELDS.values()]
+    # Fusion keeps a group's intermediates on chip: only the innermost level still sees them. The
+    # traffic an op moves outside is scaled by the share of its tensors that leave the group. The
+    # shares come from the graph's tensors, which may be sweep arrays where the op's costs are not (a
+    # view's), so they take part in the sweep's shape like the costs and the spec's values.
+    kept_shares = [np.clip(1.0 - (inside + outside) / np.maximum(op.input_bytes + op.output_bytes, 1.0), 0.0, 1.0)
+                   for op, inside, outside in zip(graph.ops, plan.internal_input_bytes, plan.internal_output_bytes,
+                                                  strict=True)] if len(levels) > 1 else []
     shape = np.broadcast_shapes(*[np.shape(value) for cost in costs
                                   for value in (cost.flops, cost.executed_flops, cost.link_bytes, *cost.bytes_by_level)],
-                                *[np.shape(value) for value in spec_values])
+                                *[np.shape(value) for value in spec_values], *[np.shape(value) for value in kept_shares])
 
     def stack(values) -> np.ndarray:
         if not shape:  # scalar workload: a plain float array is ~10x cheaper than broadcasting each value
@@ -150,43 +195,25 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     flops = stack([c.flops for c in costs])
     executed = stack([c.executed_flops for c in costs])
     bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
-    # Fusion keeps a group's intermediates on chip: only the innermost level still sees them. The
-    # traffic an op moves outside is scaled by the share of its tensors that leave the group.
-    if len(levels) > 1:
-        kept = stack([np.clip(1.0 - (inside + outside) / np.maximum(op.input_bytes + op.output_bytes, 1.0), 0.0, 1.0)
-                      for op, inside, outside in zip(graph.ops, plan.internal_input_bytes, plan.internal_output_bytes,
-                                                     strict=True)])
-        bytes_by_level[1:] = bytes_by_level[1:] * kept
+    if kept_shares:
+        bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
-    peaks = stack([hardware.compute[c.engine].peak_flops_per_s[c.peak_dtype]
-                   * parameters.compute(c.engine, c.peak_dtype, op.kind) for c, op in zip(costs, graph.ops, strict=True)])
+    peaks = stack([compute_rate_flops_per_s(hardware, parameters, c.engine, c.peak_dtype, op.kind)
+                   for c, op in zip(costs, graph.ops, strict=True)])
     latency = stack([parameters.compute_latency_s.get(op.kind, 0.0) for op in graph.ops])
-    compute_s = executed / peaks + latency
+    compute_s = compute_time_s(executed, peaks, latency)
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
     if any(c.side_engine is not None for c in costs):
-        side_s = stack([0.0 if c.side_engine is None else c.side_flops / (
-            hardware.compute[c.side_engine].peak_flops_per_s[c.side_peak_dtype]
-            * parameters.compute(c.side_engine, c.side_peak_dtype, op.kind)) for c, op in zip(costs, graph.ops,
-                                                                                              strict=True)])
+        side_s = stack([0.0 if c.side_engine is None else compute_time_s(c.side_flops, compute_rate_flops_per_s(
+            hardware, parameters, c.side_engine, c.side_peak_dtype, op.kind), 0.0)
+            for c, op in zip(costs, graph.ops, strict=True)])
         compute_s = np.maximum(compute_s, side_s)
-    memory_s = np.stack([bytes_by_level[index] / (_as_float(level.bandwidth_bytes_per_s)
-                                                   * stack([parameters.memory(level.name, op.kind) for op in graph.ops]))
+    # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
+    memory_s = np.stack([memory_time_s(bytes_by_level[index], _as_float(level.bandwidth_bytes_per_s),
+                                       stack([parameters.memory(level.name, op.kind) for op in graph.ops]),
+                                       parameters.memory_latency(level.name))
                          for index, level in enumerate(levels)])
-    if parameters.memory_latency_s:
-        # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
-        memory_s = memory_s + np.stack([np.where(bytes_by_level[index] > 0, parameters.memory_latency(level.name), 0.0)
-                                        for index, level in enumerate(levels)])
-    fabric_s = 0.0
-    # Layer pipelining needs every region's weights resident; streamed weights run one layer at a time
-    # on the whole device (Cerebras weight streaming), as the static mode prices it.
-    spatial = model.spatial and resident
-    if spatial:
-        share = spatial_shares(graph, costs)
-        compute_s = compute_s / share.reshape(count_column.shape)
-        memory_s = memory_s / share.reshape(count_column.shape)
-        cores = np.asarray([hardware.compute[c.engine].units for c in costs], dtype=float)
-        fabric_s = (2.0 * np.sqrt(np.maximum(share * cores, 1.0))).reshape(count_column.shape) * execution.fabric_hop_s
     link_s = np.zeros_like(compute_s)
     for position, cost in enumerate(costs):
         if cost.link is not None:
@@ -194,6 +221,18 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
             efficiency, alpha = parameters.link(cost.link)
             link_s[position] = (_as_float(cost.link_bytes) / (link.bandwidth_bytes_per_s_per_direction * efficiency)
                                 + _as_float(cost.link_latency_s) + alpha)
+    fabric_s = 0.0
+    # Layer pipelining needs every region's weights resident; streamed weights run one layer at a time
+    # on the whole device (Cerebras weight streaming), as the static mode prices it.
+    spatial = model.spatial and resident
+    if spatial:
+        cores = np.asarray([hardware.compute[c.engine].units for c in costs], dtype=float).reshape(count_column.shape)
+        scaled = compute_s + memory_s.sum(axis=0) if overlap == "sum" else np.maximum(compute_s, memory_s.max(axis=0))
+        region = spatial_regions(spatial_shares(graph, costs).reshape(count_column.shape) * cores, scaled,
+                                 link_s if overlap == "max" else 0.0, cores, execution.fabric_hop_s)
+        compute_s = compute_s * (cores / region)
+        memory_s = memory_s * (cores / region)
+        fabric_s = 2.0 * np.sqrt(np.maximum(region, 1.0)) * execution.fabric_hop_s
 
     anchors = _as_float([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
     launches = _as_float([c.launches for c in costs]).reshape(count_column.shape) * anchors
@@ -210,7 +249,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
                               * scale, compute_s.shape).copy()
 
     components = np.concatenate([compute_s[None], memory_s, link_s[None]])
-    busy = (components.max(axis=0) if overlap == "max" else components.sum(axis=0)) + fixed_s
+    busy = kernel_busy_s(components, overlap) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial and np.any(np.asarray(stream_items) > 1):

@@ -21,6 +21,7 @@ time (marker size) and its bound (colour). Points never lie above the roofs they
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Sequence, TypedDict
 
@@ -110,20 +111,24 @@ def launch_cost_s(hardware: Hardware, mode: str) -> float:
 
 
 def _points(evaluation: Evaluation, levels: list[str]) -> tuple[OpPoint, ...]:
+    """One point per op and level it moves bytes at. An op with FLOPs that moves nothing at any of
+    ``levels`` (its data stays in an inner cache, or it is fused away from the outer level) still
+    takes time: it gets one point at infinite intensity on the innermost of ``levels``, which the
+    charts draw at their right edge, so that no op's time goes missing from a chart."""
     total = evaluation.total_s or 1.0
     points = []
     for op in evaluation.ops:
         if op.flops <= 0 or op.total_s <= 0:
             continue
         achieved = op.flops / op.total_s
-        for level in levels:
+        granularity = op.flops / op.launches if op.launches else 0.0
+        moved_levels = [level for level in levels if op.bytes.get(level, 0.0) > 0]
+        for level in moved_levels or levels[-1:]:
             moved = op.bytes.get(level, 0.0)
-            if moved <= 0:
-                continue
             points.append(OpPoint(name=op.name, kind=op.kind, bound=op.bound, level=level,
-                                  intensity_flop_per_byte=op.flops / moved, achieved_flops_per_s=achieved,
-                                  time_share=op.total_s / total,
-                                  granularity_flops_per_launch=op.flops / op.launches if op.launches else 0.0))
+                                  intensity_flop_per_byte=op.flops / moved if moved > 0 else math.inf,
+                                  achieved_flops_per_s=achieved, time_share=op.total_s / total,
+                                  granularity_flops_per_launch=granularity))
     return tuple(points)
 
 

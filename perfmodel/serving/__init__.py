@@ -1,8 +1,17 @@
 """Request-level serving simulation on the engine's step costs (pure core: numpy only)."""
 
-from perfmodel.serving.simulator import Percentiles, Server, ServingConfig, ServingResult, max_context
+from perfmodel.serving.simulator import (
+    Percentiles,
+    Server,
+    ServerScenario,
+    ServingConfig,
+    ServingResult,
+    max_context,
+    server_scenario,
+)
 from perfmodel.serving.steps import KVCapacity, StepCosts, kv_capacity
-from perfmodel.serving.workload import ArrivalProcess, ClosedLoop, LengthDistribution, parse_length
+from perfmodel.serving.workload import ArrivalProcess, ClosedLoop, LengthDistribution, Trace, parse_length, read_trace
 
 __all__ = ["ArrivalProcess", "ClosedLoop", "KVCapacity", "LengthDistribution", "Percentiles", "Server",
-           "ServingConfig", "ServingResult", "StepCosts", "kv_capacity", "max_context", "parse_length"]
+           "ServerScenario", "ServingConfig", "ServingResult", "StepCosts", "Trace", "kv_capacity", "max_context",
+           "parse_length", "read_trace", "server_scenario"]

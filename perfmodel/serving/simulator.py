@@ -25,10 +25,22 @@ run. Decode steps still read the whole context (the cached prefix included). A p
 keeps its cached prefix. **Assumption:** every request hits the cache (no first-request miss) and
 the prefix's blocks are counted once.
 
+KV admission (``ServingConfig.kv_admission``): "on-demand" is the rule above (vLLM); "reserve" is
+TensorRT-LLM's default GUARANTEED_NO_EVICT capacity scheduler: a waiting request is admitted only when
+the blocks of its whole sequence (prompt + output length, the request's max_tokens) are free; it holds
+them until it finishes, so nothing is ever preempted.
+
 Arrivals come from an arrival process, closed-loop users, or a trace (``Server.replay``: the rows'
 arrival times and lengths exactly as read, ``workload.read_trace``).
 
-The loop is plain Python over steps; the engine is called only to build the step-cost grids.
+The loop runs over steps; the engine is called only to build the step-cost grids. Per-request state
+lives in numpy arrays (``_State``) and the running batch in a dense table in admission order
+(``_Batch``), so a step updates its sequences with a few array operations (the per-sequence rule
+above is applied as a prefix sum over the token budget; a step that runs out of KV blocks falls back
+to the sequential rule, ``_schedule_with_preemption``). A stretch of pure decode steps (every running
+sequence decoding, nothing admissible, no arrival due, no finish, the KV blocks lasting) is run as its
+scalar step times and one update of the arrays; the results equal stepping one at a time to the last
+bit (tested).
 TTFT = first token - arrival; TPOT = mean gap between a request's later tokens; end-to-end = last
 token - arrival; inter-token latencies are every gap after the first token (a preempted request's
 recomputation shows up in them).
@@ -74,6 +86,32 @@ class Percentiles:
                 {"p50": self.p50, "p90": self.p90, "p99": self.p99, "mean": self.mean}.items()}
 
 
+STEADY_GROWTH_SHARE = 0.05  # TTFT may grow by at most this share of the time between the quarters
+STEADY_GROWTH_RATIO = 1.5  # ... or by at most this factor (noise in short runs)
+
+
+def steady_state(arrival_s: np.ndarray, ttft_s: np.ndarray) -> bool | None:
+    """Whether an open-loop run settled. Past saturation the queue grows by (offered - served rate) x
+    time, and each request waits longer than the one before: TTFT grows in proportion to its arrival
+    time. Unsettled: the median TTFT of the last quarter of the requests (in arrival order) exceeds
+    that of the second quarter both by more than 5% of the time between the quarters' median arrivals
+    (a served rate more than about 5% below the offered one) and by more than 1.5x (so that noise in a
+    short run does not count). The latencies of such a run grow with its length and describe no
+    steady state. None: fewer than 8 requests, or all arriving at once."""
+    count = len(arrival_s)
+    if count < 8:
+        return None
+    order = np.argsort(arrival_s, kind="stable")
+    arrivals, ttft = arrival_s[order], ttft_s[order]
+    quarter = count // 4
+    second, last = slice(quarter, 2 * quarter), slice(count - quarter, count)
+    elapsed = float(np.median(arrivals[last]) - np.median(arrivals[second]))
+    if elapsed <= 0:
+        return None
+    early, late = float(np.median(ttft[second])), float(np.median(ttft[last]))
+    return not (late - early > STEADY_GROWTH_SHARE * elapsed and late > STEADY_GROWTH_RATIO * early)
+
+
 def _json_float(value: float) -> float | None:
     return None if math.isnan(value) else float(value)
 
@@ -112,6 +150,8 @@ class ServingResult:
     tpot_s: tuple[float, ...]
     e2e_s: tuple[float, ...]
     prefix_share: float = 0.0
+    # Open-loop arrivals only (None otherwise): whether the run settled (see ``steady_state``).
+    steady_state: bool | None = None
     itl_samples_s: np.ndarray = field(default_factory=lambda: np.zeros(0), compare=False, repr=False)
 
     @property
@@ -130,6 +170,7 @@ class ServingResult:
             "max_queue": self.max_queue, "kv_blocks": self.kv_blocks, "block_size": self.block_size,
             "peak_kv_blocks": self.peak_kv_blocks, "peak_kv_share": self.peak_kv_share,
             "preemptions": self.preemptions, "steps": self.steps, "prefix_share": self.prefix_share,
+            "steady_state": self.steady_state,
         }
         if per_request:
             data["per_request"] = {
@@ -139,14 +180,24 @@ class ServingResult:
         return data
 
 
+KV_ADMISSION = ("on-demand", "reserve")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ServingConfig:
     max_batch: int = 256
     max_tokens_per_step: int = 8192
     block_size: int = 16
     memory_utilization: float = 0.9
+    # "on-demand" (vLLM): a sequence takes KV blocks as its tokens arrive; when none are free the newest
+    # running sequence is preempted. "reserve" (TensorRT-LLM's default GUARANTEED_NO_EVICT capacity
+    # scheduler): a request is admitted only when the blocks of its whole sequence (prompt + its output
+    # length, the request's max_tokens) are free, and holds them to the end: nothing is ever preempted.
+    kv_admission: str = "on-demand"
 
     def __post_init__(self) -> None:
+        if self.kv_admission not in KV_ADMISSION:
+            raise PerfmodelError(f"kv-admission must be one of {', '.join(KV_ADMISSION)}, got {self.kv_admission!r}")
         for name in ("max_batch", "max_tokens_per_step", "block_size"):
             if getattr(self, name) < 1:
                 raise PerfmodelError(f"{name.replace('_', '-')} must be at least 1, got {getattr(self, name)}")
@@ -155,16 +206,89 @@ class ServingConfig:
                                  f"({self.max_batch}): every running sequence needs a token each step")
 
 
-class _Request:
-    __slots__ = ("arrival", "prompt", "output", "generated", "computed", "blocks", "first", "last", "finish",
-                 "cached", "cached_blocks")
+class _State:
+    """Per-request state of a run, one numpy array per field (indexed by request), so that a step
+    updates all its scheduled sequences at once."""
 
-    def __init__(self, arrival: float, prompt: int, output: int, cached: int = 0, cached_blocks: int = 0) -> None:
-        self.arrival, self.prompt, self.output = arrival, prompt, output
-        self.generated = self.blocks = 0
-        self.cached, self.cached_blocks = cached, cached_blocks  # the shared prefix already in the KV cache
-        self.computed = cached
-        self.first = self.last = self.finish = math.nan
+    def __init__(self, prompts: np.ndarray, outputs: np.ndarray, cached: np.ndarray,
+                 blocks_of: Callable[[np.ndarray], np.ndarray]) -> None:
+        count = len(prompts)
+        self.prompt, self.output = prompts, outputs
+        self.cached = cached  # the shared prefix already in the KV cache
+        self.cached_blocks = blocks_of(cached)
+        self.computed = self.cached.copy()
+        self.generated = np.zeros(count, dtype=np.int64)
+        self.blocks = np.zeros(count, dtype=np.int64)
+        self.arrival = np.zeros(count)
+        self.first = np.full(count, math.nan)
+        self.last = np.full(count, math.nan)
+        self.finish = np.full(count, math.nan)
+
+
+class _Batch:
+    """The running sequences as dense arrays in admission order (the step's hot data, no gathers):
+    one row of a preallocated ``table`` per field, the first ``size`` columns in use, so that
+    admitting sequences writes a few columns and retiring them is one masked copy; ``store`` writes
+    them back to the per-request ``_State`` when they leave the batch to wait again (preemption).
+    ``held`` = KV blocks the sequence's computed tokens occupy, its cached prefix included."""
+
+    ROWS = ("ids", "prompt", "output", "generated", "computed", "rest", "held", "cached_blocks")
+
+    def __init__(self, capacity: int) -> None:
+        self._table = np.zeros((len(self.ROWS), capacity), dtype=np.int64)
+        self._last = np.zeros(capacity)
+        self.size = 0
+        self._views()
+
+    def _views(self) -> None:
+        table = self._table[:, :self.size]
+        (self.ids, self.prompt, self.output, self.generated, self.computed, self.rest, self.held,
+         self.cached_blocks) = table  # row views: updating one updates the table
+        self.table, self.last = table, self._last[:self.size]  # last: time of each sequence's latest token
+
+    def append(self, ids: list[int], state: _State) -> None:
+        if len(ids) > 8:  # many at once (a burst): gathers beat a Python loop
+            self._append_gathered(np.asarray(ids, dtype=np.int64), state)
+            return
+        columns = []
+        for index in ids:
+            prompt, generated, computed = int(state.prompt[index]), int(state.generated[index]), \
+                int(state.computed[index])
+            cached_blocks = int(state.cached_blocks[index])
+            columns.append((index, prompt, int(state.output[index]), generated, computed,
+                            prompt + generated - computed,  # tokens known but not computed yet
+                            int(state.blocks[index]) + cached_blocks, cached_blocks))
+        end = self.size + len(ids)
+        self._table[:, self.size:end] = np.array(columns, dtype=np.int64).T
+        self._last[self.size:end] = state.last[ids]
+        self.size = end
+        self._views()
+
+    def _append_gathered(self, ids: np.ndarray, state: _State) -> None:
+        end = self.size + ids.size
+        table = self._table[:, self.size:end]
+        table[0] = ids
+        table[1], table[2] = state.prompt[ids], state.output[ids]
+        table[3], table[4] = state.generated[ids], state.computed[ids]
+        table[5] = table[1] + table[3] - table[4]
+        table[7] = state.cached_blocks[ids]
+        table[6] = state.blocks[ids] + table[7]
+        self._last[self.size:end] = state.last[ids]
+        self.size = end
+        self._views()
+
+    def keep(self, mask: np.ndarray) -> None:
+        kept = int(np.count_nonzero(mask))
+        self._table[:, :kept] = self.table[:, mask]
+        self._last[:kept] = self.last[mask]
+        self.size = kept
+        self._views()
+
+    def store(self, state: _State) -> None:
+        ids = self.ids
+        state.generated[ids], state.computed[ids] = self.generated, self.computed
+        state.blocks[ids] = self.held - self.cached_blocks
+        state.last[ids] = self.last
 
 
 class Server:
@@ -193,10 +317,16 @@ class Server:
         held = tokens if window is None else min(tokens, window)
         return -(-held // self.config.block_size)
 
-    def _cached(self, prompt: int, prefix_share: float) -> int:
-        """Tokens of a ``prompt``-token prompt found in the prefix cache: whole blocks, one token left."""
+    def _block_array(self, tokens: np.ndarray) -> np.ndarray:
+        """``_blocks`` of every element."""
+        window = self.architecture.sliding_window
+        held = tokens if window is None else np.minimum(tokens, window)
+        return -(-held // self.config.block_size)
+
+    def _cached(self, prompts: np.ndarray, prefix_share: float) -> np.ndarray:
+        """Tokens of each prompt found in the prefix cache: whole blocks, one token left."""
         size = self.config.block_size
-        return min(int(prefix_share * prompt), prompt - 1) // size * size
+        return np.minimum((prefix_share * prompts).astype(np.int64), prompts - 1) // size * size
 
     def simulate(self, arrivals: ArrivalProcess | ClosedLoop, requests: int, prompt: LengthDistribution,
                  output: LengthDistribution, *, seed: int = 0, ttft_slo_s: float | None = None,
@@ -234,11 +364,13 @@ class Server:
         if not (math.isfinite(prefix_share) and 0 <= prefix_share < 1):
             raise PerfmodelError(f"prefix share must be a fraction in [0, 1), got {prefix_share!r}")
         requests = len(prompts)
-        cached = [self._cached(int(p), prefix_share) for p in prompts]
-        cached_blocks = [self._blocks(c) for c in cached]
-        reserved = max(cached_blocks)  # the shared prefix stays resident
+        size, window = self.config.block_size, self.architecture.sliding_window
+        reserve = self.config.kv_admission == "reserve"
+        prompts, outputs = np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
+        state = _State(prompts, outputs, self._cached(prompts, prefix_share), self._block_array)
+        reserved = int(state.cached_blocks.max())  # the shared prefix stays resident
         longest = int(np.max(prompts + outputs))
-        own = max(self._blocks(int(p + o)) - b for p, o, b in zip(prompts, outputs, cached_blocks, strict=True))
+        own = int(np.max(self._block_array(prompts + outputs) - state.cached_blocks))
         if own + reserved > self.kv.blocks:
             raise PerfmodelError(f"a request of {longest} tokens needs {self._blocks(longest)} KV blocks, the cache "
                                  f"holds {self.kv.blocks} ({self.kv.tokens} tokens); add chips or raise the memory "
@@ -253,124 +385,240 @@ class Server:
             pending = [(float(t), index) for index, t in enumerate(times)]
             issued = requests
         heapq.heapify(pending)
-        reqs = [_Request(0.0, int(p), int(o), c, b)
-                for p, o, c, b in zip(prompts, outputs, cached, cached_blocks, strict=True)]
         budget_max, max_batch = self.config.max_tokens_per_step, self.config.max_batch
         costs, total_blocks = self.costs, self.kv.blocks
-        waiting: deque[_Request] = deque()
-        running: list[_Request] = []
-        gaps: list[float] = []
+        waiting: deque[int] = deque()
+        batch = _Batch(max_batch)  # the running sequences, in admission order
+        gaps: list[np.ndarray] = []
         free, peak, max_queue, preemptions, steps, done = total_blocks - reserved, reserved, 0, 0, 0, 0
         now, area = 0.0, 0.0
 
-        def preempt(victim: _Request) -> None:
-            nonlocal free, preemptions
-            running.remove(victim)
-            free += victim.blocks
-            victim.blocks, victim.computed = 0, victim.cached
-            waiting.appendleft(victim)
-            preemptions += 1
+        def blocks_for(tokens: np.ndarray) -> np.ndarray:
+            held = tokens if window is None else np.minimum(tokens, window)
+            return -(-held // size)
 
         while done < requests:
             while pending and pending[0][0] <= now:
                 at, index = heapq.heappop(pending)
-                reqs[index].arrival = at
-                waiting.append(reqs[index])
+                state.arrival[index] = at
+                waiting.append(index)
                 area += now - at  # it arrived during the last step: in the system since then
-            if not running and not waiting:
+            if not batch.size and not waiting:
                 now = pending[0][0]
                 continue
             max_queue = max(max_queue, len(waiting))
-            budget, scheduled, preempted = budget_max, [], False
-            position = 0
-            while position < len(running):
-                seq = running[position]
-                need = min(seq.prompt + seq.generated - seq.computed, budget)
-                if need <= 0:
-                    position += 1
+            if self._decode_only(batch, waiting, free, budget_max, max_batch, state):
+                # A stretch of pure decode steps (nothing can be admitted, nothing finishes, the KV cache
+                # lasts, no arrival is due): run it as scalar step times and one update of the arrays.
+                span = int((batch.output - batch.generated).min()) - 1  # the first finish is a normal step
+                lasting = self._steps_the_cache_lasts(batch, free, span, blocks_for)
+                n, known = batch.size, int(batch.computed.sum())
+                base = n + len(waiting)
+                stamps: list[float] = []
+                for j in range(1, lasting + 1):
+                    if j > 1 and pending and pending[0][0] <= now:
+                        break
+                    step = costs.decode_s(n, (known + n * j) / n)
+                    area += base * step
+                    now += step
+                    stamps.append(now)
+                if stamps:
+                    k = len(stamps)
+                    gaps.append(stamps[0] - batch.last)
+                    if k > 1:
+                        gaps.append(np.repeat(np.diff(np.asarray(stamps)), n))
+                    if not reserve:
+                        held = blocks_for(batch.computed + k)
+                        free -= int(held.sum() - batch.held.sum())
+                        batch.held[:] = held
+                    batch.computed += k
+                    batch.generated += k
+                    batch.last[:] = now
+                    steps += k
+                    peak = max(peak, total_blocks - free)
                     continue
-                extra = self._blocks(seq.computed + need) - seq.cached_blocks - seq.blocks
-                while extra > free and running[-1] is not seq:
-                    preempt(running[-1])
-                    preempted = True
-                if extra > free:
-                    preempt(seq)
-                    preempted = True
-                    continue
-                seq.blocks += extra
-                free -= extra
-                budget -= need
-                scheduled.append((seq, need))
-                position += 1
-            while not preempted and waiting and len(running) < max_batch and budget > 0:
-                seq = waiting[0]
-                need = min(seq.prompt + seq.generated - seq.computed, budget)
-                extra = self._blocks(seq.computed + need) - seq.cached_blocks - seq.blocks
-                if extra > free:
+            # Running sequences first, in admission order, each taking what is left of the token budget.
+            rest = batch.rest
+            wanted = int(rest.sum())
+            need = rest if wanted <= budget_max else np.clip(budget_max - (np.cumsum(rest) - rest), 0, rest)
+            if reserve:  # the whole sequence's blocks were taken at admission
+                held, more = batch.held, 0
+            else:
+                held = blocks_for(batch.computed + need)
+                more = int((held - batch.held).sum())
+            if more <= free:  # every sequence gets its blocks: no preemption this step
+                batch.held[:] = held
+                free -= more
+                budget = budget_max - (wanted if wanted <= budget_max else int(need.sum()))
+                preempted = False
+            else:  # the KV cache runs out: the scheduler's sequential rule, preempting from the tail
+                batch.store(state)
+                order, free, budget, taken, preemptions = self._schedule_with_preemption(
+                    state, batch.ids.tolist(), free, budget_max, preemptions, waiting)
+                batch = _Batch(max_batch)
+                batch.append(order, state)
+                need = np.asarray(taken, dtype=np.int64)
+                preempted = True
+            admitted: list[int] = []
+            admitted_needs: list[int] = []
+            while not preempted and waiting and batch.size + len(admitted) < max_batch and budget > 0:
+                index = waiting[0]
+                take = min(int(state.prompt[index] + state.generated[index] - state.computed[index]), budget)
+                grow = self._admission_blocks(state, index, take)
+                if grow > free:
                     break
                 waiting.popleft()
-                running.append(seq)
-                seq.blocks += extra
-                free -= extra
-                budget -= need
-                scheduled.append((seq, need))
-            if not scheduled:
+                state.blocks[index] += grow
+                free -= grow
+                budget -= take
+                admitted.append(index)
+                admitted_needs.append(take)
+            if admitted:
+                batch.append(admitted, state)
+                need = np.concatenate([need, np.asarray(admitted_needs, dtype=np.int64)])
+            if not need.any():
                 raise PerfmodelError("the scheduler could not place any request (KV cache too small)")
             peak = max(peak, total_blocks - free)
-            prefill_tokens, decoding, context_sum = 0, 0, 0
-            for seq, need in scheduled:
-                if need == 1 and seq.generated >= 1 and seq.computed == seq.prompt + seq.generated - 1:
-                    decoding += 1
-                    context_sum += seq.computed + 1
-                else:
-                    prefill_tokens += need
-            step = costs.prefill_s(prefill_tokens) + (costs.decode_s(decoding, context_sum / decoding)
-                                                      if decoding else 0.0)
-            area += (len(running) + len(waiting)) * step
+            decoding_mask = (need == 1) & (batch.rest == 1) & (batch.generated >= 1)
+            decoding = int(np.count_nonzero(decoding_mask))
+            prefill_tokens = int(need.sum()) - decoding
+            step = costs.prefill_s(prefill_tokens) + (
+                costs.decode_s(decoding, (int(batch.computed[decoding_mask].sum()) + decoding) / decoding)
+                if decoding else 0.0)
+            area += (batch.size + len(waiting)) * step
             now, steps = now + step, steps + 1
-            finished = False
-            for seq, need in scheduled:
-                seq.computed += need
-                if seq.computed < seq.prompt + seq.generated:
-                    continue
-                if seq.generated == 0 and math.isnan(seq.first):
-                    seq.first = now
+            batch.computed += need
+            batch.rest -= need
+            emitted = batch.rest == 0
+            count = int(np.count_nonzero(emitted))
+            if count:
+                every = count == batch.size  # the common decode step: no masks needed
+                generated = batch.generated if every else batch.generated[emitted]
+                first_token = generated == 0
+                firsts = int(np.count_nonzero(first_token))
+                if firsts < count:
+                    last = batch.last if every else batch.last[emitted]
+                    gaps.append(now - (last[~first_token] if firsts else last))
+                if firsts:
+                    state.first[(batch.ids if every else batch.ids[emitted])[first_token]] = now
+                if every:
+                    batch.last[:] = now
+                    batch.generated += 1
+                    batch.rest[:] = 1
                 else:
-                    gaps.append(now - seq.last)
-                seq.last = now
-                seq.generated += 1
-                if seq.generated == seq.output:
-                    seq.finish, finished = now, True
-                    free += seq.blocks
-                    seq.blocks = 0
-                    done += 1
-                    if closed and issued < requests:
-                        heapq.heappush(pending, (now + think_s, issued))
-                        issued += 1
-            if finished:
-                running = [seq for seq in running if math.isnan(seq.finish)]
-                if progress is not None:
-                    progress(done)
-        return self._result(reqs, arrivals, lengths, seed, gaps, now, area, max_queue, peak, preemptions,
-                            steps, ttft_slo_s, tpot_slo_s, prefix_share, trace_name)
+                    batch.last[emitted] = now
+                    batch.generated[emitted] = generated + 1
+                    batch.rest[emitted] = 1
+                finished = batch.generated == batch.output
+                if not every:
+                    finished &= emitted
+                if finished.any():
+                    ids = batch.ids[finished]
+                    state.finish[ids] = now
+                    free += int((batch.held - batch.cached_blocks)[finished].sum())
+                    done += int(ids.size)
+                    if closed:
+                        for _ in range(int(ids.size)):
+                            if issued < requests:
+                                heapq.heappush(pending, (now + think_s, issued))
+                                issued += 1
+                    batch.keep(~finished)
+                    if progress is not None:
+                        progress(done)
+        return self._result(state, arrivals, lengths, seed, np.concatenate(gaps) if gaps else np.zeros(0), now, area,
+                            max_queue, peak, preemptions, steps, ttft_slo_s, tpot_slo_s, prefix_share, trace_name)
 
-    def _result(self, reqs, arrivals, lengths, seed, gaps, now, area, max_queue, peak, preemptions, steps,
+    def _decode_only(self, batch: _Batch, waiting: deque[int], free: int, budget_max: int, max_batch: int,
+                     state: _State) -> bool:
+        """Whether the next step only decodes the running batch: every sequence has one known token to
+        compute and no waiting request can be admitted (the batch is full, the budget is spent, or
+        the head of the queue needs more KV blocks than are free, which stays true while decoding
+        only takes blocks)."""
+        if not batch.size:
+            return False
+        budget = budget_max - batch.size
+        if waiting and batch.size < max_batch and budget > 0:
+            head = waiting[0]
+            take = min(int(state.prompt[head] + state.generated[head] - state.computed[head]), budget)
+            if self._admission_blocks(state, head, take) <= free:
+                return False
+        return int(batch.rest.max()) == 1 and int(batch.generated.min()) >= 1
+
+    def _admission_blocks(self, state: _State, index: int, take: int) -> int:
+        """KV blocks request ``index`` needs to be admitted with ``take`` tokens to compute: those
+        tokens' blocks (on demand), or its whole sequence's (reserve)."""
+        tokens = int(state.prompt[index] + state.output[index]) if self.config.kv_admission == "reserve" \
+            else int(state.computed[index]) + take
+        return self._blocks(tokens) - int(state.cached_blocks[index]) - int(state.blocks[index])
+
+    def _steps_the_cache_lasts(self, batch: _Batch, free: int, span: int,
+                               blocks_for: Callable[[np.ndarray], np.ndarray]) -> int:
+        """How many of the next ``span`` decode steps find the KV blocks they need free."""
+        if span < 1 or self.config.kv_admission == "reserve":
+            return max(span, 0)
+        held = int(batch.held.sum())
+        if int(blocks_for(batch.computed + span).sum()) - held <= free:
+            return span
+        needed = blocks_for(np.add.outer(np.arange(1, span + 1), batch.computed)).sum(axis=1) - held
+        return int(np.count_nonzero(needed <= free))
+
+    def _schedule_with_preemption(self, state: _State, running: list[int], free: int, budget: int,
+                                  preemptions: int, waiting: deque[int]):
+        """The sequential rule of a step that runs out of KV blocks: each running sequence in turn takes
+        its tokens and blocks; when none are free, the most recently admitted running sequence is
+        preempted (blocks freed, back at the head of the queue, recomputed later)."""
+        prompt, generated, computed, blocks = state.prompt, state.generated, state.computed, state.blocks
+        taken: list[int] = []
+
+        def preempt(victim: int) -> None:
+            nonlocal free, preemptions
+            running.remove(victim)
+            free += int(blocks[victim])
+            blocks[victim], computed[victim] = 0, state.cached[victim]
+            waiting.appendleft(victim)
+            preemptions += 1
+
+        position = 0
+        while position < len(running):
+            index = running[position]
+            need = min(int(prompt[index] + generated[index] - computed[index]), budget)
+            if need <= 0:
+                taken.append(0)
+                position += 1
+                continue
+            extra = self._blocks(int(computed[index]) + need) - int(state.cached_blocks[index]) - int(blocks[index])
+            while extra > free and running[-1] != index:
+                preempt(running[-1])
+            if extra > free:
+                preempt(index)
+                continue
+            blocks[index] += extra
+            free -= extra
+            budget -= need
+            taken.append(need)
+            position += 1
+        return running, free, budget, taken, preemptions
+
+    def _result(self, state: _State, arrivals, lengths, seed, gaps, now, area, max_queue, peak, preemptions, steps,
                 ttft_slo_s, tpot_slo_s, prefix_share, trace_name) -> ServingResult:
-        arrival = np.array([r.arrival for r in reqs])
-        ttft = np.array([r.first - r.arrival for r in reqs])
-        e2e = np.array([r.finish - r.arrival for r in reqs])
-        tpot = np.array([(r.finish - r.first) / (r.output - 1) if r.output > 1 else math.nan for r in reqs])
+        arrival = state.arrival
+        ttft = state.first - arrival
+        e2e = state.finish - arrival
+        out_tokens = state.output
+        with np.errstate(invalid="ignore", divide="ignore"):
+            tpot = np.where(out_tokens > 1, (state.finish - state.first) / np.maximum(out_tokens - 1, 1), math.nan)
         start = float(arrival.min())
         duration = max(now - start, 1e-30)
-        out_tokens = np.array([r.output for r in reqs])
         goodput = goodput_rate = None
         if ttft_slo_s is not None or tpot_slo_s is not None:
-            ok = np.ones(len(reqs), dtype=bool)
+            ok = np.ones(len(arrival), dtype=bool)
             if ttft_slo_s is not None:
                 ok &= ttft <= ttft_slo_s
             if tpot_slo_s is not None:
                 ok &= np.isnan(tpot) | (tpot <= tpot_slo_s)
             goodput, goodput_rate = float(ok.mean()), float(ok.sum() / duration)
+        open_loop = isinstance(arrivals, Trace) or (isinstance(arrivals, ArrivalProcess) and arrivals.kind != "burst")
+        settled = steady_state(arrival, ttft) if open_loop else None
         if isinstance(arrivals, Trace):
             how = f"trace {trace_name}, arrivals {arrival.min():g} s to {arrival.max():g} s"
         elif isinstance(arrivals, ClosedLoop):
@@ -382,16 +630,80 @@ class Server:
         return ServingResult(
             model=self.architecture.name, hardware=self.hardware.name, mode=self.mode, parallelism=self.parallelism,
             workload=f"{how}; {lengths}" + (f", prefix share {prefix_share:g}" if prefix_share else ""),
-            requests=len(reqs), seed=seed,
+            requests=len(arrival), seed=seed,
             duration_s=duration, ttft=Percentiles.of(ttft), tpot=Percentiles.of(tpot), e2e=Percentiles.of(e2e),
             itl=Percentiles.of(gaps), tokens_per_s=float(out_tokens.sum() / duration),
-            requests_per_s=len(reqs) / duration, goodput=goodput, goodput_requests_per_s=goodput_rate,
+            requests_per_s=len(arrival) / duration, goodput=goodput, goodput_requests_per_s=goodput_rate,
             ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, mean_in_system=area / duration, max_queue=max_queue,
             kv_blocks=self.kv.blocks, block_size=self.kv.block_size, peak_kv_blocks=peak, preemptions=preemptions,
-            steps=steps, arrival_s=tuple(arrival.tolist()), prompt_tokens=tuple(int(r.prompt) for r in reqs),
-            output_tokens=tuple(int(r.output) for r in reqs), ttft_s=tuple(ttft.tolist()),
+            steps=steps, arrival_s=tuple(arrival.tolist()), prompt_tokens=tuple(state.prompt.tolist()),
+            output_tokens=tuple(out_tokens.tolist()), ttft_s=tuple(ttft.tolist()),
             tpot_s=tuple(tpot.tolist()), e2e_s=tuple(e2e.tolist()), prefix_share=prefix_share,
-            itl_samples_s=np.asarray(gaps, dtype=float))
+            steady_state=settled, itl_samples_s=np.asarray(gaps, dtype=float))
+
+
+RATE_TOLERANCE = 0.02  # the bisection stops when the bracket is this share of the rate
+RATE_SEARCH_STEPS = 14
+LOWEST_RATE_SHARE = 1 / 1024  # the search gives up below this share of the offline throughput
+
+
+@dataclass(frozen=True, kw_only=True)
+class ServerScenario:
+    """MLPerf Inference's Server scenario: the highest arrival rate whose p99 TTFT and p99 TPOT meet
+    the constraints (and whose run settles), found by bisection; ``offline`` is the Offline scenario
+    (every request at once), whose request rate bounds the search."""
+
+    rate_per_s: float | None  # None: not even the lowest rate tried meets the constraints
+    result: ServingResult | None  # the run at that rate
+    offline: ServingResult
+    tried: tuple[tuple[float, bool], ...]  # (rate, met) in the order tried
+    ttft_slo_s: float | None
+    tpot_slo_s: float | None
+
+
+def server_scenario(server: Server, requests: int, prompt: LengthDistribution, output: LengthDistribution, *,
+                    ttft_slo_s: float | None, tpot_slo_s: float | None, seed: int = 0, arrival: str = "poisson",
+                    progress: Callable[[int], None] | None = None) -> ServerScenario:
+    """The highest ``arrival`` rate (seeded runs of ``requests``) meeting the p99 constraints."""
+    if ttft_slo_s is None and tpot_slo_s is None:
+        raise PerfmodelError("the server scenario needs a TTFT or a TPOT constraint (--ttft-slo, --tpot-slo)")
+    offline = server.simulate(ArrivalProcess(kind="burst"), requests, prompt, output, seed=seed)
+    tried: list[tuple[float, bool]] = []
+    runs: dict[float, ServingResult] = {}
+
+    def meets(rate: float) -> bool:
+        result = server.simulate(ArrivalProcess(kind=arrival, rate_per_s=rate), requests, prompt, output, seed=seed,
+                                 ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+        ok = result.steady_state is not False \
+            and (ttft_slo_s is None or result.ttft.p99 <= ttft_slo_s) \
+            and (tpot_slo_s is None or math.isnan(result.tpot.p99) or result.tpot.p99 <= tpot_slo_s)
+        tried.append((rate, ok))
+        runs[rate] = result
+        if progress is not None:
+            progress(len(tried))
+        return ok
+
+    ceiling = offline.requests_per_s
+    high = ceiling
+    if meets(high):
+        return ServerScenario(rate_per_s=high, result=runs[high], offline=offline, tried=tuple(tried),
+                              ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    low = high / 2
+    while not meets(low):
+        high, low = low, low / 2
+        if low < ceiling * LOWEST_RATE_SHARE:
+            return ServerScenario(rate_per_s=None, result=None, offline=offline, tried=tuple(tried),
+                                  ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    for _ in range(RATE_SEARCH_STEPS):
+        if high - low <= RATE_TOLERANCE * high:
+            break
+        middle = (low + high) / 2
+        if meets(middle):
+            low = middle
+        else:
+            high = middle
+    return ServerScenario(rate_per_s=low, result=runs[low], offline=offline, tried=tuple(tried),
+                          ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
 
 
 def max_context(prompt: LengthDistribution, output: LengthDistribution) -> int | None:

@@ -7,8 +7,9 @@
   time is piecewise linear in the context; attention reads are linear, so the mean context of the
   batch prices its KV reads exactly).
 * Prefill: ``n`` prompt tokens in one step are priced as the prefill graph of one sequence of ``n``
-  tokens, on a grid of ``n`` (geometric and linear points up to the step's token budget), and
-  interpolated linearly. Attention to the earlier chunks of a chunked prompt is not charged, and
+  tokens, on a grid of ``n`` (geometric and linear points up to the step's token budget, evaluated
+  at once with the prompt length an array), and interpolated linearly. Attention to the earlier
+  chunks of a chunked prompt is not charged, and
   several prompts in one step are priced as one prompt of their total length (their attention is
   slightly over-charged).
 * KV capacity: what ``memory_utilization`` of the chip's on-device memory holds after the weights
@@ -119,16 +120,14 @@ class StepCosts:
         points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
                                  np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
         tokens = np.unique(points.round().astype(np.int64))
-        times = []
-        for count in tokens:
-            one = replace(scenario, batch=1, prompt_tokens=int(count))
-            graph = stage_graph(a, one, p, phase="prefill", context=int(count))
-            stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
-                                    stream_items=int(count))
-            send = Graph(name="send", ops=[pipeline_send(one, a, "prefill")])
-            times.append(float(phase_time(stage, hardware, p, send)))
+        # Every grid point at once: the prefill graph with the prompt length an array.
+        # (typed int for the scalar callers; the graph builders broadcast an array like a batch array)
+        prompts = replace(scenario, batch=1, prompt_tokens=tokens)  # type: ignore[arg-type]
+        graph = stage_graph(a, prompts, p, phase="prefill", context=tokens)
+        stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes, stream_items=tokens)
+        send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
         self.prefill_tokens = tokens.astype(float)
-        self.prefill_times = np.asarray(times)
+        self.prefill_times = np.array(np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape), dtype=float)
         self.max_batch, self.max_tokens_per_step = max_batch, max_tokens_per_step
 
     def prefill_s(self, tokens: int) -> float:
