@@ -321,9 +321,10 @@ def test_prefix_caching_skips_the_cached_prefill(setup):
     prompt, stream = parse_length("fixed:1024"), ArrivalProcess(kind="fixed", rate_per_s=0.5)
     plain = server.simulate(stream, 10, prompt, OUTPUT)
     cached = server.simulate(stream, 10, prompt, OUTPUT, prefix_share=0.5)
-    # isolated requests: TTFT is the prefill of the uncached tokens alone
+    # isolated requests: TTFT is the prefill of the uncached tokens, attending to the cached prefix too
     assert plain.ttft.p50 == pytest.approx(server.costs.prefill_s(1024), rel=1e-9)
-    assert cached.ttft.p50 == pytest.approx(server.costs.prefill_s(512), rel=1e-9)
+    assert cached.ttft.p50 == pytest.approx(server.costs.prefill_s(512, earlier=512), rel=1e-9)
+    assert server.costs.prefill_s(512) < cached.ttft.p50 < server.costs.prefill_s(1024)
     assert cached.ttft.mean < 0.7 * plain.ttft.mean
     assert cached.tpot.mean == pytest.approx(plain.tpot.mean, rel=0.01)  # decode still reads the whole context
     assert cached.to_dict()["prefix_share"] == 0.5 and "prefix share 0.5" in cached.workload
@@ -530,3 +531,21 @@ def test_ttft_explodes_past_saturation(setup):
     calm = server.simulate(ArrivalProcess(kind="poisson", rate_per_s=4), 200, PROMPT, OUTPUT, seed=2)
     assert long.ttft.p99 > 3 * short.ttft.p99 > 30 * calm.ttft.p99
     assert calm.steady_state and not long.steady_state
+
+
+def test_a_chunk_pays_attention_to_the_earlier_chunks(setup):
+    """A chunk of n tokens after e cached ones costs the prefill graph of n queries over n + e causal
+    positions: more than n alone, growing with e, and a long prompt prefilled in chunks pays at least
+    what one pass over it costs (the chunks' weight reads and launches come on top)."""
+    architecture, hardware, _ = setup
+    server = Server(architecture, hardware, config=ServingConfig(max_batch=8, max_tokens_per_step=512),
+                    max_context=4096)
+    costs = server.costs
+    chunks = [costs.prefill_s(512, earlier=e) for e in range(0, 4096, 512)]
+    assert all(a < b for a, b in zip(chunks, chunks[1:], strict=False))
+    whole = Server(architecture, hardware, config=ServingConfig(max_batch=8, max_tokens_per_step=4096),
+                   max_context=4096).costs.prefill_s(4096)
+    assert sum(chunks) > whole
+    one = server.simulate(ArrivalProcess(kind="fixed", rate_per_s=0.1), 3, parse_length("fixed:4096"),
+                          parse_length("fixed:2"))
+    assert one.ttft.p50 == pytest.approx(sum(chunks), rel=1e-4)  # the same grid, at the chunks' own earlier counts

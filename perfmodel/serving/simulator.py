@@ -11,11 +11,12 @@ Each scheduler step (``Server.simulate``):
    prefilled again).
 2. If nothing was preempted, waiting requests are admitted first come, first served while the batch
    is below ``max_batch``, the token budget lasts and the KV cache has blocks for their first chunk.
-3. The step takes ``prefill_s(prefill tokens in the step) + decode_s(decoding sequences, their mean
-   context)`` (``steps.StepCosts``). **Assumption:** a mixed step costs its prefill chunk plus its
-   decode batch, as two passes (the weights are read twice; a fused engine reads them once, so mixed
-   steps are priced conservatively). A sequence emits a token at the end of the step that processes
-   its last known token (the prefill's last chunk yields the first token).
+3. The step takes ``prefill_s(prefill tokens in the step, their token-weighted tokens already in the
+   cache) + decode_s(decoding sequences, their mean context)`` (``steps.StepCosts``).
+   **Assumption:** a mixed step costs its prefill chunk plus its decode batch, as two passes (the
+   weights are read twice; a fused engine reads them once, so mixed steps are priced conservatively).
+   A sequence emits a token at the end of the step that processes its last known token (the
+   prefill's last chunk yields the first token).
 
 Prefix caching (``prefix_share`` F > 0): the first ``F x prompt`` tokens of each prompt, rounded down
 to whole KV blocks (and leaving at least one token to prefill), are a shared prefix already in the
@@ -482,9 +483,11 @@ class Server:
             decoding_mask = (need == 1) & (batch.rest == 1) & (batch.generated >= 1)
             decoding = int(np.count_nonzero(decoding_mask))
             prefill_tokens = int(need.sum()) - decoding
-            step = costs.prefill_s(prefill_tokens) + (
-                costs.decode_s(decoding, (int(batch.computed[decoding_mask].sum()) + decoding) / decoding)
-                if decoding else 0.0)
+            decoded = int(batch.computed[decoding_mask].sum()) if decoding else 0
+            # the chunks' tokens already in the cache, weighted by each chunk's tokens
+            earlier = (int((need * batch.computed).sum()) - decoded) / prefill_tokens if prefill_tokens else 0.0
+            step = costs.prefill_s(prefill_tokens, earlier) + (
+                costs.decode_s(decoding, (decoded + decoding) / decoding) if decoding else 0.0)
             area += (batch.size + len(waiting)) * step
             now, steps = now + step, steps + 1
             batch.computed += need

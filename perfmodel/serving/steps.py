@@ -6,12 +6,15 @@
   (``llm.metrics.phase_time``). Between grid contexts the time is interpolated linearly (decode
   time is piecewise linear in the context; attention reads are linear, so the mean context of the
   batch prices its KV reads exactly).
-* Prefill: ``n`` prompt tokens in one step are priced as the prefill graph of one sequence of ``n``
-  tokens, on a grid of ``n`` (geometric and linear points up to the step's token budget, evaluated
-  at once with the prompt length an array), and interpolated linearly. Attention to the earlier
-  chunks of a chunked prompt is not charged, and
-  several prompts in one step are priced as one prompt of their total length (their attention is
-  slightly over-charged).
+* Prefill: ``n`` prompt tokens in one step that follow ``e`` tokens already in the KV cache (the
+  earlier chunks of a chunked prompt, or a cached prefix) are priced as the prefill graph of ``n``
+  queries attending causally to the last ``n`` of ``n + e`` positions (``costs.traffic.attended_pairs``;
+  the earlier keys are read from the KV cache), on a grid of ``n`` (geometric and linear points up to
+  the step's token budget, evaluated at once with the prompt length an array) times a grid of ``e``
+  (17 points up to the longest context), and interpolated bilinearly. Several sequences' chunks in one
+  step are priced as one chunk of their total length after their token-weighted mean ``e``: exact for
+  one chunk; for several fresh prompts their attention is over-charged (as one prompt of the total
+  length).
 * KV capacity: what ``memory_utilization`` of the chip's on-device memory holds after the weights
   of the fullest stage (kept resident when they fit; else streamed from an external store where the
   spec has one, ``costs.residency``), the
@@ -94,7 +97,7 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
 
 
 class StepCosts:
-    """Time of a scheduler step: ``prefill_s(tokens) + decode_s(batch, mean_context)``."""
+    """Time of a scheduler step: ``prefill_s(tokens, earlier) + decode_s(batch, mean_context)``."""
 
     def __init__(self, architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
                  *, max_batch: int, max_tokens_per_step: int, max_context: int, resident_bytes: float,
@@ -120,20 +123,34 @@ class StepCosts:
         points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
                                  np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
         tokens = np.unique(points.round().astype(np.int64))
-        # Every grid point at once: the prefill graph with the prompt length an array.
-        # (typed int for the scalar callers; the graph builders broadcast an array like a batch array)
+        # Every token count at once: the prefill graph with the prompt length an array
+        # (typed int for the scalar callers; the graph builders broadcast an array like a batch array),
+        # once per count of earlier tokens in the cache.
         prompts = replace(scenario, batch=1, prompt_tokens=tokens)  # type: ignore[arg-type]
-        graph = stage_graph(a, prompts, p, phase="prefill", context=tokens)
-        stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes, stream_items=tokens)
         send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
+        earlier = np.unique(np.linspace(0, max(max_context - 1, 1), CONTEXT_POINTS).round().astype(np.int64))
+        rows = []
+        for before in earlier:
+            graph = stage_graph(a, prompts, p, phase="prefill", context=tokens + int(before))
+            stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                    stream_items=tokens)
+            rows.append(np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape))
         self.prefill_tokens = tokens.astype(float)
-        self.prefill_times = np.array(np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape), dtype=float)
+        self.prefill_earlier = [float(e) for e in earlier]
+        self.prefill_times = np.array(rows, dtype=float)  # [earlier index, token index]
         self.max_batch, self.max_tokens_per_step = max_batch, max_tokens_per_step
 
-    def prefill_s(self, tokens: int) -> float:
+    def prefill_s(self, tokens: int, earlier: float = 0.0) -> float:
+        """``tokens`` prompt tokens after ``earlier`` tokens already in the KV cache."""
         if tokens <= 0:
             return 0.0
-        return float(np.interp(tokens, self.prefill_tokens, self.prefill_times))
+        grid, rows = self.prefill_earlier, self.prefill_times
+        if len(grid) == 1:
+            return float(np.interp(tokens, self.prefill_tokens, rows[0]))
+        i = min(max(bisect_right(grid, earlier) - 1, 0), len(grid) - 2)
+        low = float(np.interp(tokens, self.prefill_tokens, rows[i]))
+        high = float(np.interp(tokens, self.prefill_tokens, rows[i + 1]))
+        return low + (earlier - grid[i]) / (grid[i + 1] - grid[i]) * (high - low)
 
     def decode_s(self, batch: int, mean_context: float) -> float:
         if batch <= 0:
