@@ -278,11 +278,21 @@ class _Batch:
         self.size = end
         self._views()
 
-    def keep(self, mask: np.ndarray) -> None:
-        kept = int(np.count_nonzero(mask))
-        self._table[:, :kept] = self.table[:, mask]
-        self._last[:kept] = self.last[mask]
-        self.size = kept
+    def drop(self, leaving: np.ndarray) -> None:
+        """Retire the sequences where ``leaving`` is true, keeping the others' order."""
+        gone = np.flatnonzero(leaving)
+        end = self.size
+        if gone.size == 1:  # the common case: one finishes; shift the later columns left by one
+            i = int(gone[0])
+            self._table[:, i:end - 1] = self._table[:, i + 1:end]
+            self._last[i:end - 1] = self._last[i + 1:end]
+            self.size = end - 1
+        else:
+            kept = ~leaving
+            count = end - int(gone.size)
+            self._table[:, :count] = self.table[:, kept]
+            self._last[:count] = self.last[kept]
+            self.size = count
         self._views()
 
     def store(self, state: _State) -> None:
@@ -450,7 +460,7 @@ class Server:
             if more <= free:  # every sequence gets its blocks: no preemption this step
                 batch.held[:] = held
                 free -= more
-                budget = budget_max - (wanted if wanted <= budget_max else int(need.sum()))
+                spent = wanted if wanted <= budget_max else int(need.sum())
                 preempted = False
             else:  # the KV cache runs out: the scheduler's sequential rule, preempting from the tail
                 batch.store(state)
@@ -459,12 +469,29 @@ class Server:
                 batch = _Batch(max_batch)
                 batch.append(order, state)
                 need = np.asarray(taken, dtype=np.int64)
+                spent = budget_max - budget
                 preempted = True
+            budget = budget_max - spent
+            # The step's work so far: decoding sequences (one known token each) and prefill chunks
+            # (their tokens, and the tokens each already has in the cache).
+            if not preempted and wanted == batch.size:  # every running sequence has one token to compute
+                decoding_mask = batch.generated >= 1
+            else:
+                decoding_mask = (need == 1) & (batch.rest == 1) & (batch.generated >= 1)
+            decoding = int(np.count_nonzero(decoding_mask))
+            if decoding == batch.size:
+                decoded, prefill_tokens, earlier_sum = int(batch.computed.sum()), 0, 0
+            else:
+                decoded = int(batch.computed[decoding_mask].sum()) if decoding else 0
+                prefill_tokens = spent - decoding
+                earlier_sum = int((need * batch.computed).sum()) - decoded
             admitted: list[int] = []
             admitted_needs: list[int] = []
             while not preempted and waiting and batch.size + len(admitted) < max_batch and budget > 0:
                 index = waiting[0]
-                take = min(int(state.prompt[index] + state.generated[index] - state.computed[index]), budget)
+                generated, computed = int(state.generated[index]), int(state.computed[index])
+                known = int(state.prompt[index]) + generated - computed
+                take = min(known, budget)
                 grow = self._admission_blocks(state, index, take)
                 if grow > free:
                     break
@@ -474,18 +501,20 @@ class Server:
                 budget -= take
                 admitted.append(index)
                 admitted_needs.append(take)
+                if take == 1 and known == 1 and generated >= 1:  # a resumed sequence back to decoding
+                    decoding += 1
+                    decoded += computed
+                else:
+                    prefill_tokens += take
+                    earlier_sum += take * computed
             if admitted:
                 batch.append(admitted, state)
                 need = np.concatenate([need, np.asarray(admitted_needs, dtype=np.int64)])
-            if not need.any():
+            if not (spent or admitted):
                 raise PerfmodelError("the scheduler could not place any request (KV cache too small)")
             peak = max(peak, total_blocks - free)
-            decoding_mask = (need == 1) & (batch.rest == 1) & (batch.generated >= 1)
-            decoding = int(np.count_nonzero(decoding_mask))
-            prefill_tokens = int(need.sum()) - decoding
-            decoded = int(batch.computed[decoding_mask].sum()) if decoding else 0
             # the chunks' tokens already in the cache, weighted by each chunk's tokens
-            earlier = (int((need * batch.computed).sum()) - decoded) / prefill_tokens if prefill_tokens else 0.0
+            earlier = earlier_sum / prefill_tokens if prefill_tokens else 0.0
             step = costs.prefill_s(prefill_tokens, earlier) + (
                 costs.decode_s(decoding, (decoded + decoding) / decoding) if decoding else 0.0)
             area += (batch.size + len(waiting)) * step
@@ -525,7 +554,7 @@ class Server:
                             if issued < requests:
                                 heapq.heappush(pending, (now + think_s, issued))
                                 issued += 1
-                    batch.keep(~finished)
+                    batch.drop(finished)
                     if progress is not None:
                         progress(done)
         return self._result(state, arrivals, lengths, seed, np.concatenate(gaps) if gaps else np.zeros(0), now, area,

@@ -11,7 +11,7 @@
   queries attending causally to the last ``n`` of ``n + e`` positions (``costs.traffic.attended_pairs``;
   the earlier keys are read from the KV cache), on a grid of ``n`` (geometric and linear points up to
   the step's token budget, evaluated at once with the prompt length an array) times a grid of ``e``
-  (17 points up to the longest context), and interpolated bilinearly. Several sequences' chunks in one
+  (9 points up to the longest context), and interpolated bilinearly. Several sequences' chunks in one
   step are priced as one chunk of their total length after their token-weighted mean ``e``: exact for
   one chunk; for several fresh prompts their attention is over-charged (as one prompt of the total
   length).
@@ -45,6 +45,9 @@ from perfmodel.workload.ir import Graph
 CONTEXT_POINTS = 17
 PREFILL_GEOMETRIC_POINTS = 40
 PREFILL_LINEAR_POINTS = 17
+# Cache lengths before a chunk: its time is close to linear in them (the attention pairs and the KV
+# reads grow linearly), so a few points suffice.
+PREFILL_EARLIER_POINTS = 9
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -128,7 +131,7 @@ class StepCosts:
         # once per count of earlier tokens in the cache.
         prompts = replace(scenario, batch=1, prompt_tokens=tokens)  # type: ignore[arg-type]
         send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
-        earlier = np.unique(np.linspace(0, max(max_context - 1, 1), CONTEXT_POINTS).round().astype(np.int64))
+        earlier = np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
         rows = []
         for before in earlier:
             graph = stage_graph(a, prompts, p, phase="prefill", context=tokens + int(before))
