@@ -15,7 +15,9 @@ its *behaviour*, once, for the evaluator, the fit, the charts and every command 
   the device proportional to its weights (weightless ops an average region); an op instance runs at
   its region's share of the compute and memory rates, and pays ``2 sqrt(region cores)`` fabric
   hops (broadcast of its input along the region's rows, reduction of partial sums along its
-  columns) of ``fabric_hop_s`` each. A token crosses every region in turn, so per-token latency is
+  columns) of ``fabric_hop_s`` each; an op uses no more of its region than lowers its latency (a
+  small op on a wide region would only wait longer on the fabric: ``roofline.arrays.spatial_regions``).
+  A token crosses every region in turn, so per-token latency is
   the sum over op instances (no other token overlaps it at batch 1). Weights that do not fit the
   device are streamed (weight-streaming mode): then each op runs on the whole device, as in ``static``;
 * ``style``: ``eager`` (the host runs the model op by op) or ``compiled`` (a captured graph or a
