@@ -45,9 +45,9 @@ def register(commands) -> None:
     calibrate.add_argument("--chart", type=Path, help="residual chart (default: beside the output, .png)")
     calibrate.add_argument("--report", type=Path, help="also write the text report here")
     calibrate.add_argument("--seed", type=int, default=0, help="seed of the held-out split")
-    calibrate.add_argument("--force", action="store_true",
+    calibrate.add_argument("--force", action="store_true",  # '%%': argparse formats help with %
                            help=f"fit even when the measurements' median spread across rounds exceeds "
-                                f"{NOISE_LIMIT:.0%}")
+                                f"{NOISE_LIMIT:.0%}%")
     calibrate.add_argument("--clock-hz", type=float,
                            help="Spyre SoC clock that converts cycle counters to seconds (default 1 GHz)")
     calibrate.add_argument("--tensor-flops-per-instruction", type=float,
@@ -62,11 +62,13 @@ def _bench(args) -> int:
     from calibration.harness import NOISE_LIMIT, QUICK_ROUNDS, ROUNDS, noise, quantization_warning, run_suite, suite
     from calibration.records import write_records
     from perfmodel.hardware.loader import load_hardware
+    from perfmodel.yaml_source import check_output_path
 
+    check_output_path(args.output, "-o/--output", (".csv",))
+    if args.rounds is not None and args.rounds < 1:
+        raise PerfmodelError(f"--rounds must be at least 1, got {args.rounds}")
     spec = load_hardware(args.spec)
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
-    if rounds < 1:
-        raise PerfmodelError("--rounds must be at least 1")
     if args.threads is not None and args.threads < 1:
         raise PerfmodelError(f"--threads must be at least 1, got {args.threads}")
     total = len(suite(args.quick)) * rounds
@@ -196,6 +198,25 @@ def _write_spec(text: str, output: Path) -> None:
         Path(temporary).unlink(missing_ok=True)
 
 
+def _check_calibrate_arguments(args) -> None:
+    """Every output and number of ``calibrate`` checked before anything is read or written."""
+    import math
+
+    from perfmodel.yaml_source import check_output_path
+
+    check_output_path(args.output, "-o/--output", (".yaml", ".yml"))
+    if args.chart is not None:
+        check_output_path(args.chart, "--chart", (".png", ".svg", ".pdf"))
+    if args.report is not None:
+        check_output_path(args.report, "--report")
+    if args.seed < 0:
+        raise PerfmodelError(f"--seed must be 0 or more (it seeds the held-out split), got {args.seed}")
+    for flag, value in (("--clock-hz", args.clock_hz), ("--tensor-flops-per-instruction",
+                                                         args.tensor_flops_per_instruction)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise PerfmodelError(f"{flag} must be a finite number more than zero, got {value}")
+
+
 def _calibrate(args) -> int:
     from calibration.fit import fit
     from calibration.harness import NOISE_LIMIT, noise, quantization_warning
@@ -203,6 +224,7 @@ def _calibrate(args) -> int:
     from perfmodel.hardware.loader import load_hardware
     from perfmodel.yaml_source import write_text_atomically
 
+    _check_calibrate_arguments(args)
     spec = load_hardware(args.spec)
     loaded, records = _load_all(args, spec)
     spread = noise(records)

@@ -151,24 +151,30 @@ def write_records(records, path: str | Path) -> None:
     write_text_atomically(path, buffer.getvalue())
 
 
-def _number(value: str, path, row: int, column: str, *, positive: bool = False) -> float:
+def _number(value: str, path, row: int, column: str, *, positive: bool = False, missing: bool = False) -> float:
+    """A finite number of at least 0 (more than 0 when ``positive``); NaN (empty, ``nan``: not measured)
+    only when ``missing``. Durations, spreads, FLOPs and bytes are never negative or infinite."""
     try:
         number = float(value)
     except (TypeError, ValueError):
         raise PerfmodelError(f"{path}:{row}: column {column!r}: {value!r} is not a number") from None
-    if math.isnan(number) and positive:
+    if math.isnan(number):
+        if missing:
+            return number
         raise PerfmodelError(f"{path}:{row}: column {column!r} is NaN; a measurement needs a value")
-    if positive and not number > 0:
-        raise PerfmodelError(f"{path}:{row}: column {column!r} must be more than zero, got {number}")
+    if not math.isfinite(number) or number < 0 or (positive and number == 0):
+        bound = "more than zero" if positive else "zero or more"
+        raise PerfmodelError(f"{path}:{row}: column {column!r} must be {bound} and finite, got {value!r}; fix or "
+                             "delete the row")
     return number
 
 
-def _integer(value, path, row: int, column: str, default: int | None) -> int | None:
+def _integer(value, path, row: int, column: str, default: int | None, minimum: int = 0) -> int | None:
     if value in (None, ""):
         return default
     number = _number(value, path, row, column)
-    if not number.is_integer() or number < 0:
-        raise PerfmodelError(f"{path}:{row}: column {column!r}: {value!r} is not a whole number of at least 0")
+    if not number.is_integer() or number < minimum:
+        raise PerfmodelError(f"{path}:{row}: column {column!r}: {value!r} is not a whole number of at least {minimum}")
     return int(number)
 
 
@@ -176,13 +182,24 @@ def _json_map(value, path, row: int, column: str) -> dict[str, float]:
     if not value:
         return {}
     try:
-        data = json.loads(value)
-    except json.JSONDecodeError as error:
-        raise PerfmodelError(f"{path}:{row}: column {column!r}: not a JSON object ({error.msg}); expected "
+        data = json.loads(value, parse_constant=_refuse_constant)
+    except (json.JSONDecodeError, _NonFinite, RecursionError) as error:
+        reason = error.msg if isinstance(error, json.JSONDecodeError) else f"{error} is not a JSON number"
+        raise PerfmodelError(f"{path}:{row}: column {column!r}: not a JSON object ({reason}); expected "
                              'for example {"dram": 1024.0}') from None
-    if not isinstance(data, dict) or not all(isinstance(number, (int, float)) for number in data.values()):
-        raise PerfmodelError(f"{path}:{row}: column {column!r}: expected a JSON object of numbers, got {value[:80]!r}")
+    if not isinstance(data, dict) or not all(isinstance(number, (int, float)) and not isinstance(number, bool)
+                                             and math.isfinite(number) and number >= 0 for number in data.values()):
+        raise PerfmodelError(f"{path}:{row}: column {column!r}: expected a JSON object of finite numbers of at least 0, "
+                             f"got {value[:80]!r}")
     return {str(key): float(number) for key, number in data.items()}
+
+
+class _NonFinite(ValueError):
+    pass
+
+
+def _refuse_constant(constant: str):
+    raise _NonFinite(constant)
 
 
 def _choice(value, path, row: int, column: str, allowed, default: str) -> str:
@@ -195,15 +212,15 @@ def _choice(value, path, row: int, column: str, allowed, default: str) -> str:
 def _record_from_row(row: dict, path, number: int) -> MeasurementRecord:
     levels = _json_map(row.get("bytes_by_level"), path, number, "bytes_by_level")
     if not row.get("bytes_by_level") and row.get("bytes"):  # a CSV with only the outermost level's bytes
-        outermost = _number(row["bytes"], path, number, "bytes")
+        outermost = _number(row["bytes"], path, number, "bytes", missing=True)
         levels = {} if math.isnan(outermost) else {"dram": outermost}
     faults = row.get("page_faults_per_call")
     return MeasurementRecord(
         name=row["name"], op_class=row["op_class"],
         duration_s=_number(row["duration_s"], path, number, "duration_s", positive=True),
         spread_s=_number(row.get("spread_s") or 0, path, number, "spread_s"),
-        count=_integer(row.get("count"), path, number, "count", 1),
-        flops=_number(row.get("flops") or "nan", path, number, "flops"),
+        count=_integer(row.get("count"), path, number, "count", 1, minimum=1),
+        flops=_number(row.get("flops") or "nan", path, number, "flops", missing=True),
         bytes_by_level=levels, launches=_integer(row.get("launches"), path, number, "launches", 1),
         device=row.get("device") or "", tool=row.get("tool") or "", tool_version=row.get("tool_version") or "",
         flops_source=row.get("flops_source") or "unknown", bytes_source=row.get("bytes_source") or "unknown",
@@ -211,7 +228,7 @@ def _record_from_row(row: dict, path, number: int) -> MeasurementRecord:
         source_row=_integer(row.get("source_row"), path, number, "source_row", None),
         workload_json=row.get("workload_json") or "",
         clock=_choice(row.get("clock"), path, number, "clock", CLOCKS, "host"),
-        threads=_integer(row.get("threads"), path, number, "threads", None),
+        threads=_integer(row.get("threads"), path, number, "threads", None, minimum=1),
         allocator=_choice(row.get("allocator"), path, number, "allocator", ("", *ALLOCATOR_REGIMES), ""),
         page_faults_per_call=_number(faults, path, number, "page_faults_per_call") if faults else None,
         flops_by_engine=_json_map(row.get("flops_by_engine"), path, number, "flops_by_engine"))

@@ -8,6 +8,7 @@ problems it found on the way: syntax errors, duplicate keys and language-specifi
 from __future__ import annotations
 
 import os
+import re
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -78,15 +79,58 @@ class _Converter:
         return self._constructor.construct_object(node)
 
 
+# Bounds on a document, so that a small hostile file cannot take the machine: YAML aliases let 500
+# bytes stand for 10^9 values ("billion laughs"), and deep nesting exhausts the stack. A captured
+# training step of a 400B-parameter model is ~10^6 values a dozen levels deep.
+MAX_YAML_VALUES = 10_000_000
+MAX_YAML_DEPTH = 64
+
+
+_DEEP_FLOW = re.compile(r"(?:[\[{]\s*){" + str(MAX_YAML_DEPTH + 1) + "}")
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int], depth: int = 0) -> int:
+    """Values ``node`` expands to with every alias followed (each distinct node counted once, in linear
+    time); raises _TooLarge beyond the bounds."""
+    if depth > MAX_YAML_DEPTH:
+        raise _TooLarge(f"values nested more than {MAX_YAML_DEPTH} levels deep")
+    known = sizes.get(id(node))
+    if known is not None:
+        return known
+    size = 1
+    if isinstance(node, yaml.MappingNode):
+        size += sum(_expanded_size(key, sizes, depth + 1) + _expanded_size(value, sizes, depth + 1)
+                    for key, value in node.value)
+    elif isinstance(node, yaml.SequenceNode):
+        size += sum(_expanded_size(item, sizes, depth + 1) for item in node.value)
+    if size > MAX_YAML_VALUES:
+        raise _TooLarge(f"more than {MAX_YAML_VALUES:,} values once its aliases (*name) are expanded")
+    sizes[id(node)] = size
+    return size
+
+
 def parse_yaml(text: str, file: str) -> YamlDocument:
     """Parse YAML text safely, tracking lines; never raises on bad YAML (problems are returned)."""
     try:
+        if _DEEP_FLOW.search(text):  # what the parser would take a second and the whole stack to refuse
+            raise _TooLarge(f"values nested more than {MAX_YAML_DEPTH} levels deep")
         root = yaml.compose(text, Loader=yaml.SafeLoader)
+        if root is not None:
+            _expanded_size(root, {})
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         line = None if mark is None else mark.line + 1
         reason = getattr(error, "problem", None) or str(error)
         problem = Problem(file=file, line=line, field="", message=f"not valid YAML: {reason}")
+        return YamlDocument(data=None, lines={}, problems=(problem,), file=file)
+    except (_TooLarge, RecursionError) as error:
+        reason = str(error) if isinstance(error, _TooLarge) else f"values nested more than {MAX_YAML_DEPTH} levels deep"
+        problem = Problem(file=file, line=None, field="", message=f"refused: the document has {reason}; no spec or "
+                                                                  "workload needs that (a corrupt or hostile file?)")
         return YamlDocument(data=None, lines={}, problems=(problem,), file=file)
     if root is None:
         problem = Problem(file=file, line=1, field="", message="the file is empty")
@@ -121,16 +165,49 @@ def open_for_reading(path: str | Path, *, encoding: str = "utf-8", error_class=P
         raise error_class(f"cannot read {path}: {error}") from None
 
 
+def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:
+    """``path`` as an output file of a command option (``flag``, for the message): not empty, not a
+    directory, FIFO or device, and ending in one of ``suffixes`` (any, when empty). Commands check their
+    outputs before they compute, so that a typo costs nothing and nothing is half-written."""
+    text = str(path)
+    example = f"e.g. {flag} out{suffixes[0] if suffixes else '.txt'}"
+    if not text.strip() or text in (".", ".."):
+        raise PerfmodelError(f"{flag}: {text!r} is not a file name; give one, {example}")
+    target = Path(text)
+    if text.endswith(("/", os.sep)) or target.is_dir():
+        raise PerfmodelError(f"{flag} {text}: is a directory; give a file name inside it, {example}")
+    if target.exists() and not target.is_file():
+        raise PerfmodelError(f"{flag} {text}: exists and is not a regular file (a FIFO, device or socket); write to "
+                             "a file")
+    existing = next((parent for parent in target.parents if parent.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise PerfmodelError(f"{flag} {text}: {existing} is a file, not a directory to write into")
+    if suffixes and target.suffix.lower() not in suffixes:
+        raise PerfmodelError(f"{flag} {text}: unknown extension {target.suffix or '(none)'!r}; the file must end in "
+                             f"{', '.join(suffixes)}")
+    return target
+
+
 def write_text_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so nothing is half-written."""
+    """Write ``text`` to ``path`` through a temporary file and a rename, so nothing is half-written. A
+    directory or a special file (FIFO, device) at ``path`` is never replaced; a failed write is a
+    :class:`PerfmodelError` naming the file."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    if path.is_dir() or (path.exists() and not path.is_file()):
+        raise PerfmodelError(f"cannot write {path}: it is a {'directory' if path.is_dir() else 'special file'}; give "
+                             "a file name")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as error:
+        raise PerfmodelError(f"cannot write {path}: {error.strerror or error}") from None
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as stream:
             stream.write(text)
         os.chmod(temporary, default_file_mode())
         os.replace(temporary, path)
-    except BaseException:
+    except BaseException as error:
         Path(temporary).unlink(missing_ok=True)
+        if isinstance(error, OSError):
+            raise PerfmodelError(f"cannot write {path}: {error.strerror or error}") from None
         raise

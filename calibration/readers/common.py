@@ -6,6 +6,7 @@ import gzip
 import json
 import math
 import re
+import zlib
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
@@ -67,11 +68,56 @@ def tool_number(text: str, path, row, column, *, allow_missing: bool = True) -> 
 
 
 def positive_duration(seconds: float, path, row, column) -> float:
+    """A measured duration: finite and more than zero (a kernel or op that took no time, or forever,
+    is a broken measurement, not one a fit can use)."""
     if math.isnan(seconds):
         raise fail(path, row, column, "duration is missing (NaN)")
     if seconds < 0:
-        raise fail(path, row, column, f"negative duration {seconds!r} s")
+        raise fail(path, row, column, f"negative duration {seconds!r} s; a measurement takes more than zero seconds")
+    if not math.isfinite(seconds) or seconds == 0:
+        raise fail(path, row, column, f"{'infinite' if seconds else 'zero'} duration: a measurement takes a finite "
+                                      "time of more than zero seconds (fix or delete it)")
     return seconds
+
+
+def counter_value(value: float, path, row, column, *, allow_missing: bool = True) -> float:
+    """A FLOP or byte count: finite and not negative; NaN (not measured) only when ``allow_missing``."""
+    if math.isnan(value) and allow_missing:
+        return value
+    if not math.isfinite(value) or value < 0:
+        raise fail(path, row, column, f"{value!r} is not a count: counters are finite and at least 0")
+    return value
+
+
+def json_count(value, path, row, column) -> float:
+    """A byte or FLOP count from a JSON trace: a number (or a numeric string), finite, at least 0."""
+    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+        raise fail(path, row, column, f"expected a number of bytes, got {value!r}")
+    try:
+        number = float(value)
+    except (ValueError, OverflowError):
+        raise fail(path, row, column, f"{value!r} is not a number") from None
+    return counter_value(number, path, row, column, allow_missing=False)
+
+
+def event_args(event: dict, path, index: int, key: str = "args") -> dict:
+    """The ``args`` mapping of a trace event ({} when absent); anything but a JSON object is an error."""
+    args = event.get(key)
+    if args is None:
+        return {}
+    if not isinstance(args, dict):
+        raise fail(path, f"event {index}", key, f"expected a JSON object of arguments in {event.get('name')!r}, got "
+                                                f"{type(args).__name__} {str(args)[:60]!r}")
+    return args
+
+
+def event_id(args: dict, key: str, path, index: int):
+    """An id that links trace events (``External id``, ``correlation``): an integer or a string; None when
+    absent."""
+    value = args.get(key)
+    if value is None or (isinstance(value, (int, str)) and not isinstance(value, bool)):
+        return value
+    raise fail(path, f"event {index}", key, f"expected an integer id, got {value!r}")
 
 
 def load_json(path: Path):
@@ -84,8 +130,12 @@ def load_json(path: Path):
         if raw[:2] == b"\x1f\x8b":
             raw = gzip.decompress(raw)
         return json.loads(raw.decode("utf-8"))
-    except (OSError, EOFError) as error:
-        raise ReaderError(f"{path}: not a readable gzip file ({error})") from None
+    except (OSError, EOFError, zlib.error) as error:
+        raise ReaderError(f"{path}: not a readable gzip file ({error}); truncated or corrupt?") from None
+    except UnicodeDecodeError as error:
+        raise ReaderError(f"{path}: not a UTF-8 JSON file ({error.reason} at byte {error.start})") from None
     except json.JSONDecodeError as error:
         raise ReaderError(f"{path}:{error.lineno}: column {error.colno}: not valid JSON ({error.msg}); "
                           "truncated file?") from None
+    except RecursionError:
+        raise ReaderError(f"{path}: JSON nested too deeply to be a profiler trace") from None

@@ -19,6 +19,7 @@ from __future__ import annotations
 import csv
 import gzip
 import io
+import zlib
 from dataclasses import replace
 from pathlib import Path
 
@@ -42,16 +43,23 @@ def _head(path: Path) -> str:
         if raw[:2] == b"\x1f\x8b":
             with gzip.open(path, "rb") as stream:
                 raw = stream.read(SNIFF_BYTES)
-    except (OSError, EOFError) as error:
-        raise ReaderError(f"cannot read {path}: {error}") from None
+    except (OSError, EOFError, zlib.error) as error:
+        raise ReaderError(f"cannot read {path}: {error} (a truncated or corrupt gzip file?)") from None
     return raw.decode("utf-8", errors="replace").lstrip("\ufeff \t\r\n")
+
+
+def _arguments(event: dict) -> dict:
+    """An event's ``args`` (or a Flex trace's ``attr``) when it is a mapping; {} otherwise (the reader
+    reports a malformed one with its event)."""
+    args = event.get("args") or event.get("attr")
+    return args if isinstance(args, dict) else {}
 
 
 def is_spyre_trace(events) -> bool:
     for event in events:
         if not isinstance(event, dict):
             continue
-        args = event.get("args") or event.get("attr") or {}
+        args = _arguments(event)
         if event.get("cat") == "privateuse1_runtime" or "cycles_ts" in args:
             return True
         if event.get("ph") == "B" and "TS1" in args:
@@ -62,8 +70,7 @@ def is_spyre_trace(events) -> bool:
 
 
 def is_flex_trace(events) -> bool:
-    return any(isinstance(event, dict) and event.get("ph") == "B" and "TS1" in (event.get("attr") or event.get("args")
-                                                                                 or {}) for event in events)
+    return any(isinstance(event, dict) and event.get("ph") == "B" and "TS1" in _arguments(event) for event in events)
 
 
 def _trace_events(path: Path):

@@ -20,9 +20,18 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from pathlib import Path
 
-from calibration.readers.common import TIME_UNITS, ReaderError, fail, positive_duration, tool_number, unit_factor
+from calibration.readers.common import (
+    TIME_UNITS,
+    ReaderError,
+    counter_value,
+    fail,
+    positive_duration,
+    tool_number,
+    unit_factor,
+)
 from calibration.records import CLOCKS, MeasurementRecord, Measurements, Unmapped, group_unmapped
 from perfmodel.yaml_source import open_for_reading
 
@@ -70,10 +79,11 @@ def _record(path, row, line, duration_column, tool) -> MeasurementRecord:
         seconds = tool_number(row["duration"], path, line, "duration", allow_missing=False)
         seconds *= unit_factor(unit, path, line, "duration_unit")
     positive_duration(seconds, path, line, duration_column or "duration")
-    levels = {key.removeprefix("bytes_"): tool_number(value, path, line, key)
+    levels = {key.removeprefix("bytes_"): _count(value, path, line, key)
               for key, value in row.items() if key.startswith("bytes_") and value}
     if row.get("bytes"):
-        levels.setdefault("dram", tool_number(row["bytes"], path, line, "bytes"))
+        levels.setdefault("dram", _count(row["bytes"], path, line, "bytes"))
+    levels = {level: value for level, value in levels.items() if not math.isnan(value)}
     count = tool_number(row.get("count") or "1", path, line, "count")
     if not count.is_integer() or count < 1:
         raise fail(path, line, "count", f"expected a whole number of at least 1, got {row.get('count')!r}")
@@ -82,9 +92,14 @@ def _record(path, row, line, duration_column, tool) -> MeasurementRecord:
         raise fail(path, line, "clock", f"{clock!r} is not one of {', '.join(CLOCKS)}")
     return MeasurementRecord(
         name=row["name"], op_class=row.get("op_class") or "op", duration_s=seconds, count=int(count),
-        flops=tool_number(row.get("flops", ""), path, line, "flops"), bytes_by_level=levels,
+        flops=_count(row.get("flops", ""), path, line, "flops"), bytes_by_level=levels,
         device=row.get("device") or "", tool=tool, flops_source="unknown",
         bytes_source="unknown", source_file=str(path), source_row=line, clock=clock)
+
+
+def _count(text, path, line, column) -> float:
+    """A FLOP or byte count: blank or n/a is NaN (not measured); otherwise finite and at least 0."""
+    return counter_value(tool_number(text, path, line, column), path, line, column)
 
 
 def read_generic_csv(path: str | Path, *, tool: str = "user_csv") -> list[MeasurementRecord]:

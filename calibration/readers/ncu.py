@@ -28,7 +28,7 @@ import math
 import re
 from pathlib import Path
 
-from calibration.readers.common import ReaderError, fail, positive_duration, tool_number, unit_factor
+from calibration.readers.common import ReaderError, counter_value, fail, positive_duration, tool_number, unit_factor
 from calibration.records import MeasurementRecord
 
 DURATION_METRICS = ("gpu__time_duration.sum", "Duration", "gpu__time_duration.avg")
@@ -69,7 +69,12 @@ def read_ncu_csv(path: str | Path, *, tensor_flops_per_instruction: float | None
                  tool_version: str = "") -> list[MeasurementRecord]:
     path = Path(path)
     lines, first_line = _lines_from_header(path)
-    rows = list(csv.reader(io.StringIO("\n".join(lines))))
+    reader = csv.reader(io.StringIO("\n".join(lines)))
+    try:
+        rows = list(reader)
+    except csv.Error as error:
+        raise fail(path, first_line + reader.line_num - 1, None, f"not a readable CSV row ({error}); a truncated file, "
+                                                                 "or a quote left open?") from None
     header = rows[0]
     launches: dict[str, dict] = {}
     if "Metric Name" in header:
@@ -151,10 +156,14 @@ def _record(path, launch, tensor_factor, tool_version) -> MeasurementRecord:
     for level, names in BYTE_METRICS.items():
         for name in names:
             if name in metrics and not math.isnan(metrics[name]):
-                levels[level] = metrics[name]
+                levels[level] = counter_value(metrics[name], path, launch["line"], name)
     if "dram" not in levels and all(name in metrics for name in DRAM_READ_WRITE):
-        levels["dram"] = metrics[DRAM_READ_WRITE[0]] + metrics[DRAM_READ_WRITE[1]]
-    by_engine = _flops_by_engine(launch["name"], metrics, tensor_factor)
+        levels["dram"] = counter_value(metrics[DRAM_READ_WRITE[0]] + metrics[DRAM_READ_WRITE[1]], path, launch["line"],
+                                       " + ".join(DRAM_READ_WRITE))
+        if math.isnan(levels["dram"]):
+            del levels["dram"]
+    by_engine = {engine: counter_value(flops, path, launch["line"], f"FLOPs ({engine})", allow_missing=False)
+                 for engine, flops in _flops_by_engine(launch["name"], metrics, tensor_factor).items()}
     flops = sum(by_engine.values()) if by_engine else math.nan
     return MeasurementRecord(
         name=launch["name"], op_class="kernel", duration_s=duration, flops=flops, bytes_by_level=levels,

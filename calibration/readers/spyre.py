@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from calibration.readers.common import ReaderError, fail, positive_duration
+from calibration.readers.common import ReaderError, event_args, fail, json_count, positive_duration
 from calibration.readers.torch_trace import US, trace_events
 from calibration.records import MeasurementRecord
 
@@ -22,11 +22,18 @@ PHASES = {" DmaI": ("TS1", "TS2", "dma_in"), " Cmpt Prep": ("TS2", "TS3", "prep"
 
 
 def trace_counter(value, path, row, column) -> int:
+    """A 32-bit device cycle counter: an integer or a hex or decimal string, from 0 to 2**32 - 1."""
     text = str(value).strip()
     try:
-        return int(text, 16) if text.lower().startswith("0x") else int(text)
+        if isinstance(value, (bool, float)) or not isinstance(value, (int, str)):
+            raise ValueError
+        count = int(text, 16) if text.lower().startswith("0x") else int(text)
     except ValueError:
         raise fail(path, row, column, f"{value!r} is not a cycle counter (hex or decimal)") from None
+    if not 0 <= count < 1 << COUNTER_BITS:
+        raise fail(path, row, column, f"{value!r} is not a {COUNTER_BITS}-bit cycle counter (0 to "
+                                      f"{(1 << COUNTER_BITS) - 1})")
+    return count
 
 
 def cycles_between(start: int, end: int) -> int:
@@ -44,16 +51,17 @@ def read_flex_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CLOCK_HZ)
         phase = next((suffix for suffix in PHASES if name.endswith(suffix)), None)
         if phase is None:
             continue
-        counters = event.get("attr") or event.get("args") or {}
+        counters = event_args(event, path, index, "attr" if event.get("attr") is not None else "args")
         first, last, op_class = PHASES[phase]
         if first not in counters or last not in counters:
             raise fail(path, f"event {index}", last if first in counters else first,
                        f"missing cycle counter in {name!r}")
         cycles = cycles_between(trace_counter(counters[first], path, f"event {index}", first),
                                 trace_counter(counters[last], path, f"event {index}", last))
-        levels = {"pcie": float(counters["Bytes"])} if "Bytes" in counters else {}
+        levels = {"pcie": json_count(counters["Bytes"], path, f"event {index}", "Bytes")} if "Bytes" in counters else {}
+        seconds = positive_duration(cycles / clock_hz, path, f"event {index}", f"{first}..{last}")
         records.append(MeasurementRecord(
-            name=name.removesuffix(phase), op_class=op_class, duration_s=cycles / clock_hz, bytes_by_level=levels,
+            name=name.removesuffix(phase), op_class=op_class, duration_s=seconds, bytes_by_level=levels,
             device="spyre", tool="spyre-flex-trace", flops_source="unknown",
             bytes_source="hw_counter" if levels else "unknown", source_file=str(path), source_row=index))
     if not records:
@@ -73,7 +81,7 @@ def read_spyre_torch_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CL
         category = event.get("cat")
         if category not in ("kernel", "gpu_memcpy", "gpu_memset"):
             continue
-        args = event.get("args") or {}
+        args = event_args(event, path, index)
         cycles = args.get("cycles_ts")
         duration = None
         if category == "kernel" and isinstance(cycles, list) and len(cycles) == 5 and any(cycles):
@@ -86,7 +94,7 @@ def read_spyre_torch_trace(path: str | Path, *, clock_hz: float = DEFAULT_SOC_CL
                 raise fail(path, f"event {index}", "dur", "missing duration") from None
         positive_duration(duration, path, f"event {index}", "dur")
         name = str(event.get("name") or "") or f"spyre_kernel#{index}"  # some images leave names blank
-        levels = {"pcie": float(args["bytes"])} if "bytes" in args else {}
+        levels = {"pcie": json_count(args["bytes"], path, f"event {index}", "bytes")} if "bytes" in args else {}
         records.append(MeasurementRecord(
             name=name, op_class="spyre_kernel" if category == "kernel" else "transfer", duration_s=duration,
             bytes_by_level=levels, device="spyre", tool="torch.profiler (torch-spyre)", tool_version=tool_version,

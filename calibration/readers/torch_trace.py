@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from calibration.readers.common import ReaderError, fail, load_json, positive_duration
+from calibration.readers.common import ReaderError, event_args, event_id, fail, json_count, load_json, positive_duration
 from calibration.records import MeasurementRecord
 from perfmodel.workload.op_kinds import matmul_flops
 
@@ -72,34 +72,39 @@ def read_torch_trace(path: str | Path, *, tool_version: str = "") -> list[Measur
               if isinstance(event, dict) and event.get("ph") == "X" and event.get("cat") in DEVICE_CATEGORIES]
     by_external = {}
     for index, event in cpu_ops:
-        external = (event.get("args") or {}).get("External id")
+        external = event_id(event_args(event, path, index), "External id", path, index)
         if external is not None:
             by_external[external] = (index, event)
     runtime_external = {}
-    for event in events:
+    for index, event in enumerate(events):
         if isinstance(event, dict) and event.get("cat") in ("cuda_runtime", "privateuse1_runtime"):
-            args = event.get("args") or {}
-            if "correlation" in args and "External id" in args:
-                runtime_external[args["correlation"]] = args["External id"]
+            args = event_args(event, path, index)
+            correlation, external = event_id(args, "correlation", path, index), event_id(args, "External id", path,
+                                                                                          index)
+            if correlation is not None and external is not None:
+                runtime_external[correlation] = external
     records = []
     if device:
         for index, event in device:
-            args = event.get("args") or {}
-            external = args.get("External id", runtime_external.get(args.get("correlation")))
-            op = by_external.get(external, (None, {}))[1]
-            op_args = op.get("args") or {}
+            args = event_args(event, path, index)
+            external = event_id(args, "External id", path, index)
+            if external is None:
+                external = runtime_external.get(event_id(args, "correlation", path, index))
+            op_index, op = by_external.get(external, (index, {}))
+            op_args = event_args(op, path, op_index)
             op_name = op.get("name", "")
             records.append(MeasurementRecord(
                 name=f"{op_name}/{event.get('name', '')}" if op_name else str(event.get("name", "")),
                 op_class=event["cat"], duration_s=_duration(event, path, index),
                 flops=flops_from_dims(op_name, op_args.get("Input Dims")) if op_name else math.nan,
-                bytes_by_level={"dram": float(args["bytes"])} if "bytes" in args else {},
+                bytes_by_level={"dram": json_count(args["bytes"], path, f"event {index}", "bytes")} if "bytes" in args
+                else {},
                 device=str(args.get("device", "")), tool="torch.profiler", tool_version=tool_version,
                 flops_source="analytic_shapes", bytes_source="hw_counter" if "bytes" in args else "unknown",
                 source_file=str(path), source_row=index))
         return records
     for index, event in _leaf_ops(cpu_ops):
-        args = event.get("args") or {}
+        args = event_args(event, path, index)
         records.append(MeasurementRecord(
             name=str(event.get("name", "")), op_class="cpu_op", duration_s=_duration(event, path, index),
             flops=flops_from_dims(str(event.get("name", "")), args.get("Input Dims")), tool="torch.profiler",

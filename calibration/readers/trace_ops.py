@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from calibration.readers.common import ReaderError, fail, load_json
+from calibration.readers.common import ReaderError, event_args, event_id, fail, load_json
 from calibration.readers.spyre import DEFAULT_SOC_CLOCK_HZ, cycles_between, trace_counter
 from calibration.readers.torch_trace import DEVICE_CATEGORIES, US, trace_events
 from calibration.records import MeasurementRecord, Measurements, Unmapped, group_unmapped, kernel_label
@@ -84,8 +84,9 @@ def _forest(cpu_ops, path) -> list[_Node]:
 
 def _price(node: _Node, path, hardware) -> None:
     """Price ``node`` or, failing that, its children (recursively)."""
-    args = node.event.get("args") or {}
+    args = event_args(node.event, path, node.index)
     name = str(node.event.get("name", ""))
+    _check_recorded_lists(args, path, node.index)
     try:
         if "Input Dims" not in args:
             raise NotMapped("no shapes recorded (profile with record_shapes=True)")
@@ -108,6 +109,19 @@ def _price(node: _Node, path, hardware) -> None:
         _price(child, path, hardware)
 
 
+def _check_recorded_lists(args: dict, path, index: int) -> None:
+    """``Input type`` is a list of type names and ``Concrete Inputs`` a list (one entry per argument), as
+    torch.profiler records them with ``record_shapes=True``; ``Input Dims`` is checked by the op table."""
+    types = args.get("Input type")
+    if types is not None and not (isinstance(types, list) and all(isinstance(name, str) for name in types)):
+        raise fail(path, f"event {index}", "Input type", f"expected a list of type names, one per argument "
+                                                         f"(e.g. [\"float\", \"float\"]), got {str(types)[:80]}")
+    concrete = args.get("Concrete Inputs")
+    if concrete is not None and not isinstance(concrete, list):
+        raise fail(path, f"event {index}", "Concrete Inputs", f"expected a list, one entry per argument, got "
+                                                              f"{str(concrete)[:80]}")
+
+
 def _own(node: _Node, owner: _Node) -> None:
     node.owner = owner
     for child in node.children:
@@ -115,7 +129,8 @@ def _own(node: _Node, owner: _Node) -> None:
 
 
 def _label(name: str, args) -> str:
-    dims = [dims for dims in args.get("Input Dims", []) if isinstance(dims, list) and dims
+    recorded = args.get("Input Dims")
+    dims = [dims for dims in (recorded if isinstance(recorded, list) else []) if isinstance(dims, list) and dims
             and all(isinstance(dim, int) for dim in dims)]
     return f"{name}({', '.join('x'.join(str(dim) for dim in shape) for shape in dims)})"
 
@@ -139,7 +154,7 @@ def _host_unmapped(roots) -> list[Unmapped]:
 
 
 def _spyre_seconds(event: dict, path, index: int, clock_hz: float) -> float | None:
-    cycles = (event.get("args") or {}).get("cycles_ts")
+    cycles = event_args(event, path, index).get("cycles_ts")
     if isinstance(cycles, list) and len(cycles) == 5 and any(cycles):
         counts = [trace_counter(value, path, f"event {index}", "cycles_ts") for value in cycles]
         return cycles_between(counts[0], counts[4]) / clock_hz
@@ -198,28 +213,32 @@ def _device_measurements(path, events, roots, device, spyre, clock_hz, tool, too
                          format_name, device_name) -> Measurements:
     by_external = {}
     for node in _walk(roots):
-        external = (node.event.get("args") or {}).get("External id")
+        external = event_id(event_args(node.event, path, node.index), "External id", path, node.index)
         if external is not None:
             by_external[external] = node
     runtime_external = {}
-    for event in events:
+    for index, event in enumerate(events):
         if isinstance(event, dict) and event.get("cat") in RUNTIME_CATEGORIES:
-            args = event.get("args") or {}
-            if "correlation" in args and "External id" in args:
-                runtime_external[args["correlation"]] = args["External id"]
+            args = event_args(event, path, index)
+            correlation, external = event_id(args, "correlation", path, index), event_id(args, "External id", path,
+                                                                                          index)
+            if correlation is not None and external is not None:
+                runtime_external[correlation] = external
     spans: dict[int, list] = {}   # owner node index -> [node, seconds, launches]
     unmapped, total = [], 0.0
     for index, event in device:
         start, duration = _times(event, path, index)
         seconds = (_spyre_seconds(event, path, index, clock_hz) if spyre else None) or duration * US
         total += seconds
-        args = event.get("args") or {}
+        args = event_args(event, path, index)
         name = kernel_label(str(event.get("name") or "")) or f"<unnamed {event.get('cat')}>"
         if event.get("cat") == "gpu_memcpy" and any(kind in name for kind in HOST_TRANSFERS):
             unmapped.append(Unmapped(name=name, reason="a host<->device transfer (the model prices device work)",
                                      time_s=seconds))
             continue
-        external = args.get("External id", runtime_external.get(args.get("correlation")))
+        external = event_id(args, "External id", path, index)
+        if external is None:
+            external = runtime_external.get(event_id(args, "correlation", path, index))
         node = by_external.get(external)
         if node is None:
             unmapped.append(Unmapped(name=name, reason="not linked to a CPU op (no External id or correlation)",

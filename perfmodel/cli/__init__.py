@@ -88,10 +88,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("perfmodel: interrupted", file=sys.stderr)
         return 130
+    except OSError as error:
+        if error.filename is None:  # not about a path the user gave: a bug
+            return _internal_error(error, argv)
+        # a path the user gave cannot be read or written (not a directory, name too long, disk full...)
+        print(f"perfmodel: error: {error}", file=sys.stderr)
+        return 2
     except Exception as error:  # a bug: say so in one paragraph; --debug shows the traceback
-        if "--debug" in (sys.argv[1:] if argv is None else argv):
-            raise
-        print(f"perfmodel: internal error: {type(error).__name__}: {error}. This is a bug in perfmodel, not in "
-              "your input; rerun with --debug (before the command) to see the traceback and report it.",
-              file=sys.stderr)
-        return INTERNAL_ERROR
+        return _internal_error(error, argv)
+
+
+def _internal_error(error: Exception, argv: Sequence[str] | None) -> int:
+    """One paragraph about a bug (called while ``error`` is handled: --debug re-raises it, traceback and all)."""
+    if "--debug" in (sys.argv[1:] if argv is None else argv):
+        raise  # the exception the caller is handling, with its traceback
+    print(f"perfmodel: internal error: {type(error).__name__}: {error}. This is a bug in perfmodel, not in "
+          "your input; rerun with --debug (before the command) to see the traceback and report it.",
+          file=sys.stderr)
+    return INTERNAL_ERROR

@@ -12,9 +12,13 @@ from perfmodel.errors import PerfmodelError
 
 def register(commands) -> None:
     capture = commands.add_parser("capture",
-                                  help="capture a PyTorch nn.Module into a workload file (no weights, no device)")
+                                  help="capture a PyTorch nn.Module into a workload file (no weights, no device)",
+                                  description="Import (that is, execute) FILE.py, call its factory and trace the "
+                                              "module it returns on the meta device into a workload file. Capture "
+                                              "only files you trust: importing runs their code.")
     capture.add_argument("target",
-                         help="FILE.py:factory, a function that returns the nn.Module (build it on the meta device)")
+                         help="FILE.py:factory, a function that returns the nn.Module (build it on the meta device); "
+                              "the file is executed")
     capture.add_argument("--input-shape", action="append", required=True, metavar="1x512",
                          help="shape of each forward input, in order (repeatable)")
     capture.add_argument("--input-dtype", action="append", metavar="DTYPE",
@@ -44,13 +48,18 @@ def load_factory(target: str):
     if not sep or not path_text or not factory_name:
         raise PerfmodelError(f"{target!r}: expected FILE.py:factory")
     path = Path(path_text)
+    if path.suffix != ".py":
+        raise PerfmodelError(f"{target!r}: the target is a Python file and a function in it, FILE.py:factory; "
+                             f"{path} does not end in .py")
     if not path.is_file():
         raise PerfmodelError(f"{path}: no such file")
     spec = importlib.util.spec_from_file_location(f"perfmodel_capture_{path.stem}", path)
+    if spec is None or spec.loader is None:
+        raise PerfmodelError(f"{path}: cannot be imported as a Python module")
     module = importlib.util.module_from_spec(spec)
     try:
         spec.loader.exec_module(module)
-    except Exception as error:  # the user's file failed to import: report it as bad input
+    except (Exception, SystemExit) as error:  # the user's file failed to import (or exited): bad input
         raise PerfmodelError(f"{path}: importing it raised {type(error).__name__}: {error}") from None
     factory = getattr(module, factory_name, None)
     if not callable(factory):
@@ -72,21 +81,25 @@ def torch_dtype(name: str):
 
 
 def _capture(args) -> int:
+    from perfmodel.yaml_source import check_output_path
+
+    check_output_path(args.output, "-o/--output", (".yaml", ".yml", ".json"))
+    shapes = [parse_shape(text) for text in args.input_shape]
+    factory = load_factory(args.target)
+
     import torch
 
     from perfmodel.workload.capture import capture
     from perfmodel.workload.io import save_graph
 
-    factory = load_factory(args.target)
     try:
         module = factory()
-    except Exception as error:  # the user's factory failed
+    except (Exception, SystemExit) as error:  # the user's factory failed (or exited)
         raise PerfmodelError(f"{args.target}: the factory raised {type(error).__name__}: {error}") from None
     if not isinstance(module, torch.nn.Module):
         raise PerfmodelError(f"{args.target} returned {type(module).__name__}, not a torch.nn.Module")
     if args.dtype:
         module = module.to(torch_dtype(args.dtype))
-    shapes = [parse_shape(text) for text in args.input_shape]
     has_embedding = any(isinstance(sub, torch.nn.Embedding) for sub in module.modules())
     default_input = torch.int64 if has_embedding else torch_dtype(args.dtype or "fp32")
     dtypes = [torch_dtype(name) for name in (args.input_dtype or [])]

@@ -92,6 +92,7 @@ def _predict(args) -> int:
 
 
 SCENARIO_AXES = ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "ffn", "layers")
+TABLE_SUFFIXES = (".csv", ".parquet")  # what 'sweep -o' writes
 
 
 def parse_grid(items: list[str]) -> tuple[dict, dict]:
@@ -122,8 +123,10 @@ def _sweep(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline.sweep import as_override, grid_size, sweep
     from perfmodel.workload.builders import transformer_block
-    from perfmodel.yaml_source import write_text_atomically
+    from perfmodel.yaml_source import check_output_path, write_text_atomically
 
+    if args.output is not None:
+        check_output_path(args.output, "-o/--output", TABLE_SUFFIXES)
     scenario, spec = parse_grid(args.grid)
     hardware = load_for_prediction(args.on, ideal=args.ideal)
     for axis, values in spec.items():  # the spec schema checks every swept value, exactly as --set does
@@ -142,7 +145,7 @@ def _sweep(args) -> int:
 
     frame = pd.DataFrame(result.to_columns())
     if args.output:
-        if args.output.suffix == ".parquet":
+        if args.output.suffix.lower() == ".parquet":
             import os
             import tempfile
 

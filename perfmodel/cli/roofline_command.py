@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import csv
+import math
 from pathlib import Path
 
 from perfmodel.cli.overrides import add_mode_argument
 from perfmodel.errors import PerfmodelError
-from perfmodel.yaml_source import open_for_reading
+from perfmodel.yaml_source import check_output_path, open_for_reading
+
+CHART_SUFFIXES = (".png", ".svg", ".pdf")
 
 
 def register(commands) -> None:
@@ -26,25 +29,38 @@ REQUIRED_COLUMNS = ("name", "flops", "bytes", "duration_s")
 
 
 def read_measured(path: Path) -> list[dict]:
-    """Rows of ``name, flops, bytes, duration_s`` (SI units); a clear error names the row and column."""
+    """Rows of ``name, flops, bytes, duration_s`` (SI units, finite, more than zero); a clear error names
+    the row and column."""
     with open_for_reading(path) as stream:
         reader = csv.DictReader(stream)
-        missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
-        if missing:
-            raise PerfmodelError(f"{path}: missing column(s) {missing}; expected {', '.join(REQUIRED_COLUMNS)}")
-        records = []
-        for number, row in enumerate(reader, start=2):
-            record = {"name": row["name"], "kind": row.get("kind") or "measured"}
-            for column in REQUIRED_COLUMNS[1:]:
-                try:
-                    value = float(row[column])
-                except (TypeError, ValueError):
-                    raise PerfmodelError(f"{path}:{number}: column {column!r}: {row[column]!r} is not a number") from None
-                if not value > 0:
-                    raise PerfmodelError(f"{path}:{number}: column {column!r} must be more than zero, got {value}")
-                record[column] = value
-            records.append(record)
+        try:
+            missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
+            if missing:
+                raise PerfmodelError(f"{path}: missing column(s) {missing}; expected {', '.join(REQUIRED_COLUMNS)}")
+            records = [_measured_row(path, number, row) for number, row in enumerate(reader, start=2)]
+        except UnicodeDecodeError as error:
+            raise PerfmodelError(f"{path}: not a UTF-8 text CSV file ({error.reason} at byte {error.start})") from None
+        except csv.Error as error:
+            raise PerfmodelError(f"{path}:{reader.line_num}: not a readable CSV row ({error})") from None
+    if not records:
+        raise PerfmodelError(f"{path}: no measurements (a header row, then one row per measurement)")
     return records
+
+
+def _measured_row(path: Path, number: int, row: dict) -> dict:
+    if None in row or None in row.values():
+        raise PerfmodelError(f"{path}:{number}: the row has {'too many' if None in row else 'too few'} fields "
+                             "for the header (a truncated file?)")
+    record = {"name": row["name"], "kind": row.get("kind") or "measured"}
+    for column in REQUIRED_COLUMNS[1:]:
+        try:
+            value = float(row[column])
+        except (TypeError, ValueError):
+            raise PerfmodelError(f"{path}:{number}: column {column!r}: {row[column]!r} is not a number") from None
+        if not (value > 0 and math.isfinite(value)):
+            raise PerfmodelError(f"{path}:{number}: column {column!r} must be more than zero and finite, got {value}")
+        record[column] = value
+    return record
 
 
 def _roofline(args) -> int:
@@ -54,6 +70,7 @@ def _roofline(args) -> int:
     from perfmodel.roofline.charts import classic_roofline, hierarchical_roofline, measured_points, scheduling_roofline
     from perfmodel.workload.io import load_graph
 
+    check_output_path(args.output, "-o/--output", CHART_SUFFIXES)
     graph = load_graph(args.workload)
     specs = [load_hardware(name.strip()) for name in args.on.split(",") if name.strip()]
     evaluations = [evaluate(graph, hardware, mode=args.mode) for hardware in specs]

@@ -82,7 +82,10 @@ def _train(args) -> int:
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.training import TrainingSetup, train_predict
     from perfmodel.training.search import search
+    from perfmodel.yaml_source import check_output_path
 
+    if args.chart is not None:
+        check_output_path(args.chart, "--chart", (".png", ".svg", ".pdf"))
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,

@@ -11,6 +11,7 @@ commented example.
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Annotated, Literal
 
@@ -41,17 +42,40 @@ from perfmodel.units import format_quantity, parse_quantity
 SCHEMA_VERSION = 1
 
 
+# The plausible range of each spec quantity (SI units), lowest and highest: orders of magnitude beyond
+# every device in the catalog either way (the largest shipped figures: 21 PB/s of Cerebras WSE-3
+# SRAM bandwidth, 125 PFLOP/s of WSE-3 fp16, 2.4 PB of MemoryX, a 23 kW CS-3), so that only a typo (a
+# wrong prefix, an exponent's lost sign) or a corrupt file falls outside.
+PLAUSIBLE_RANGES: dict[str, tuple[float, float]] = {
+    "bytes": (1.0, 1e18),                # a byte .. an exabyte
+    "bytes_per_s": (1e3, 1e19),          # 1 kB/s .. 10 EB/s
+    "flops_per_s": (1e3, 1e20),          # 1 kFLOP/s .. 100 EFLOP/s
+    "hertz": (1e3, 1e12),                # 1 kHz .. 1 THz
+    "watts": (1e-3, 1e8),                # 1 mW .. 100 MW
+    "seconds": (0.0, 60.0),              # latencies and per-kernel overheads: up to a minute
+    "usd_per_hour": (0.0, 1e6),
+}
+MAX_COUNT = 10**9  # units, instances, tile sizes, chips: a wafer has 900,000 cores
+MAX_EFFICIENCY = 100.0  # a multiplier of a datasheet figure; 100x the datasheet is a unit or fit mistake
+
+
 def _quantity(dimension: str, *, allow_zero: bool = False):
+    low, high = PLAUSIBLE_RANGES[dimension]
+
     def parse(value: object) -> float:
         return parse_quantity(value, dimension)
 
-    def check_sign(value: float) -> float:
+    def check_range(value: float) -> float:
         if value < 0 or (value == 0 and not allow_zero):
             allowed = "zero or more" if allow_zero else "more than zero"
             raise ValueError(f"must be {allowed}, got {value!r} (in SI units)")
-        return value
+        if value != 0 and not low <= value <= high:
+            raise ValueError(f"{format_quantity(value, dimension)} is outside the plausible range "
+                             f"{format_quantity(low, dimension)} .. {format_quantity(high, dimension)} of any device; "
+                             "check the unit prefix and the exponent")
+        return value + 0.0  # -0 us is 0 us
 
-    return Annotated[float, BeforeValidator(parse), AfterValidator(check_sign)]
+    return Annotated[float, BeforeValidator(parse), AfterValidator(check_range)]
 
 
 Bytes = _quantity("bytes")
@@ -62,7 +86,7 @@ Watts = _quantity("watts")
 Seconds = _quantity("seconds")
 Overhead = _quantity("seconds", allow_zero=True)
 UsdPerHour = _quantity("usd_per_hour", allow_zero=True)
-Count = Annotated[int, Field(strict=True, gt=0)]
+Count = Annotated[int, Field(strict=True, gt=0, le=MAX_COUNT)]
 Text = Annotated[str, Field(strict=True, min_length=1)]
 
 
@@ -264,7 +288,15 @@ class PriceSpec(Sourced):
     per_hour: UsdPerHour
 
 
-PositiveFloat = Annotated[float, Field(strict=False, gt=0)]
+def _efficiency(value: float) -> float:
+    """An efficiency: finite (YAML's .inf and .nan are refused), more than zero, at most MAX_EFFICIENCY."""
+    if not (math.isfinite(value) and 0 < value <= MAX_EFFICIENCY):
+        raise ValueError(f"an efficiency multiplies a datasheet figure: a finite number more than 0 and at most "
+                         f"{MAX_EFFICIENCY:g}, got {value!r}")
+    return value
+
+
+PositiveFloat = Annotated[float, Field(strict=False), AfterValidator(_efficiency)]
 
 
 class EfficiencySpec(Sourced):

@@ -115,44 +115,121 @@ class Architecture:
         return 2 * self.layers * self.kv_heads * self.head_dim * kv_bytes_per_element
 
 
-def _required(config: Mapping, *keys: str):
+# The largest size a config field may hold: beyond any published model by orders of magnitude (the
+# largest vocabulary is ~10^6, the widest hidden size ~10^5), and small enough that parameter counts
+# stay exact in float64 arithmetic. A larger value is a typo or a corrupt file, not a model.
+MAX_CONFIG_SIZE = 2**31 - 1
+CONFIG_HINT = "see workloads/llm/*.json for complete configs"
+
+
+def _present(config: Mapping, keys: tuple[str, ...]) -> tuple[str, object] | None:
+    """The first of ``keys`` that the config sets (to anything but null)."""
     for key in keys:
-        if key in config and config[key] is not None:
-            return config[key]
-    raise PerfmodelError(f"config lacks {' / '.join(keys)}: a decoder config needs it (see workloads/llm/*.json)")
+        if config.get(key) is not None:
+            return key, config[key]
+    return None
+
+
+def _size(config: Mapping, *keys: str, default: int | None = None) -> int:
+    """A whole number from 1 to :data:`MAX_CONFIG_SIZE` from the first of ``keys`` set; ``default``
+    when none is (an error when there is no default). A JSON integer, or a float with no fraction
+    (``4096.0``); never a string, a boolean, NaN or a fraction."""
+    found = _present(config, keys)
+    if found is None:
+        if default is None:
+            raise PerfmodelError(f"config lacks {' / '.join(keys)}: a decoder config needs it ({CONFIG_HINT})")
+        return default
+    key, value = found
+    number = value if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+    if (number is None or (isinstance(number, float) and not (math.isfinite(number) and number.is_integer()))
+            or not 1 <= number <= MAX_CONFIG_SIZE):
+        raise PerfmodelError(f"config field {key!r}: expected a whole number from 1 to {MAX_CONFIG_SIZE}, got "
+                             f"{value!r}; fix the value ({CONFIG_HINT})")
+    return int(number)
+
+
+def _flag(config: Mapping, key: str, default: bool) -> bool:
+    """A JSON boolean (``true``/``false``; null: the default). The string ``"false"`` is an error, not true."""
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, bool):
+        raise PerfmodelError(f"config field {key!r}: expected true or false, got {value!r}")
+    return value
+
+
+def _text(config: Mapping, key: str, default: str) -> str:
+    value = config.get(key)
+    if value is None:
+        return default
+    if not isinstance(value, str) or not value:
+        raise PerfmodelError(f"config field {key!r}: expected a non-empty string, got {value!r}")
+    return value
+
+
+# The activation names Hugging Face's configs use (transformers.activations.ACT2CLS, 2025).
+HF_ACTIVATIONS = ("gelu", "gelu_10", "gelu_accurate", "gelu_fast", "gelu_new", "gelu_python", "gelu_python_tanh",
+                  "gelu_pytorch_tanh", "hardswish", "laplace", "leaky_relu", "linear", "mish", "prelu", "quick_gelu",
+                  "relu", "relu2", "relu6", "sigmoid", "silu", "sqrtsoftplus", "swish", "tanh", "xielu")
 
 
 def _activation(config: Mapping, default: str) -> str:
-    """The MLP activation's function family: ``gelu_new``, ``gelu_pytorch_tanh``... -> gelu; swish -> silu."""
-    name = str(config.get("hidden_act") or config.get("activation_function") or default).lower()
+    """The MLP activation's function family: ``gelu_new``, ``gelu_pytorch_tanh``... -> gelu; swish -> silu.
+    A name Hugging Face does not know is an error (it would be priced as one FLOP an element)."""
+    key = "hidden_act" if config.get("hidden_act") is not None else "activation_function"
+    name = _text(config, key, default).lower()
+    if name not in HF_ACTIVATIONS:
+        raise PerfmodelError(f"config field {key!r}: unknown activation {name!r}; Hugging Face's are "
+                             f"{', '.join(HF_ACTIVATIONS)}")
     return "gelu" if name.startswith("gelu") else "silu" if name in ("silu", "swish") else name
 
 
+def _head_dim(config: Mapping, hidden: int, heads: int, key: str, head_key: str) -> int:
+    if _present(config, ("head_dim",)) is not None:
+        return _size(config, "head_dim")
+    if hidden % heads:
+        raise PerfmodelError(f"config field {head_key!r} ({heads}) must divide {key!r} ({hidden}) when the config "
+                             "gives no head_dim")
+    return hidden // heads
+
+
 def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
-    """An :class:`Architecture` from a Hugging Face ``config.json`` mapping (no download)."""
-    model_type = str(config.get("model_type", "llama"))
+    """An :class:`Architecture` from a Hugging Face ``config.json`` mapping (no download). Sizes must be
+    whole numbers from 1 to :data:`MAX_CONFIG_SIZE`, flags JSON booleans: anything else is a
+    :class:`PerfmodelError` naming the field."""
+    if not isinstance(config, Mapping):
+        raise PerfmodelError(f"a model config is a JSON object of fields (hidden_size, num_attention_heads...), got "
+                             f"{type(config).__name__}; {CONFIG_HINT}")
+    model_type = _text(config, "model_type", "llama")
     name = name or str(config.get("_name_or_path") or model_type)
+    tied = _flag(config, "tie_word_embeddings", False)
     if model_type == "gptj":
-        hidden = int(_required(config, "n_embd"))
-        heads = int(_required(config, "n_head"))
+        hidden = _size(config, "n_embd")
+        heads = _size(config, "n_head")
         return Architecture(
-            name=name, hidden=hidden, layers=int(_required(config, "n_layer")), heads=heads, kv_heads=heads,
-            head_dim=hidden // heads, intermediate=int(config.get("n_inner") or 4 * hidden),
-            vocab=int(_required(config, "vocab_size")), max_positions=int(_required(config, "n_positions")),
-            tied_embeddings=bool(config.get("tie_word_embeddings", False)), gated_mlp=False, mlp_bias=True,
+            name=name, hidden=hidden, layers=_size(config, "n_layer"), heads=heads, kv_heads=heads,
+            head_dim=_head_dim(config, hidden, heads, "n_embd", "n_head"),
+            intermediate=_size(config, "n_inner", default=4 * hidden), vocab=_size(config, "vocab_size"),
+            max_positions=_size(config, "n_positions"), tied_embeddings=tied, gated_mlp=False, mlp_bias=True,
             layer_norm_bias=True, norms_per_layer=1, lm_head_bias=True, activation=_activation(config, "gelu"))
-    hidden = int(_required(config, "hidden_size"))
-    heads = int(_required(config, "num_attention_heads"))
-    kv_heads = int(config.get("num_key_value_heads") or heads)
+    hidden = _size(config, "hidden_size")
+    heads = _size(config, "num_attention_heads")
+    kv_heads = _size(config, "num_key_value_heads", default=heads)
     if heads % kv_heads:
         raise PerfmodelError(f"num_attention_heads ({heads}) must be a multiple of num_key_value_heads ({kv_heads})")
+    experts = _size(config, "num_local_experts", default=1)
+    experts_per_token = _size(config, "num_experts_per_tok", default=1)
+    if experts_per_token > experts:
+        raise PerfmodelError(f"config field 'num_experts_per_tok' ({experts_per_token}) exceeds 'num_local_experts' "
+                             f"({experts}): a token cannot use more experts than a layer has")
+    window = config.get("sliding_window")
     return Architecture(
-        name=name, hidden=hidden, layers=int(_required(config, "num_hidden_layers")), heads=heads, kv_heads=kv_heads,
-        head_dim=int(config.get("head_dim") or hidden // heads), intermediate=int(_required(config, "intermediate_size")),
-        vocab=int(_required(config, "vocab_size")), max_positions=int(_required(config, "max_position_embeddings")),
-        tied_embeddings=bool(config.get("tie_word_embeddings", False)),
-        gated_mlp=bool(config.get("gated_mlp", True)),
-        norms_per_layer=1 if config.get("parallel_attention_mlp") else 2,
-        experts=int(config.get("num_local_experts") or 1), experts_per_token=int(config.get("num_experts_per_tok") or 1),
-        sliding_window=int(config["sliding_window"]) if config.get("sliding_window") else None,
+        name=name, hidden=hidden, layers=_size(config, "num_hidden_layers"), heads=heads, kv_heads=kv_heads,
+        head_dim=_head_dim(config, hidden, heads, "hidden_size", "num_attention_heads"),
+        intermediate=_size(config, "intermediate_size"), vocab=_size(config, "vocab_size"),
+        max_positions=_size(config, "max_position_embeddings"), tied_embeddings=tied,
+        gated_mlp=_flag(config, "gated_mlp", True),
+        norms_per_layer=1 if _flag(config, "parallel_attention_mlp", False) else 2,
+        experts=experts, experts_per_token=experts_per_token,
+        sliding_window=None if window is None or window is False else _size(config, "sliding_window"),
         activation=_activation(config, "silu"))

@@ -143,7 +143,13 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
     shard = {"num_hidden_layers": 1, "head_dim": head_dim, "num_attention_heads": heads // tp,
              "num_key_value_heads": max((config.get("num_key_value_heads") or heads) // tp, 1),
              "intermediate_size": config["intermediate_size"] // tp, "vocab_size": config["vocab_size"] // tp}
-    hf_config = transformers.AutoConfig.for_model(**{**config, **shard})
+    try:
+        hf_config = transformers.AutoConfig.for_model(**{**config, **shard})
+    # transformers validates the fields itself (huggingface_hub's strict dataclasses raise their own
+    # StrictDataclassError, a plain Exception; older versions TypeError/ValueError): any of them is bad input.
+    except Exception as error:
+        raise PerfmodelError(f"transformers refuses this {config.get('model_type', 'model')} config for the eager "
+                             f"op stream: {error}; fix the field in the config, or use --condensed") from None
     hf_config._attn_implementation = "sdpa"
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     with torch.device("meta"):

@@ -144,9 +144,13 @@ def graph_from_document(document: YamlDocument) -> Graph:
                       outputs=tensors["outputs"], attrs=attrs, count=raw.get("count", 1),
                       provenance=str(raw.get("provenance", ""))))
     edges = data.get("edges", [])
-    if not isinstance(edges, list) or not all(isinstance(edge, list) for edge in edges):
-        problems.append(_problem(document, "edges", "must be a list of [producer, consumer] pairs"))
+    if not isinstance(edges, list):
+        problems.append(_problem(document, "edges", "must be a list of [producer, consumer] pairs of op names"))
         edges = []
+    for number, edge in enumerate(edges):
+        if not isinstance(edge, list) or len(edge) != 2 or not all(isinstance(name, str) for name in edge):
+            problems.append(_problem(document, f"edges.{number}", f"an edge is [producer, consumer], two op names; "
+                                                                  f"got {edge!r}"))
     if problems:
         raise WorkloadError(problems)
     try:
