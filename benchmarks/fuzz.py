@@ -1,4 +1,5 @@
-"""The fuzzer of tests/fuzzing.py with thousands of cases per input kind (the suite runs a few hundred).
+"""The fuzzer of tests/fuzzing.py with thousands of cases per input kind (the suite runs a few hundred;
+the kinds are in tests/fuzz_inputs.py).
 
 Run:  python benchmarks/fuzz.py [--cases 2000] [--kinds spec,ncu,...] [--start 0] [--full]
                                 [--json benchmarks/results/fuzz.json]
@@ -30,7 +31,8 @@ sys.path.insert(0, str(ROOT))
 from perfmodel import __version__  # noqa: E402
 from perfmodel.tables import format_table  # noqa: E402
 from perfmodel.yaml_source import write_text_atomically  # noqa: E402
-from tests.fuzzing import BENCHMARK_KINDS, run_case  # noqa: E402
+from tests.fuzz_inputs import BENCHMARK_KINDS  # noqa: E402
+from tests.fuzzing import run_case  # noqa: E402
 
 REPRODUCERS_SHOWN = 3  # distinct problems printed per kind
 
@@ -60,7 +62,7 @@ def run_kind(kind: str, cases: int, start: int, full: bool, directory: Path) -> 
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=" ".join(__doc__.splitlines()[:2]))
     parser.add_argument("--cases", type=int, default=2000, help="cases per kind (default 2000)")
     parser.add_argument("--start", type=int, default=0, help="index of the first case (default 0)")
     parser.add_argument("--kinds", default=",".join(BENCHMARK_KINDS),

@@ -184,6 +184,22 @@ def _activation(config: Mapping, default: str) -> str:
     return "gelu" if name.startswith("gelu") else "silu" if name in ("silu", "swish") else name
 
 
+# RoPE's base (``rope_theta``): 10^4 (Llama 2) to 5x10^5 (Llama 3.1) and 10^6-10^7 for long-context
+# models; beyond 10^12 it is a typo (and an integer past int64 cannot reach the rotary tables at all).
+MAX_ROPE_THETA = 1e12
+
+
+def _check_rope(config: Mapping) -> None:
+    """``rope_theta`` (read by the eager capture, not by the condensed graphs): a finite number from
+    just above 0 to MAX_ROPE_THETA."""
+    if "rope_theta" not in config:
+        return
+    value = config["rope_theta"]  # null is not "absent": transformers would use it as the base
+    if value is None or isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= MAX_ROPE_THETA:
+        raise PerfmodelError(f"config field 'rope_theta': expected RoPE's base, a number more than 0 and at most "
+                             f"{MAX_ROPE_THETA:g} (Llama 3.1: 500000.0), got {value!r}")
+
+
 def _head_dim(config: Mapping, hidden: int, heads: int, key: str, head_key: str) -> int:
     if _present(config, ("head_dim",)) is not None:
         return _size(config, "head_dim")
@@ -202,6 +218,7 @@ def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
                              f"{type(config).__name__}; {CONFIG_HINT}")
     model_type = _text(config, "model_type", "llama")
     name = name or str(config.get("_name_or_path") or model_type)
+    _check_rope(config)
     tied = _flag(config, "tie_word_embeddings", False)
     if model_type == "gptj":
         hidden = _size(config, "n_embd")
