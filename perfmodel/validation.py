@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import csv
 import functools
+import math
 import re
 import statistics
 from dataclasses import dataclass
@@ -202,8 +203,6 @@ def trtllm_bench_settings(architecture, hardware, parallelism, scenario) -> Trtl
     (parameters x bytes per element), a request needs its whole sequence's KV (each GPU of the tp
     group holds at least one KV head), and the estimated concurrency is rounded up ("slightly
     optimistic") with a batch cap of 4096 and a token cap of 32768."""
-    import math
-
     from perfmodel.costs.residency import on_device_capacity_bytes
     from perfmodel.dtypes import DTYPES
 

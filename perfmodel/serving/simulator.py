@@ -324,6 +324,8 @@ class Server:
         self.mode = self.costs.mode
 
     def _blocks(self, tokens: int) -> int:
+        """KV blocks that ``tokens`` tokens occupy (a sliding window keeps only its last tokens). Plain
+        ints: the per-request paths (admission) call it one request at a time."""
         window = self.architecture.sliding_window
         held = tokens if window is None else min(tokens, window)
         return -(-held // self.config.block_size)
@@ -375,7 +377,6 @@ class Server:
         if not (math.isfinite(prefix_share) and 0 <= prefix_share < 1):
             raise PerfmodelError(f"prefix share must be a fraction in [0, 1), got {prefix_share!r}")
         requests = len(prompts)
-        size, window = self.config.block_size, self.architecture.sliding_window
         reserve = self.config.kv_admission == "reserve"
         prompts, outputs = np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
         state = _State(prompts, outputs, self._cached(prompts, prefix_share), self._block_array)
@@ -404,10 +405,6 @@ class Server:
         free, peak, max_queue, preemptions, steps, done = total_blocks - reserved, reserved, 0, 0, 0, 0
         now, area = 0.0, 0.0
 
-        def blocks_for(tokens: np.ndarray) -> np.ndarray:
-            held = tokens if window is None else np.minimum(tokens, window)
-            return -(-held // size)
-
         while done < requests:
             while pending and pending[0][0] <= now:
                 at, index = heapq.heappop(pending)
@@ -422,7 +419,7 @@ class Server:
                 # A stretch of pure decode steps (nothing can be admitted, nothing finishes, the KV cache
                 # lasts, no arrival is due): run it as scalar step times and one update of the arrays.
                 span = int((batch.output - batch.generated).min()) - 1  # the first finish is a normal step
-                lasting = self._steps_the_cache_lasts(batch, free, span, blocks_for)
+                lasting = self._steps_the_cache_lasts(batch, free, span)
                 n, known = batch.size, int(batch.computed.sum())
                 base = n + len(waiting)
                 stamps: list[float] = []
@@ -439,7 +436,7 @@ class Server:
                     if k > 1:
                         gaps.append(np.repeat(np.diff(np.asarray(stamps)), n))
                     if not reserve:
-                        held = blocks_for(batch.computed + k)
+                        held = self._block_array(batch.computed + k)
                         free -= int(held.sum() - batch.held.sum())
                         batch.held[:] = held
                     batch.computed += k
@@ -455,7 +452,7 @@ class Server:
             if reserve:  # the whole sequence's blocks were taken at admission
                 held, more = batch.held, 0
             else:
-                held = blocks_for(batch.computed + need)
+                held = self._block_array(batch.computed + need)
                 more = int((held - batch.held).sum())
             if more <= free:  # every sequence gets its blocks: no preemption this step
                 batch.held[:] = held
@@ -583,15 +580,14 @@ class Server:
             else int(state.computed[index]) + take
         return self._blocks(tokens) - int(state.cached_blocks[index]) - int(state.blocks[index])
 
-    def _steps_the_cache_lasts(self, batch: _Batch, free: int, span: int,
-                               blocks_for: Callable[[np.ndarray], np.ndarray]) -> int:
+    def _steps_the_cache_lasts(self, batch: _Batch, free: int, span: int) -> int:
         """How many of the next ``span`` decode steps find the KV blocks they need free."""
         if span < 1 or self.config.kv_admission == "reserve":
             return max(span, 0)
         held = int(batch.held.sum())
-        if int(blocks_for(batch.computed + span).sum()) - held <= free:
+        if int(self._block_array(batch.computed + span).sum()) - held <= free:
             return span
-        needed = blocks_for(np.add.outer(np.arange(1, span + 1), batch.computed)).sum(axis=1) - held
+        needed = self._block_array(np.add.outer(np.arange(1, span + 1), batch.computed)).sum(axis=1) - held
         return int(np.count_nonzero(needed <= free))
 
     def _schedule_with_preemption(self, state: _State, running: list[int], free: int, budget: int,
