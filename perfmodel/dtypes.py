@@ -46,6 +46,9 @@ _DTYPES = (
     DType(name="complex128", bits=128, kind="complex"),
 )
 DTYPES: dict[str, DType] = {dtype.name: dtype for dtype in _DTYPES}
+# Same-width floats a matrix engine runs at one rate: a device that lists a peak (or a fitted
+# efficiency) for one of them runs the other so, for lack of a separate figure.
+EQUIVALENT_DTYPES: dict[str, tuple[str, ...]] = {"bf16": ("fp16",), "fp16": ("bf16",)}
 
 # Spellings from PyTorch, NumPy and vendor documents mapped to the canonical names above.
 ALIASES: dict[str, str] = {
@@ -63,6 +66,8 @@ def get_dtype(name: str) -> DType:
     """Return the :class:`DType` for a canonical name or an alias; raise a clear error otherwise."""
     if not isinstance(name, str):
         raise PerfmodelError(f"dtype must be a string such as 'bf16', got {name!r}")
+    if name in DTYPES:  # the common case: a canonical name
+        return DTYPES[name]
     key = name.strip().lower().removeprefix("torch.")
     key = ALIASES.get(key, key)
     if key not in DTYPES:

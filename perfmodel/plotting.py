@@ -28,7 +28,13 @@ MARKER_AREA = (12, 400)  # points^2 for the smallest and the largest time share
 def pyplot():
     import matplotlib
 
-    if not os.environ.get("DISPLAY") and matplotlib.get_backend().lower() not in ("agg", "pdf", "svg", "cairo"):
+    # Without a display a GUI backend (Tk, Qt...) cannot open a window: draw into files instead. A
+    # notebook's backends (inline, widget: "module://..." or nbagg) need no display and must stay, or
+    # every later figure of the notebook disappears.
+    backend = matplotlib.get_backend().lower()
+    if (not os.environ.get("DISPLAY") and not backend.startswith("module://")
+            and backend not in ("agg", "pdf", "svg", "cairo", "pgf", "ps", "template", "nbagg", "webagg",
+                                "inline", "widget", "ipympl")):
         matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
@@ -55,6 +61,34 @@ def _marker_sizes(shares) -> np.ndarray:
     shares = np.asarray(shares, dtype=float)
     low, high = MARKER_AREA
     return low + (high - low) * np.sqrt(np.clip(shares, 0, 1))
+
+
+SIZE_LEGEND_SHARES = (0.01, 0.1, 0.5)
+SLOWEST_LABELLED = 3
+
+
+def _size_legend(ax) -> None:
+    """Legend entries for the marker area (an op's share of the total time)."""
+    for share in SIZE_LEGEND_SHARES:
+        ax.scatter([], [], s=_marker_sizes([share]), color="tab:gray", alpha=0.35, label=f"size: {share:.0%} of time")
+
+
+def _label_slowest(ax, points, x_of) -> None:
+    """Name the ops that take the most time: the points a reader asks about first (an op drawn at
+    several memory levels is named once, at its first point)."""
+    named: list[str] = []
+    for point in sorted(points, key=lambda p: -p.time_share):
+        if point.name in named:
+            continue
+        if len(named) == SLOWEST_LABELLED:
+            break
+        named.append(point.name)
+        x = x_of(point)
+        if point.time_share > 0 and 0 < x < math.inf and point.achieved_flops_per_s > 0:
+            # Staggered offsets keep neighbouring names (the projections of one layer) apart.
+            offset = (5, (4, -12, 16)[(len(named) - 1) % 3])
+            ax.annotate(point.name, (x, point.achieved_flops_per_s / TERA), xytext=offset, textcoords="offset points",
+                        fontsize="xx-small", alpha=0.85)
 
 
 def _x_range(data, points) -> tuple[float, float]:
@@ -114,6 +148,9 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
     peak_label = f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}"
     ax.text(low * 1.3, data.peak_flops_per_s / TERA * 0.6, peak_label, fontsize="small", color="tab:red")
     _scatter_points(ax, data.points, level_names, by_level=len(data.roofs) > 1, edge=high / 2)
+    _label_slowest(ax, data.points, lambda p: high / 2 if p.intensity_flop_per_byte == math.inf
+                   else p.intensity_flop_per_byte)
+    _size_legend(ax)
     if measured:
         _scatter_points(ax, measured, level_names, measured=True)
     ax.set_xlim(low, high)
@@ -153,6 +190,8 @@ def plot_scheduling_roofline(data, ax=None, *, title: str | None = None):
         seen.add(point.bound)
         ax.scatter([point.granularity_flops_per_launch], [point.achieved_flops_per_s / TERA], color=colour, alpha=0.75,
                    s=_marker_sizes([point.time_share]), label=label, marker="*" if point.kind == "program" else "o")
+    _label_slowest(ax, points, lambda p: p.granularity_flops_per_launch)
+    _size_legend(ax)
     ax.set_xlim(low, high)
     ax.set_xlabel("granularity (FLOPs per launch)")
     ax.set_ylabel("performance (TFLOP/s)")

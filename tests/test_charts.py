@@ -177,3 +177,22 @@ def test_ops_that_move_no_outer_bytes_are_still_drawn(tmp_path):
     for data, draw in ((classic, plotting.plot_roofline), (scheduling, plotting.plot_scheduling_roofline)):
         plotting.save_figure(draw(data), tmp_path / "chart.png")
         assert (tmp_path / "chart.png").stat().st_size > 0
+
+
+@pytest.mark.parametrize("kind", ["hierarchical", "scheduling"])
+def test_the_slowest_ops_are_named_and_marker_sizes_have_a_legend(kind):
+    hardware = load_hardware("h100-sxm")
+    evaluation = evaluate(builders.transformer_block(batch=1, seq=1, kv_len=2048), hardware, mode="dynamic")
+    if kind == "hierarchical":
+        data = hierarchical_roofline(hardware, evaluation)
+        ax = plotting.plot_roofline(data)
+    else:
+        data = scheduling_roofline(hardware, evaluation)
+        ax = plotting.plot_scheduling_roofline(data)
+    slowest = [op.name for op in sorted(evaluation.ops, key=lambda op: -op.total_s) if op.kind != "launch"][:3]
+    names = [text.get_text() for text in ax.texts if text.get_text() in {point.name for point in data.points}]
+    assert names == slowest  # each named once, slowest first
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert [entry for entry in legend if entry.startswith("size:")] == [
+        "size: 1% of time", "size: 10% of time", "size: 50% of time"]
+    plotting.pyplot().close(ax.figure)

@@ -23,18 +23,19 @@ class _Parser(argparse.ArgumentParser):
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from perfmodel.cli import (
-        capture_command,
-        catalog_command,
-        llm_command,
-        predict_command,
-        roofline_command,
-        serve_command,
-        specs_command,
-        train_command,
-        validate_command,
-    )
+# The module that registers each command (``calibration.cli`` is found at run time, see below).
+COMMAND_MODULES = {
+    "specs": "specs_command", "models": "catalog_command", "workloads": "catalog_command",
+    "predict": "predict_command", "sweep": "predict_command", "capture": "capture_command", "llm": "llm_command",
+    "size": "llm_command", "serve": "serve_command", "train": "train_command", "validate": "validate_command",
+    "roofline": "roofline_command", "bench": "calibration", "calibrate": "calibration",
+}
+
+
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or only ``command``'s subcommand when it is known: importing one
+    command's module instead of all of them is most of a cold start (``perfmodel --help`` lists all)."""
+    import importlib
 
     parser = _Parser(prog="perfmodel", description="Analytical three-bottleneck performance model for AI "
                                                    "workloads on GPUs, TPUs, Cerebras, Groq, Spyre and CPUs.")
@@ -42,17 +43,22 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true",
                         help="show the traceback of an internal error (a bug) instead of a one-paragraph report")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
-    specs_command.register(commands)
-    catalog_command.register(commands)
-    predict_command.register(commands)
-    capture_command.register(commands)
-    llm_command.register(commands)
-    serve_command.register(commands)
-    train_command.register(commands)
-    validate_command.register(commands)
-    roofline_command.register(commands)
-    _register_calibration(commands)
+    wanted = [COMMAND_MODULES[command]] if command in COMMAND_MODULES else list(dict.fromkeys(COMMAND_MODULES.values()))
+    for module in wanted:
+        if module == "calibration":
+            _register_calibration(commands)
+        else:
+            importlib.import_module(f"perfmodel.cli.{module}").register(commands)
     return parser
+
+
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand named on the command line (the first word that is not a top-level option)."""
+    for word in argv:
+        if word in ("--debug",):
+            continue
+        return word if not word.startswith("-") else None
+    return None
 
 
 def _register_calibration(commands) -> None:
@@ -72,9 +78,10 @@ INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): an internal software error
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    parser = build_parser()
+    words = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(_command_in(words))
     try:
-        args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+        args = parser.parse_args(words)
         if not getattr(args, "handler", None):
             parser.print_help()
             return 2

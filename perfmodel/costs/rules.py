@@ -30,14 +30,13 @@ from perfmodel.costs.traffic import (
     padded_bytes,
     tile_elements_moved,
 )
-from perfmodel.dtypes import get_dtype
+from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
 from perfmodel.workload.ir import Dimension, Op
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
-EQUIVALENT_DTYPES = {"bf16": ("fp16",), "fp16": ("bf16",)}
 ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
 # A product's dimension as a rule reads it: a tensor's (``workload.ir.Dimension``) or a ``dimension``
 # attribute, which may also be a whole float (``workload.op_kinds.Attribute``); arrays over sweep points.
@@ -516,7 +515,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     O and dO and writes dQ, dK and dV: twice the forward's traffic at every level."""
     batch, heads = _attr(op, "batch"), _attr(op, "heads")
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
-    kv_heads = op.attrs.get("kv_heads") or heads
+    kv_heads = op.attrs.get("kv_heads")
+    kv_heads = heads if kv_heads is None else kv_heads  # (an array of KV heads when alike ops are priced together)
     window = op.attrs.get("window")
     causal, implementation = op.attrs.get("causal", False), op.attrs.get("implementation", "flash")
     flash = implementation == "flash"

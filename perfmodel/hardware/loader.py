@@ -82,9 +82,25 @@ def catalog() -> list[CatalogEntry]:
     return entries
 
 
+def _file_named(name: str) -> Path | None:
+    """The catalog file ``<name>.yaml`` when it is the only one of that name and declares that name:
+    a catalog name resolved by reading one file, not the whole catalog (cold start)."""
+    if not name or any(character in name for character in "/\\*?[]") or name.startswith("."):
+        return None
+    matches = [path for directory in spec_directories() for path in sorted(directory.rglob(f"{name}.yaml"))]
+    if len(matches) != 1:
+        return None
+    document = read_yaml(matches[0])
+    declared = document.data.get("name") if isinstance(document.data, dict) else None
+    return matches[0] if declared == name else None
+
+
 def resolve_spec(name_or_path: str | Path, *, beside: Path | None = None) -> Path:
     """A catalog name, or a path to a file; with ``beside``, only files in that directory."""
     text = str(name_or_path)
+    named = _file_named(text)  # a catalog name, found by its file name (the whole index only if not)
+    if named is not None:
+        return named
     index = catalog_index()
     if text in index:
         return index[text]
@@ -402,9 +418,11 @@ ACHIEVABLE_SUFFIX = "-achievable"
 
 
 def achievable_name(name: str) -> str | None:
-    """The catalog name of ``name``'s achievable overlay, if one ships (None otherwise)."""
+    """The catalog name of ``name``'s achievable overlay, if one ships (None otherwise). An overlay is
+    found by its file name, ``<name>-achievable.yaml`` declaring that name, so that predicting on a
+    device reads its own spec files only (the shipped catalog names every file after its spec)."""
     candidate = f"{name}{ACHIEVABLE_SUFFIX}"
-    return candidate if not name.endswith(ACHIEVABLE_SUFFIX) and candidate in catalog_index() else None
+    return candidate if not name.endswith(ACHIEVABLE_SUFFIX) and _file_named(candidate) is not None else None
 
 
 def load_for_prediction(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None, *,

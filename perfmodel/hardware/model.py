@@ -17,9 +17,14 @@ Conventions
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
+from functools import cached_property
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Literal, Mapping, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, Mapping, TypeVar
+
+import numpy as np
+
+from perfmodel.dtypes import EQUIVALENT_DTYPES
 
 if TYPE_CHECKING:
     from perfmodel.hardware.execution_models import SIValue
@@ -253,8 +258,13 @@ class Parameters:
         return efficiency, self.collective_latency_s.get(link, self.collective_latency_s.get("*", 0.0))
 
     def compute(self, engine: str, dtype: str, kind: str | None = None) -> float:
+        """The efficiency of ``kind`` on ``engine`` in ``dtype``. A dtype without its own entry takes its
+        same-rate twin's (fp16 <-> bf16, ``dtypes.EQUIVALENT_DTYPES``) before the kind's shared one:
+        the shared one mixes in dtypes that run at other rates (fp8 reaches less of its peak)."""
         table = self.compute_efficiency
-        for key in (f"{kind}:{engine}:{dtype}", kind, f"{engine}:{dtype}", engine, "*"):
+        twins = EQUIVALENT_DTYPES.get(dtype, ())
+        for key in (f"{kind}:{engine}:{dtype}", *[f"{kind}:{engine}:{twin}" for twin in twins], kind,
+                    f"{engine}:{dtype}", *[f"{engine}:{twin}" for twin in twins], engine, "*"):
             if key is not None and key in table:
                 return table[key]
         return 1.0
@@ -310,6 +320,18 @@ class Hardware:
     def __post_init__(self) -> None:
         for name in ("compute", "links", "sources", "field_sources"):
             object.__setattr__(self, name, _frozen_mapping(getattr(self, name)))
+
+    @cached_property
+    def is_swept(self) -> bool:
+        """Whether any numeric field is an array of sweep points (``roofline.sweep.hardware_with``)."""
+        parts: list[Any] = [*self.memory, *self.compute.values(), *self.scheduling.modes.values(), *self.links.values()]
+        for part in parts:
+            for part_field in fields(part):
+                value = getattr(part, part_field.name)
+                values = value.values() if isinstance(value, Mapping) else (value,)
+                if any(isinstance(item, np.ndarray) for item in values):
+                    return True
+        return False
 
     def level(self, name: str) -> MemoryLevel:
         for level in self.memory:

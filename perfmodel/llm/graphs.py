@@ -199,7 +199,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if training:  # softmax cross-entropy over the vocabulary shard (fused kernels upcast inside)
         ops.append(_elementwise("loss", rows, a.vocab // p.tp, act, 1, kind="softmax"))
     names = [op.name for op in ops]
-    return Graph(name=f"{a.name}.{phase}", ops=ops, edges=list(zip(names, names[1:], strict=False)))
+    # ``check`` validated the architecture, scenario and parallelism these ops are built from.
+    return Graph.prechecked(f"{a.name}.{phase}", ops, list(zip(names, names[1:], strict=False)))
 
 
 def pipeline_send(scenario: Scenario, architecture: Architecture, phase: str) -> Op:

@@ -33,7 +33,7 @@ from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.roofline.arrays import ArrayEvaluation, evaluate_arrays
+from perfmodel.roofline.arrays import ArrayEvaluation, at_point, evaluate_arrays
 from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
@@ -187,14 +187,23 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
                                      stream_items=scenario.batch * prompt)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
-    decode_graphs = [graphs(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
-    decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state, stream_items=scenario.batch)
-                     for g in decode_graphs]
-    steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
+    if graphs is stage_graph and not np.ndim(scenario.batch):
+        # The three decode contexts as one graph whose context is an array (the condensed graphs take
+        # array dimensions): one evaluation, three points.
+        decode_graph = graphs(architecture, scenario, parallelism, phase="decode", context=np.asarray(contexts))
+        swept = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
+                                stream_items=scenario.batch)
+        steps = [float(step) for step in phase_time(swept, hardware, parallelism, send_decode)]
+        middle = at_point(swept, 1)
+    else:
+        decode_graphs = [graphs(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
+        decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state,
+                                         stream_items=scenario.batch) for g in decode_graphs]
+        steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
+        decode_graph, middle = decode_graphs[1], decode_arrays[1]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
-    middle = decode_arrays[1]
     prefill_eval = to_evaluation(prefill, prefill_arrays, middle.parameters.label)
-    decode_eval = to_evaluation(decode_graphs[1], middle, middle.parameters.label)
+    decode_eval = to_evaluation(decode_graph, middle, middle.parameters.label)
     tokens_per_s = float(scenario.batch / tpot)  # llm_predict takes one batch size
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
@@ -205,7 +214,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         time_by_bound_by_phase={"prefill": prefill_eval.time_by_bound, "decode": decode_eval.time_by_bound},
         power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.label,
         graph=getattr(graphs, "label", "condensed LLM graph"),
-        ops_per_decode_step=op_counts(decode_graphs[1], decode_eval, math.ceil(architecture.layers / parallelism.pp)))
+        ops_per_decode_step=op_counts(decode_graph, decode_eval, math.ceil(architecture.layers / parallelism.pp)))
 
 
 def op_counts(graph: Graph, evaluation, stage_layers: int) -> dict[str, float]:

@@ -28,11 +28,12 @@ The program-level costs appear as one extra row named ``<program launch>`` (kind
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
+from perfmodel.costs.columns import op_costs
 from perfmodel.costs.fusion import FusionPlan, no_fusion, plan_fusion
 from perfmodel.costs.residency import residency
 from perfmodel.costs.rules import (
@@ -42,7 +43,6 @@ from perfmodel.costs.rules import (
     compute_time_s,
     kernel_busy_s,
     memory_time_s,
-    op_cost,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
@@ -79,6 +79,32 @@ class ArrayEvaluation:
     weight_bytes: Any
     on_device_bytes: float
     parameters: Parameters = DATASHEET
+
+
+# Fields of an ArrayEvaluation whose last axis runs over sweep points (when the evaluation has one).
+_PER_POINT_FIELDS = ("flops", "executed_flops", "bytes_by_level", "compute_s", "memory_s", "link_s", "scheduling_s",
+                     "fixed_s", "total_s", "bound_index")
+
+
+def at_point(evaluation: ArrayEvaluation, index: int) -> ArrayEvaluation:
+    """Point ``index`` of a one-axis sweep's evaluation: what evaluating that point alone gives."""
+    def pick(value):
+        return value[..., index] if isinstance(value, np.ndarray) and value.ndim else value
+
+    def cost_at(cost: OpCost) -> OpCost:
+        fields = {name: pick(getattr(cost, name)) for name in ("flops", "executed_flops", "link_bytes",
+                                                                 "link_latency_s", "kernel", "side_flops")}
+        fields["bytes_by_level"] = tuple(pick(value) for value in cost.bytes_by_level)
+        if isinstance(fields["kernel"], np.str_):
+            fields["kernel"] = str(fields["kernel"])
+        return replace(cost, **fields)
+
+    shared = evaluation.total_s.ndim - 1  # axes before the points: ops (and levels for memory arrays)
+    if shared != 1 or evaluation.total_s.shape[-1] <= index:
+        raise PerfmodelError(f"at_point needs a one-axis sweep with more than {index} points")
+    return replace(evaluation, costs=tuple(cost_at(cost) for cost in evaluation.costs),
+                   program_s=pick(evaluation.program_s), weight_bytes=pick(evaluation.weight_bytes),
+                   **{name: getattr(evaluation, name)[..., index] for name in _PER_POINT_FIELDS})
 
 
 def bound_labels(level_names, link_name: str = "link") -> list[str]:
@@ -139,6 +165,22 @@ def spatial_regions(allotted: np.ndarray, scaled_s: np.ndarray, unscaled_s: np.n
     return np.minimum(allotted, np.maximum(widest, 1.0))
 
 
+def _sweep_shape(*groups) -> tuple[int, ...]:
+    """The shape every array among ``groups`` broadcasts to (() when all are scalars)."""
+    shapes = [value.shape for values in groups for value in values if isinstance(value, np.ndarray) and value.ndim]
+    return np.broadcast_shapes(*shapes) if shapes else ()
+
+
+def _kept_shares(graph: Graph, plan: FusionPlan) -> list | np.ndarray:
+    """Each op's share of its tensors' bytes that leaves its fused group (1: all of it)."""
+    sizes = [op.input_bytes + op.output_bytes for op in graph.ops]
+    internal = [inside + outside for inside, outside in zip(plan.internal_input_bytes, plan.internal_output_bytes,
+                                                              strict=True)]
+    if not _sweep_shape(sizes, internal):  # a scalar graph: one array operation for all ops
+        return np.clip(1.0 - np.array(internal, dtype=float) / np.maximum(np.array(sizes, dtype=float), 1.0), 0.0, 1.0)
+    return [np.clip(1.0 - inside / np.maximum(size, 1.0), 0.0, 1.0) for inside, size in zip(internal, sizes, strict=True)]
+
+
 def weight_bytes(graph: Graph):
     return sum(tensor.bytes * op.count for op in graph.ops for tensor in op.inputs if tensor.role == "weight")
 
@@ -166,7 +208,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     on_device, resident = placement.capacity_bytes, placement.weights_resident
     # Rules that choose (a matmul's kernel) choose by the time charged below, with these parameters.
     context = CostContext(hardware=hardware, weights_resident=resident, parameters=parameters, overlap=overlap)
-    costs = tuple(op_cost(op, context) for op in graph.ops)
+    costs = op_costs(graph.ops, context)
     fused = model.fuses if fuse is None else fuse
     plan = plan_fusion(graph) if fused else no_fusion(graph)
 
@@ -179,24 +221,26 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # traffic an op moves outside is scaled by the share of its tensors that leave the group. The
     # shares come from the graph's tensors, which may be sweep arrays where the op's costs are not (a
     # view's), so they take part in the sweep's shape like the costs and the spec's values.
-    kept_shares = [np.clip(1.0 - (inside + outside) / np.maximum(op.input_bytes + op.output_bytes, 1.0), 0.0, 1.0)
-                   for op, inside, outside in zip(graph.ops, plan.internal_input_bytes, plan.internal_output_bytes,
-                                                  strict=True)] if len(levels) > 1 else []
-    shape = np.broadcast_shapes(*[np.shape(value) for cost in costs
-                                  for value in (cost.flops, cost.executed_flops, cost.link_bytes, *cost.bytes_by_level)],
-                                *[np.shape(value) for value in spec_values], *[np.shape(value) for value in kept_shares])
+    kept_shares = _kept_shares(graph, plan) if len(levels) > 1 else []
+    shape = _sweep_shape([value for cost in costs
+                          for value in (cost.flops, cost.executed_flops, cost.link_bytes, *cost.bytes_by_level)],
+                         spec_values, kept_shares)
 
     def stack(values) -> np.ndarray:
         if not shape:  # scalar workload: a plain float array is ~10x cheaper than broadcasting each value
             return np.array([float(value) for value in values])
-        return np.stack([np.broadcast_to(_as_float(value), shape) for value in values])
+        stacked = np.empty((len(values), *shape))
+        for row, value in enumerate(values):
+            stacked[row] = value  # assignment broadcasts a row's scalar or array to the sweep's shape
+        return stacked
 
     count_column = counts.reshape((-1,) + (1,) * len(shape))
     flops = stack([c.flops for c in costs])
     executed = stack([c.executed_flops for c in costs])
     bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
-    if kept_shares:
-        bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
+    if len(kept_shares):
+        bytes_by_level[1:] = bytes_by_level[1:] * (kept_shares.reshape(count_column.shape)
+                                                   if isinstance(kept_shares, np.ndarray) else stack(kept_shares))
 
     peaks = stack([compute_rate_flops_per_s(hardware, parameters, c.engine, c.peak_dtype, op.kind)
                    for c, op in zip(costs, graph.ops, strict=True)])

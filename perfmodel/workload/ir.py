@@ -111,6 +111,18 @@ class Graph:
         if problems:
             raise WorkloadError(problems)
 
+    @classmethod
+    def prechecked(cls, name: str, ops: Sequence[Op], edges: Sequence[tuple[str, str]] = ()) -> Graph:
+        """A graph built by the project's own builders from parts they checked already (an LLM stage
+        from a validated architecture and scenario): the same object as ``Graph(...)`` without the
+        whole-graph checks, which cost more than pricing the graph. Tests run ``graph_problems`` over
+        these builders' graphs."""
+        graph = object.__new__(cls)
+        object.__setattr__(graph, "name", name)
+        object.__setattr__(graph, "ops", tuple(ops))
+        object.__setattr__(graph, "edges", tuple(tuple(edge) for edge in edges))
+        return graph
+
     def op(self, name: str) -> Op:
         for op in self.ops:
             if op.name == name:

@@ -208,6 +208,22 @@ def _matmul_dimensions_known(op: Any) -> str | None:
     return "a matmul op needs attributes m, n and k, or two input tensors to read them from"
 
 
+def _causal_queries_fit(op: Any) -> str | None:
+    """A causal attention's queries are the last ``seq_q`` of its ``seq_kv`` positions (the mask
+    aligned to the bottom right, as FlashAttention and a prefill over a KV cache have it)."""
+    seq_q, seq_kv = op.attrs.get("seq_q"), op.attrs.get("seq_kv")
+    if op.attrs.get("causal") is not True or DIMENSION.problem(seq_q) or DIMENSION.problem(seq_kv):
+        return None  # not causal, or the dimensions' own problems are reported by their attributes
+    if np.any(np.asarray(seq_q, dtype=object) > np.asarray(seq_kv, dtype=object)):
+        return (f"a causal attention's queries are the last seq_q of its seq_kv positions, so seq_q must be at most "
+                f"seq_kv (got seq_q {_shown(seq_q)}, seq_kv {_shown(seq_kv)})")
+    return None
+
+
+def _shown(value: Any) -> str:
+    return str(value) if np.ndim(value) == 0 else f"{np.min(value)}..{np.max(value)} (an array)"
+
+
 MATMUL_ATTRIBUTES = {"m": DIMENSION, "n": DIMENSION, "k": DIMENSION, "batch": DIMENSION}
 
 register(OpKind(name="matmul", engine="matrix", startup_latency=True, aten=frozenset(MATMUL_OPS),
@@ -223,6 +239,7 @@ register(OpKind(name="attention", engine="matrix", startup_latency=True, aten=fr
                             "seq_kv": REQUIRED_DIMENSION, "head_dim": REQUIRED_DIMENSION, "kv_heads": DIMENSION,
                             "window": DIMENSION, "causal": FLAG, "backward": FLAG,
                             "implementation": Attribute("text", choices=ATTENTION_IMPLEMENTATIONS)},
+                requirement=_causal_queries_fit,
                 summary="scaled dot-product attention (flash or naive; causal, grouped KV heads, sliding window; "
                         "backward: the gradient kernel)"))
 register(OpKind(name="elementwise", engine="vector", fusible=True, epilogue=True,

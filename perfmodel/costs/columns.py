@@ -1,0 +1,172 @@
+"""Columnar pricing: each cost rule runs once per group of alike ops, over arrays (pure core).
+
+A graph's ops repeat a few shapes of work: every projection of a transformer is a matmul in the same
+dtypes that differs from the others only in ``m``, ``n`` and ``k``. The cost rules broadcast over
+array-valued dimensions (that is how a sweep is priced), so ops that differ only in numbers are
+priced together: their numbers are stacked along a new first axis into one op, the op's rule runs
+once, and each op takes its row of the result. The numbers are those of a rule run op by op (the same
+formulas on the same float64 values; ``tests/test_columns.py`` checks it over the shipped workloads).
+
+Two ops are alike when they have the same kind, the same attribute names with the same non-numeric
+values (flags, text: they choose branches in the rules), and tensors of the same dtypes, roles and
+ranks. Collectives are priced op by op (their group size picks a topology's step count in Python),
+as is everything when the device itself is swept (array-valued spec fields would broadcast against
+the stacking axis).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Hashable, Sequence
+from typing import Any
+
+import numpy as np
+
+from perfmodel.costs.rules import CostContext, OpCost, op_cost
+from perfmodel.workload.ir import Op, TensorSpec
+
+# Kinds whose rules branch in Python on a numeric value, so that alike ops cannot share one run.
+PRICED_ONE_BY_ONE = frozenset({"collective"})
+EXACT_INTEGER_LIMIT = 2.0**53
+MAX_STACKED_POINTS = 4096  # beyond this a sweep's own arrays dominate and stacking only copies them
+_COST_FIELDS = tuple(field.name for field in dataclasses.fields(OpCost))
+
+
+def op_costs(ops: Sequence[Op], context: CostContext) -> tuple[OpCost, ...]:
+    """The cost of every op of ``ops`` (one instance each), as ``rules.op_cost`` gives it op by op."""
+    if context.hardware.is_swept:
+        return tuple(op_cost(op, context) for op in ops)
+    groups: dict[Hashable, list[int]] = {}
+    for position, op in enumerate(ops):
+        groups.setdefault(_likeness(op), []).append(position)
+    costs: list[OpCost | None] = [None] * len(ops)
+    for key, positions in groups.items():
+        stacked = _stacked([ops[position] for position in positions]) if key is not None and len(positions) > 1 else None
+        if stacked is None:
+            for position in positions:
+                costs[position] = op_cost(ops[position], context)
+            continue
+        for position, cost in zip(positions, _split(op_cost(stacked, context), len(positions)), strict=True):
+            costs[position] = cost
+    return tuple(cost for cost in costs if cost is not None)
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float, np.integer, np.floating, np.ndarray)) and not isinstance(value, (bool, np.bool_))
+
+
+def _tensor_likeness(tensor: TensorSpec) -> tuple:
+    return tensor.dtype, tensor.role, len(tensor.shape)
+
+
+def _likeness(op: Op) -> Hashable | None:
+    """What two ops must share to be priced in one run (None: price this op alone)."""
+    if op.kind in PRICED_ONE_BY_ONE:
+        return None
+    attrs: list[tuple[str, Any]] = []
+    for name in sorted(op.attrs):
+        value = op.attrs[name]
+        if _is_number(value):
+            attrs.append((name, "#"))
+        elif isinstance(value, (str, bool, np.bool_)) or value is None:
+            attrs.append((name, value))
+        else:  # anything else (a list, a mapping) is not stacked
+            return None
+    return (op.kind, tuple(attrs), tuple(map(_tensor_likeness, op.inputs)), tuple(map(_tensor_likeness, op.outputs)))
+
+
+class _Unstackable(Exception):
+    """Numbers that are not worth stacking or that float64 does not hold exactly: price the ops alone."""
+
+
+def _as_arrays(values: Sequence[Any]) -> list[np.ndarray]:
+    """The stack is float64, exact for integers up to 2**53; beyond that (or int64 wrap-around, which a
+    product of sizes in an integer array risks) the ops are priced one by one, in Python integers."""
+    arrays = [np.asarray(value) for value in values]
+    if any(array.dtype == object or (array.size and np.abs(array).max() > EXACT_INTEGER_LIMIT) for array in arrays):
+        raise _Unstackable
+    return arrays
+
+
+def _stacked(ops: Sequence[Op]) -> Op | None:
+    """One op carrying ``ops``' numbers as columns (None if they are not stacked, see ``_as_arrays``).
+    Every column has the shape (ops, *points), ``points`` the sweep shape all the numbers broadcast to,
+    so that products of columns line up; large sweeps are left to the rules' own broadcasting."""
+    first = ops[0]
+    numbers = [name for name, value in first.attrs.items() if _is_number(value)]
+    scalar = _scalar_stack(ops, numbers)
+    if scalar is not None:
+        return scalar
+    try:
+        attrs = {name: _as_arrays([op.attrs[name] for op in ops]) for name in numbers}
+        shapes = {group: [[_as_arrays([getattr(op, group)[slot].shape[axis] for op in ops])
+                           for axis in range(len(tensor.shape))] for slot, tensor in enumerate(getattr(first, group))]
+                  for group in ("inputs", "outputs")}
+        every = [array for arrays in attrs.values() for array in arrays]
+        every += [array for slots in shapes.values() for axes in slots for arrays in axes for array in arrays]
+        points = np.broadcast_shapes(*(array.shape for array in every))
+        if math.prod(points) > MAX_STACKED_POINTS:
+            raise _Unstackable
+    except _Unstackable:
+        return None
+
+    def column(arrays: list[np.ndarray]) -> np.ndarray:
+        return np.stack([np.broadcast_to(array.astype(float), points) for array in arrays])
+
+    def tensors(group: str) -> tuple[TensorSpec, ...]:
+        # float64 columns stand in for integer dimensions: the rules convert dimensions to float anyway.
+        return tuple(TensorSpec(shape=tuple(column(arrays) for arrays in shapes[group][slot]),
+                                dtype=tensor.dtype, role=tensor.role) for slot, tensor in enumerate(getattr(first, group)))
+
+    merged = {name: column(attrs[name]) if name in attrs else value for name, value in first.attrs.items()}
+    return Op(name=first.name, kind=first.kind, inputs=tensors("inputs"), outputs=tensors("outputs"), attrs=merged,
+              count=1, provenance=first.provenance)
+
+
+def _scalar_stack(ops: Sequence[Op], numbers: Sequence[str]) -> Op | None:
+    """``_stacked`` for ops whose numbers are all plain scalars (no sweep): columns of shape (ops,),
+    built straight from lists (the common case, and ~10x cheaper than broadcasting each value)."""
+    first = ops[0]
+    values = [[op.attrs[name] for op in ops] for name in numbers]
+    for group in ("inputs", "outputs"):
+        for slot, tensor in enumerate(getattr(first, group)):
+            values += [[getattr(op, group)[slot].shape[axis] for op in ops] for axis in range(len(tensor.shape))]
+    if any(isinstance(value, np.ndarray) for row in values for value in row):
+        return None
+    columns = [np.array(row, dtype=float) for row in values]
+    if any(np.abs(column).max() > EXACT_INTEGER_LIMIT for column in columns):
+        return None
+    attrs = dict(first.attrs)
+    attrs.update(zip(numbers, columns[:len(numbers)], strict=True))
+    remaining = iter(columns[len(numbers):])
+
+    def tensors(group: str) -> tuple[TensorSpec, ...]:
+        return tuple(TensorSpec(shape=tuple(next(remaining) for _ in tensor.shape), dtype=tensor.dtype,
+                                role=tensor.role) for tensor in getattr(first, group))
+
+    inputs = tensors("inputs")
+    return Op(name=first.name, kind=first.kind, inputs=inputs, outputs=tensors("outputs"), attrs=attrs, count=1,
+              provenance=first.provenance)
+
+
+def _rows(value: Any, rows: int) -> list[Any] | None:
+    """Each row's part of a rule's result for stacked ops, or None where all rows share it. Every array
+    a rule returns for stacked ops carries the stacking axis first (the device is not swept, so nothing
+    else is array-valued)."""
+    if isinstance(value, np.ndarray) and value.ndim and value.shape[0] == rows:
+        return value.tolist() if value.ndim == 1 else list(value)
+    if isinstance(value, tuple):
+        parts = [_rows(item, rows) for item in value]
+        if all(part is None for part in parts):
+            return None
+        return [tuple(item if part is None else part[row] for item, part in zip(value, parts, strict=True))
+                for row in range(rows)]
+    return None
+
+
+def _split(cost: OpCost, rows: int) -> list[OpCost]:
+    """The stacked ops' costs, one per op."""
+    shared = {name: getattr(cost, name) for name in _COST_FIELDS}
+    per_row = {name: parts for name in _COST_FIELDS if (parts := _rows(shared[name], rows)) is not None}
+    return [OpCost(**{**shared, **{name: parts[row] for name, parts in per_row.items()}}) for row in range(rows)]
