@@ -45,7 +45,8 @@ from perfmodel.workload.op_kinds import matmul_flops
 OVERLAYS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
 # H100 SXM and H200 are the same GH100 die at the same clocks (H200 changes only the HBM): on-die
 # measurements (matmul, attention, L2 streams) of either serve both, as the family's shared data;
-# HBM streams and collectives (which depend on the memory and the system) stay per device.
+# HBM streams and collectives (which depend on the memory and the system) stay per device. (The H800
+# SXM5 FP8 GEMM rows are filed as h100-sxm for the same reason, compute-bound rows only: README.md.)
 SAME_DIE = {"h100-sxm": ("h100-sxm", "h200-sxm"), "h200-sxm": ("h200-sxm", "h100-sxm")}
 PATTERN_STREAMS = {"read": (1, 0), "init": (0, 1), "scale": (1, 1), "triad": (2, 1), "stencil3pt": (1, 1),
                    "stencil5pt": (1, 1), "copy": (1, 1), "write": (0, 1)}

@@ -50,6 +50,17 @@ def test_published_rows_become_records_with_the_measured_time():
     assert not any(record.op_class == "stream:hbm" for record in rows.records)  # H200's HBM is not the H100's
 
 
+@pytest.mark.parametrize("device", ["h100-sxm", "h200-sxm"])
+def test_hopper_fp8_matmuls_have_their_own_fitted_efficiency(device):
+    """The H800 FP8 GEMM rows give Hopper's fp8 matmuls their own efficiency instead of the bf16 one."""
+    rows = published_records(device, load_hardware(device))
+    assert sum(record.op_class == "matmul:fp8" for record in rows.records) >= 3
+    efficiency = load_hardware(f"{device}-achievable").efficiency
+    assert "matmul:tensor_cores:fp8" in efficiency.compute_efficiency
+    fp8, bf16 = efficiency.compute("tensor_cores", "fp8", "matmul"), efficiency.compute("tensor_cores", "bf16", "matmul")
+    assert 0.5 < fp8 < bf16 < 1
+
+
 def test_predictions_name_their_parameter_set(capsys):
     assert main(["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--json"]) == 0
     import json

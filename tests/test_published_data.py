@@ -67,6 +67,25 @@ def test_matmul_rates_stay_under_the_datasheet_dense_peak(published):
             assert rate <= peak, f"matmul.csv:{row['line']}: {rate / 1e12:.1f} TFLOP/s > peak {peak / 1e12:.1f}"
 
 
+def test_h800_rows_stand_in_for_the_h100_only_where_compute_bound(published):
+    """H800 SXM5 FP8 GEMMs are filed as h100-sxm (same die, same tensor cores) only where the product is
+    compute-bound on the h100-sxm datasheet roofline: an HBM-bound row would measure the H800's memory."""
+    path = DATA_DIRECTORY / "extract_sources.py"
+    spec = importlib.util.spec_from_file_location("extract_sources", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    hardware = load_hardware("h100-sxm")
+    ridge = hardware.peak_flops_per_s("fp8") / hardware.level("hbm").bandwidth_bytes_per_s
+    assert float(module.H100_SXM_FP8_RIDGE) == pytest.approx(ridge)
+    rows = [row for row in published["matmul"] if "H800" in row["conditions"]]
+    assert len(rows) >= 10 and {row["source"] for row in rows} == {"deepgemm-readme", "tilelang-fp8-benchmark"}
+    for row in rows:
+        b, m, n, k = row["batch"], row["m"], row["n"], row["k"]
+        assert row["device"] == "h100-sxm" and row["dtype"] == "fp8", row["line"]
+        assert 2 * b * m * n * k / (b * (m * k + k * n + 2 * m * n)) >= ridge, f"matmul.csv:{row['line']}"
+        assert module.compute_bound_on_h100(b, m, n, k)
+
+
 def test_attention_rates_stay_under_the_datasheet_dense_peak(published):
     for row in published["attention"]:
         peak = load_hardware(row["device"]).peak_flops_per_s(row["dtype"])

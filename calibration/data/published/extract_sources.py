@@ -25,6 +25,8 @@ XLA_COLLECTIVE_COMMIT = "efa7e21fadcd6cc0af014664607fd658c5ea51b7"
 MLE_COMMIT = "744d01e18b79512572f64a6bbd8b5f4a725203a7"
 GPU_BENCHES_COMMIT = "1c36d509ee717dca9215c27135fa1e611bb03ed1"
 FLASH_ATTN_COMMIT = "0251105a2fb19d2957484b7f023cd8c115286ced"
+DEEPGEMM_COMMIT = "327ec92f6977e7fee022cb76a8f273b75483c3d8"
+TILELANG_COMMIT = "b2acfc3791d5ddeef3772214222461c85659c904"
 
 SOURCES = {
     "xla_matmul": ("openxla+xla", "xla/service/gpu/model/matmul_interpolator_data.h", XLA_MATMUL_COMMIT),
@@ -35,6 +37,8 @@ SOURCES = {
     "l2_a100": ("te42kyfo+gpu-benches", "gpu-l2-cache/a100_80.txt", GPU_BENCHES_COMMIT),
     "l2_h200": ("te42kyfo+gpu-benches", "gpu-l2-cache/h200.txt", GPU_BENCHES_COMMIT),
     "cache_a100": ("te42kyfo+gpu-benches", "gpu-cache/a100_80.txt", GPU_BENCHES_COMMIT),
+    "deepgemm": ("deepseek-ai+DeepGEMM", "README.md", DEEPGEMM_COMMIT),
+    "tilelang_fp8": ("tile-ai+tilelang", "benchmark/matmul_fp8/README.md", TILELANG_COMMIT),
 }
 
 MATMUL_COLUMNS = ["source", "device", "dtype", "batch", "m", "n", "k", "measured_tflops", "time_s", "url", "tool",
@@ -207,6 +211,87 @@ def mamf_rows(root: Path) -> list[dict]:
                          "url": blob("mle_accelerator", "#maximum-achievable-matmul-flops-comparison-table"),
                          "tool": "ml-engineering mamf-finder.py (torch.mm)", "version": MLE_COMMIT,
                          "conditions": conditions, "kind": "measured"})
+    return rows
+
+
+# H800 SXM5 FP8 GEMM tables (README.md: the H800 stands in for the H100 SXM's tensor cores, not its HBM).
+# A row is taken only where its product, as the fit models it (fp8 operands, bf16 output), is compute-bound
+# on the h100-sxm datasheet roofline: FLOPs / (m*k + k*n + 2*m*n bytes per product) >= dense FP8 peak / HBM
+# bandwidth (1978.9 TFLOP/s / 3.35 TB/s, hardware_specs/gpu/h100-sxm.yaml). HBM-bound rows would measure the
+# H800's memory system, which this data set does not equate with the H100's (HBM rows stay per device).
+H100_SXM_FP8_RIDGE = Decimal("1978.9e12") / Decimal("3.35e12")
+H800_NOTE = ("H800 SXM5 mapped to h100-sxm: the same GH100 die with 132 SMs (DeepGEMM README) and the same "
+             "tensor cores and FP8 peak; the H800 differs in NVLink (400 GB/s) and FP64, neither used by a "
+             "single-GPU GEMM")
+
+
+def compute_bound_on_h100(b: int, m: int, n: int, k: int) -> bool:
+    return Decimal(2 * b * m * n * k) / Decimal(b * (m * k + k * n + 2 * m * n)) >= H100_SXM_FP8_RIDGE
+
+
+def markdown_rows(block: str) -> list[list[str]]:
+    """The body cells of the first markdown table in ``block`` (header and rule lines dropped)."""
+    lines = [line.strip() for line in block.splitlines() if line.strip().startswith("|")]
+    return [[cell.strip() for cell in line.strip("|").split("|")] for line in lines[2:]]
+
+
+DEEPGEMM_TABLES = (("### Normal GEMMs for dense models", "normal GEMM (gemm_fp8_fp8_bf16_nt)"),
+                   ("### Grouped GEMMs for MoE models (contiguous layout)",
+                    "grouped GEMM, contiguous layout (m_grouped_gemm_fp8_fp8_bf16_nt_contiguous): batch = #groups"),
+                   ("### Grouped GEMMs for MoE models (masked layout)",
+                    "grouped GEMM, masked layout (m_grouped_gemm_fp8_fp8_bf16_nt_masked) timed with every group full "
+                    "(masked_m = M per group): batch = #groups"))
+
+
+def deepgemm_rows(root: Path) -> list[dict]:
+    text = source_text(root, "deepgemm")
+    rows = []
+    for heading, what in DEEPGEMM_TABLES:
+        block = text[text.index(heading) + len(heading):]
+        block = block[:block.index("\n#")]
+        for cells in markdown_rows(block):
+            if len(cells) == 6:
+                b, (m, n, k) = 1, (int(cell) for cell in cells[:3])
+            else:
+                b, m, n, k = (int(cell) for cell in cells[:4])
+            tflops = re.fullmatch(r"(\d+) TFLOPS", cells[-3]).group(1)
+            if not compute_bound_on_h100(b, m, n, k):
+                continue
+            conditions = (f"DeepGEMM README 'Performance' table, {what}; H800 SXM5, NVCC 12.8; FP8 e4m3 with "
+                          "fine-grained scaling (LHS 1x128 per token and channel group, RHS 128x128 blocks, FP32 "
+                          "scales, promotion to CUDA-core FP32 accumulators), BF16 output; tests/test_core.py: "
+                          "bench_kineto mean kernel time of 30 runs in the torch profiler, an 8 GB memset flushing the "
+                          f"L2 before each run; the table's memory bandwidth ({cells[-2]}) and speed-up ({cells[-1]}) "
+                          f"over the authors' CUTLASS 3.6 kernel are not copied; {H800_NOTE}")
+            rows.append({"source": "deepgemm-readme", "device": "h100-sxm", "dtype": "fp8", "batch": b, "m": m,
+                         "n": n, "k": k, "measured_tflops": tflops, "time_s": "", "url": blob("deepgemm", "#performance"),
+                         "tool": "DeepGEMM tests/test_core.py", "version": DEEPGEMM_COMMIT, "conditions": conditions,
+                         "kind": "measured"})
+    return rows
+
+
+def tilelang_fp8_rows(root: Path) -> list[dict]:
+    text = source_text(root, "tilelang_fp8")
+    m, n = (int(value) for value in re.search(r"M = (\d+)\nN = (\d+)", text).groups())
+    build = re.search(r"Repository commit: `([0-9a-f]{40})`", text).group(1)
+    driver = re.search(r"on driver `([0-9.]+)`", text).group(1)
+    rows = []
+    for cells in markdown_rows(text[text.index("## Results"):]):
+        k, _latency, tflops = int(cells[0]), cells[1], cells[2]
+        if not compute_bound_on_h100(1, m, n, k):
+            continue
+        conditions = ("tilelang benchmark/matmul_fp8/benchmark_matmul.py README results; NVIDIA H800 SXM, driver "
+                      f"{driver}, tilelang built at {build[:12]}; A[M,K] x B[N,K]^T, FP8 e4m3 operands without "
+                      "scaling, FP32 accumulation, FP8 output (the fit's op writes BF16; the rows kept are compute-"
+                      "bound on the datasheet roofline either way); the fastest config of the default autotuning "
+                      "space, each config timed by one CUDA-event-timed run after one warm-up (Profiler.do_bench "
+                      "defaults n_warmup=1, n_repeat=1) with a 256 MB L2 flush before it; the README's "
+                      "'Latency (s)' column is in ms (2*M*N*K / latency matches the TFLOPs column only in ms), "
+                      f"so only the TFLOPs column is copied; {H800_NOTE}")
+        rows.append({"source": "tilelang-fp8-benchmark", "device": "h100-sxm", "dtype": "fp8", "batch": 1, "m": m,
+                     "n": n, "k": k, "measured_tflops": tflops, "time_s": "", "url": blob("tilelang_fp8"),
+                     "tool": "tilelang benchmark_matmul.py (autotuner, profiler do_bench)", "version": TILELANG_COMMIT,
+                     "conditions": conditions, "kind": "measured"})
     return rows
 
 
@@ -500,7 +585,8 @@ def write(path: Path, columns: list[str], rows: list[dict]) -> None:
 def main(argv: list[str]) -> None:
     root = Path(argv[0])
     out = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent
-    write(out / "matmul.csv", MATMUL_COLUMNS, xla_matmul_rows(root) + mamf_rows(root))
+    write(out / "matmul.csv", MATMUL_COLUMNS,
+          xla_matmul_rows(root) + mamf_rows(root) + deepgemm_rows(root) + tilelang_fp8_rows(root))
     # gpu-stream/a100_80.txt is left out: its triad figure is a validation row (README.md).
     memory = (stream_rows(root, "stream_h200", "h200")
               + cache_rows(root, "cache_a100", "a100")
