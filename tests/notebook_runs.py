@@ -3,6 +3,7 @@
 Every notebook executes top to bottom with nbclient in its own empty working directory, so that a
 test can also check that nothing was written there."""
 
+import os
 import time
 from pathlib import Path
 
@@ -11,6 +12,13 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 600
+
+
+def kernel_environment() -> dict[str, str]:
+    """The notebooks' kernel environment: this process's, plus where the source checkout is
+    (``PERFMODEL_SOURCE``), so that a lab finds the sample files it ships (lab 7's Spyre trace under
+    ``tests/fixtures``) when perfmodel is installed as a wheel rather than from the checkout, as CI does."""
+    return {**os.environ, "PERFMODEL_SOURCE": str(NOTEBOOKS.parent)}
 
 
 class NotebookRuns:
@@ -26,7 +34,7 @@ class NotebookRuns:
             notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
             start = time.perf_counter()
             NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                           resources={"metadata": {"path": str(workdir)}}).execute()
+                           resources={"metadata": {"path": str(workdir)}}).execute(env=kernel_environment())
             self._runs[name] = (notebook, sorted(path.name for path in workdir.iterdir()),
                                 time.perf_counter() - start)
         return self._runs[name]

@@ -22,7 +22,7 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
-from tests.notebook_runs import CELL_TIMEOUT_S, NOTEBOOKS, output_text
+from tests.notebook_runs import CELL_TIMEOUT_S, NOTEBOOKS, kernel_environment, output_text
 
 LAB7 = "07_spyre_deep_dive"
 SOLUTIONS = NOTEBOOKS / "solutions" / "07_solutions.md"
@@ -304,7 +304,7 @@ def test_the_reference_solution_passes_the_check(tmp_path):
     notebook.cells = needed + [exercise, check]
     assert len(notebook.cells) == 6
     NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env=kernel_environment())
     text = _plain(notebook.cells[-1])
     assert "correct: LPDDR5 delivered" in text, text
     assert _number(r"LPDDR5 delivered ([\d.]+)% of", text) == pytest.approx(PLANTED_LPDDR5_EFFICIENCY * 100, rel=0.05)
