@@ -6,10 +6,15 @@ Each notebook is executed once (the session's ``notebook_runs``) in its own empt
 with CUDA, else the published measurements with their sources) on one chart, and derive peak compute from
 SM count x clock x per-SM rate. Lab 6 must time a small Llama's decode step, profile it with
 ``torch.profiler``, read the trace with the calibration readers, and draw the measured ops on the
-hierarchical and scheduling-aware rooflines beside the predicted ones. Measured values are checked for
-presence and sanity only: the machine is shared, so their size is not asserted.
+hierarchical and scheduling-aware rooflines beside the predicted ones; with CUDA it also times the step and
+the launch floor on the GPU (a branch guarded by ``torch.cuda.is_available()``), and it adds one row to Lab
+1's landscape table: the spec its measurements are predicted on, with the dispatch cost it measured.
+Measured values are checked for presence and sanity only: the machine is shared, so their size is not
+asserted.
 """
 
+import ast
+import math
 import re
 
 import nbformat
@@ -23,6 +28,7 @@ LAB6 = "06_performance_modeling"
 # Both labs together run in ~35-50 s on the 2-core development machine (more when it is busy); the bound
 # leaves room for a busy runner.
 BOTH_LABS_S = 150
+FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]
 
 # tool call -> (notebook, strings its cell's output must contain)
 TOOLS = {
@@ -222,3 +228,53 @@ def test_lab6_scheduling_is_measured_as_the_third_bottleneck(executed):
     assert re.search(r"ops per step: measured \d+ priced \+ \d+ views .* perfmodel's captured stream \d+ launches", text)
     assert _number(r"measured dispatch floor x ops = [\d.]+ ms = (\d+)% of the measured batch-1 step", text) > 0
     assert _figures(sweep) == 1
+
+
+def _gpu_branches(notebook) -> list[tuple[object, str]]:
+    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
+    ``... if torch.cuda.is_available() else ...`` of the notebook."""
+    found = []
+    for cell in _code_cells(notebook):
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
+                body = node.body if isinstance(node, ast.If) else [node.body]
+                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
+    return found
+
+
+def test_lab6_gpu_path_times_the_step_on_the_gpu_only_when_cuda_is_present(executed):
+    notebook = executed[LAB6][0]
+    branches = [(cell, code) for cell, code in _gpu_branches(notebook)
+                if "gpu_model = copy.deepcopy(model).to('cuda')" in code and "timed('torch.add(one, one)'" in code]
+    assert branches, "no branch guarded by torch.cuda.is_available() times the decode step and the launch floor on the GPU"
+    cell = branches[0][0]
+    assert 'dispatch = timed("torch.add(one, one)"' in cell.source  # the same cell times the CPU path
+    assert ("launch floor" in _plain(cell)) == torch.cuda.is_available()
+
+
+def test_lab6_landscape_grows_the_row_of_this_lab(executed):
+    notebook = executed[LAB6][0]
+    cells = _code_cells(notebook, calling="grown_landscape(landscape_row(")
+    assert len(cells) == 1
+    text = _plain(cells[0])
+    table = text[text.index("system"):]
+    names = [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
+    assert len(names) == 7 and names[1:6] == FIVE and names[-1].endswith(", dispatch measured (lab 6)"), names
+    match = re.search(r"the row this lab adds: (.+\(lab 6\)): peak (\S+) TFLOP/s, \w+ (\S+) GB/s; gemm 4096 (\S+) ms "
+                      r"\(bound by \S+\), add 64M (\S+) ms", text)
+    assert match and match.group(1) == names[-1], text
+    values = [float(value) for value in match.groups()[1:]]
+    assert all(math.isfinite(value) and value > 0 for value in values), values
+    timed = output_text(_code_cells(notebook, calling='dispatch = timed("torch.add(one, one)"')[0])
+    floor = _number(r"launch floor ([\d.]+) us per kernel" if torch.cuda.is_available()
+                    else r"measured dispatch floor: ([\d.]+) us per kernel", timed)
+    assert _number(r"dispatch per kernel: measured ([\d.]+) us", text) == pytest.approx(floor, abs=0.01)
+    moved = [_number(rf"the {kernel}(?: takes)? ([\d.]+)x", text) for kernel in ("4096 matmul", "64M add")]
+    assert all(value == pytest.approx(1, abs=0.01) for value in moved), moved  # one dispatch beside ms of work
+
+
+def test_lab6_plotting_helpers_draw_on_the_callers_axes(executed):
+    source = "\n".join(cell.source for cell in _code_cells(executed[LAB6][0]))
+    calls = re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source)
+    assert len(calls) == 4 and all("ax=" in call for call in calls), calls

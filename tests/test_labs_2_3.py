@@ -3,12 +3,19 @@
 Each notebook is executed once (the session's ``notebook_runs``) in its own empty working directory, as
 ``tests/test_notebooks.py`` does; the tests then read the executed cells: the named tool is called in a
 cell whose outputs are not empty, at least one PNG figure is displayed, and nothing was written to the
-working directory (none of these cells announces a file).
+working directory (none of these cells announces a file). Both labs build this CPU's spec with
+``perfmodel specs detect`` (no other hard-coded CPU spec), measure on the GPU in a branch guarded by
+``torch.cuda.is_available()`` (else on this CPU), and add one row, with finite numbers, to Lab 1's
+landscape table.
 """
 
+import ast
+import math
+import re
 
 import nbformat
 import pytest
+import torch
 
 from tests.notebook_runs import NOTEBOOKS, output_text
 
@@ -17,6 +24,7 @@ LAB3 = "03_compilation_for_dataflow"
 # Both labs together run in well under 90 s on the 2-core development machine (torch.compile included);
 # the bound leaves room for a cold Inductor cache and a busy CI runner.
 BOTH_LABS_S = 240
+FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]
 
 # tool call -> (notebook, a string its cell's output must contain)
 TOOLS = {
@@ -83,3 +91,114 @@ def test_exercise_checks_pass_with_the_reference_solution(executed):
 
 def test_both_labs_run_in_time(executed):
     assert sum(seconds for _, _, seconds in executed.values()) < BOTH_LABS_S
+
+
+# --- this CPU's spec, the GPU path and the landscape row (issue 16, item 8) ------------------------------------
+
+
+def _code_cells(notebook, calling: str = "") -> list:
+    return [cell for cell in notebook.cells if cell.cell_type == "code" and calling in cell.source]
+
+
+def _plain(cell) -> str:
+    """A cell's printed text and plain-text results, one output per line (no HTML)."""
+    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
+                     for output in cell.get("outputs", []) if output.output_type != "error")
+
+
+def _gpu_branches(notebook) -> list[tuple[object, str]]:
+    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
+    ``... if torch.cuda.is_available() else ...`` of the notebook."""
+    found = []
+    for cell in _code_cells(notebook):
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
+                body = node.body if isinstance(node, ast.If) else [node.body]
+                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
+    return found
+
+
+def _landscape_row(notebook, lab: int) -> dict:
+    """The row the lab adds to Lab 1's landscape table, as its cell printed it (finite numbers checked)."""
+    cells = _code_cells(notebook, calling="grown_landscape(landscape_row(")
+    assert len(cells) == 1, f"expected one cell growing the landscape, found {len(cells)}"
+    text = _plain(cells[0])
+    assert "Traceback" not in text and "system" in text, text
+    table = text[text.index("system"):]
+    names = [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
+    assert len(names) == 7 and names[1:6] == FIVE, names  # this CPU, the five systems, the row of this lab
+    assert names[-1].endswith(f"(lab {lab})"), names
+    match = re.search(r"the row this lab adds: (.+\(lab \d\)): peak (\S+) TFLOP/s, (\w+) (\S+) GB/s; gemm 4096 (\S+) ms "
+                      r"\(bound by (\S+)\), add 64M (\S+) ms \(bound by (\S+)\)", text)
+    assert match, text
+    label, peak, memory, bandwidth, gemm, gemm_bound, add, add_bound = match.groups()
+    assert label == names[-1]
+    values = {"peak": float(peak), "bandwidth": float(bandwidth), "gemm": float(gemm), "add": float(add)}
+    assert all(math.isfinite(value) and value > 0 for value in values.values()), values
+    return {"label": label, "memory": memory, "gemm bound": gemm_bound, "add bound": add_bound, **values, "text": text}
+
+
+@pytest.mark.parametrize("name", [LAB2, LAB3])
+def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
+    notebook = executed[name][0]
+    cells = _code_cells(notebook, calling="detected_spec_yaml(facts")
+    assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
+    assert "tempfile.TemporaryDirectory()" in cells[0].source
+    assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
+    text = output_text(cells[0])
+    assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
+    hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(cell.source for cell in _code_cells(notebook)))
+    assert set(hard_coded) == {"epyc-zen4-2vcpu-fitted"}, f"a hard-coded CPU spec besides the fitted one: {hard_coded}"
+
+
+# notebook -> (what the guarded GPU code must call, what its cell must call, what the cell prints on each path)
+GPU_PATHS = {
+    LAB2: ("torch.cuda.CUDAGraph()", "benchmark.Timer(", {True: "(CUDA, bf16)", False: "this CPU (one thread, fp32)"}),
+    LAB3: ("torch.compile(gpu_block)", "torch.utils.benchmark.Timer(", {True: "torch.compile speed-up measured",
+                                                                       False: "threads. torch.compile speed-up"}),
+}
+
+
+@pytest.mark.parametrize("name", [LAB2, LAB3])
+def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name):
+    notebook = executed[name][0]
+    on_gpu, calls, prints = GPU_PATHS[name]
+    branches = [(cell, code) for cell, code in _gpu_branches(notebook) if on_gpu in code]
+    assert branches, f"{name} has no GPU path guarded by torch.cuda.is_available() that calls {on_gpu}"
+    cell, code = branches[0]
+    assert calls in cell.source and "cuda" in code
+    assert prints[torch.cuda.is_available()] in output_text(cell), output_text(cell)
+
+
+def test_lab2_block_is_measured_here_beside_its_prediction(executed):
+    cells = _code_cells(executed[LAB2][0], calling="measured[\"eager\"] = benchmark.Timer(")
+    assert len(cells) == 1
+    text = _plain(cells[0])
+    calls = re.search(r"one eager forward dispatches (\d+) aten calls \((\d+) of them priced ops", text)
+    assert calls and int(calls.group(1)) > int(calls.group(2)) > 0, text
+    rows = re.findall(r"^(eager|CUDA graph)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(dynamic|graph)\s", text, re.M)
+    assert [row[0] for row in rows] == (["eager", "CUDA graph"] if torch.cuda.is_available() else ["eager"]), text
+    assert all(float(value) > 0 for row in rows for value in (row[1], row[3], row[4]))
+
+
+@pytest.mark.parametrize("name, lab", [(LAB2, 2), (LAB3, 3)])
+def test_the_landscape_grows_the_row_of_this_lab(executed, name, lab):
+    row = _landscape_row(executed[name][0], lab)
+    if lab == 2:  # the H100 as a CUDA graph: the same peak and bandwidth, a program launch instead of a kernel launch
+        assert row["label"] == "h100-sxm, graph mode: a CUDA graph (lab 2)"
+        assert row["peak"] == pytest.approx(989.4) and row["bandwidth"] == pytest.approx(3350)
+        ratios = re.search(r"gemm 4096 ([\d.]+)x, add 64M ([\d.]+)x the time; the attention block of section 5: ([\d.]+)x",
+                           row["text"])
+        assert ratios and float(ratios.group(1)) > 1 and float(ratios.group(2)) > 1 and float(ratios.group(3)) < 1
+    else:  # this CPU at the measured GEMM rate: the peak column is the measured rate, the bandwidth is untouched
+        rate = re.search(r"the GEMMs measured in section 6: ([\d.]+) GFLOP/s", row["text"])
+        assert rate and row["peak"] * 1e3 == pytest.approx(float(rate.group(1)), rel=0.02)
+        assert row["gemm bound"] == "compute"
+
+
+@pytest.mark.parametrize("name", [LAB2, LAB3])
+def test_perfmodel_plotting_helpers_draw_on_the_callers_axes(executed, name):
+    source = "\n".join(cell.source for cell in _code_cells(executed[name][0]))
+    for call in re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source):
+        assert "ax=" in call, f"{name}: {call} draws on a figure of its own"

@@ -5,13 +5,19 @@ Each notebook is executed once (the session's ``notebook_runs``) in its own empt
 ``profile_memory=True``, export the memory timeline and draw it; Lab 5 must set three exercises whose
 check cells pass as committed (the symptom is reproduced) and whose reference solutions, kept in
 ``notebooks/solutions/05_solutions.md``, appear nowhere in the executed outputs, yet pass the same checks
-when pasted into the exercise cells.
+when pasted into the exercise cells. Both labs measure on the GPU in branches guarded by
+``torch.cuda.is_available()`` (else on this CPU) and add one row, with finite numbers, to Lab 1's landscape
+table: Lab 4 this machine's memory at the bandwidth measured streaming a KV cache, Lab 5 its worked
+example's HBM what-if.
 """
 
+import ast
+import math
 import re
 
 import nbformat
 import pytest
+import torch
 from nbclient import NotebookClient
 
 from tests.notebook_runs import CELL_TIMEOUT_S, NOTEBOOKS, output_text
@@ -21,6 +27,7 @@ LAB5 = "05_debugging_across_the_stack"
 SOLUTIONS = NOTEBOOKS / "solutions" / "05_solutions.md"
 # Both labs together run in ~40 s on the 2-core development machine; the bound leaves room for a busy runner.
 BOTH_LABS_S = 180
+FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]
 # Phrases of the reference solutions that give an answer away: none may be printed by the notebook.
 GIVEAWAYS = ["probs.amax(", "x32 = x.float()", "temperatures[:, None]", "dispatch-bound", "rsqrt(inf)",
              "data-dependent shape", "LlamaRMSNorm"]
@@ -39,6 +46,45 @@ def _code_cells(notebook, *, calling: str = "", tag: str = "") -> list:
 
 def _figures(cell) -> int:
     return sum(output.output_type == "display_data" and "image/png" in output.data for output in cell.get("outputs", []))
+
+
+def _plain(cell) -> str:
+    """A cell's printed text and plain-text results, one output per line (no HTML)."""
+    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
+                     for output in cell.get("outputs", []) if output.output_type != "error")
+
+
+def _gpu_branches(notebook) -> list[tuple[object, str]]:
+    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
+    ``... if torch.cuda.is_available() else ...`` of the notebook."""
+    found = []
+    for cell in _code_cells(notebook):
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
+                body = node.body if isinstance(node, ast.If) else [node.body]
+                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
+    return found
+
+
+def _landscape_row(notebook, lab: int) -> dict:
+    """The row the lab adds to Lab 1's landscape table, as its cell printed it (finite numbers checked)."""
+    cells = _code_cells(notebook, calling="grown_landscape(landscape_row(")
+    assert len(cells) == 1, f"expected one cell growing the landscape, found {len(cells)}"
+    text = _plain(cells[0])
+    assert "Traceback" not in text and "system" in text, text
+    table = text[text.index("system"):]
+    names = [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
+    assert len(names) == 7 and names[1:6] == FIVE, names  # this CPU, the five systems, the row of this lab
+    assert names[-1].endswith(f"(lab {lab})"), names
+    match = re.search(r"the row this lab adds: (.+\(lab \d\)): peak (\S+) TFLOP/s, (\w+) (\S+) GB/s; gemm 4096 (\S+) ms "
+                      r"\(bound by (\S+)\), add 64M (\S+) ms \(bound by (\S+)\)", text)
+    assert match, text
+    label, peak, memory, bandwidth, gemm, gemm_bound, add, add_bound = match.groups()
+    assert label == names[-1]
+    values = {"peak": float(peak), "bandwidth": float(bandwidth), "gemm": float(gemm), "add": float(add)}
+    assert all(math.isfinite(value) and value > 0 for value in values.values()), values
+    return {"label": label, "memory": memory, "gemm bound": gemm_bound, "add bound": add_bound, **values, "text": text}
 
 
 def _solution_blocks() -> list[str]:
@@ -89,6 +135,52 @@ def test_lab_layout(name):
     checks = [cell for cell in code if "check" in cell.metadata.get("tags", [])]
     assert checks and all("assert" in cell.source for cell in checks)
     assert cells[-1].cell_type == "markdown" and "## Questions" in cells[-1].source
+
+
+# notebook -> [(what the guarded GPU code must contain, what its cell must call, what it prints on each path)]
+GPU_PATHS = {
+    LAB4: [("'cuda'", "export_memory_timeline(", {True: "generate on cuda", False: "generate on cpu"}),
+           ("torch.cuda.get_device_name()", "F.scaled_dot_product_attention(q, k, v)",
+            {True: "(CUDA, bf16): K and V of one layer", False: "this CPU ("})],
+    LAB5: [("torch.cuda.get_device_name()", "benchmark.Timer(", {True: "on cuda, predicted on", False: "on cpu, predicted on"})],
+}
+
+
+@pytest.mark.parametrize("name", [LAB4, LAB5])
+def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name):
+    notebook = executed[name][0]
+    for on_gpu, calls, prints in GPU_PATHS[name]:
+        branches = [(cell, code) for cell, code in _gpu_branches(notebook) if on_gpu in code and calls in cell.source]
+        assert branches, f"{name}: no branch guarded by torch.cuda.is_available() runs {on_gpu} in the cell calling {calls}"
+        assert prints[torch.cuda.is_available()] in output_text(branches[0][0]), output_text(branches[0][0])
+    if name == LAB4:
+        timeline = _code_cells(notebook, calling="export_memory_timeline(")[0].source
+        assert 'device="cuda:0" if DEVICE == "cuda" else "cpu"' in timeline and "activities=ACTIVITIES" in timeline
+
+
+def test_lab4_landscape_row_is_the_bandwidth_measured_on_the_kv_cache(executed):
+    notebook = executed[LAB4][0]
+    streamed = output_text(_code_cells(notebook, calling="F.scaled_dot_product_attention(q, k, v)")[0])
+    achieved = _number(r"read in [\d.]+ ms \(median; IQR [\d.]+ ms\) = ([\d.]+) GB/s", streamed)
+    assert achieved > 0 and _number(r"measured / predicted ([\d.]+)", streamed) > 0
+    row = _landscape_row(notebook, 4)
+    assert row["bandwidth"] == pytest.approx(achieved, rel=0.05)  # .1f in one print, 4 digits in the other
+    assert row["label"].endswith("measured on a KV cache (lab 4)") and row["add bound"].startswith("memory")
+
+
+def test_lab5_landscape_row_is_the_hbm_what_if(executed):
+    row = _landscape_row(executed[LAB5][0], 5)
+    assert row["label"] == "h100-sxm, HBM 4.2 TB/s what-if (lab 5)" and row["bandwidth"] == pytest.approx(4200)
+    add = _number(r"add 64M ([\d.]+)% faster", row["text"])
+    assert 15 < add <= 20.3  # HBM-bound: at most 1 - 3.35 / 4.2 = 20.2% faster
+    assert _number(r"gemm 4096 ([\d.]+)% faster", row["text"]) < add
+
+
+@pytest.mark.parametrize("name", [LAB4, LAB5])
+def test_perfmodel_plotting_helpers_draw_on_the_callers_axes(executed, name):
+    source = "\n".join(cell.source for cell in _code_cells(executed[name][0]))
+    for call in re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source):
+        assert "ax=" in call, f"{name}: {call} draws on a figure of its own"
 
 
 def test_both_labs_run_in_time(executed):
