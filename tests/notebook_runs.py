@@ -1,9 +1,14 @@
 """Run each lab notebook once per test session and read its outputs (shared by the notebook tests).
 
 Every notebook executes top to bottom with nbclient in its own empty working directory, so that a
-test can also check that nothing was written there."""
+test can also check that nothing was written there. The helpers below read an executed notebook: its
+code cells, what a cell printed, the numbers in it, its GPU-only branches and the row a lab adds to
+Lab 1's landscape table; every lab test imports them from here."""
 
+import ast
+import math
 import os
+import re
 import time
 from pathlib import Path
 
@@ -12,6 +17,8 @@ from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 600
+FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]  # the labs' five systems
+LANDSCAPE_CALL = "landscape_table(lab1_rows + [lab_row])"  # the cell of labs 2-7 that grows the landscape
 
 
 def kernel_environment() -> dict[str, str]:
@@ -51,3 +58,94 @@ def output_text(cell) -> str:
         elif output.output_type == "error":
             parts.append("\n".join(output.traceback))
     return "".join(parts)
+
+
+def code_cells(notebook, *, calling: str = "", tag: str = "") -> list:
+    """The notebook's code cells whose source contains ``calling`` (and that carry ``tag``, if given)."""
+    return [cell for cell in notebook.cells if cell.cell_type == "code" and calling in cell.source
+            and (not tag or tag in cell.metadata.get("tags", []))]
+
+
+def one_cell(notebook, calling: str):
+    """The one code cell whose source contains ``calling`` (asserts there is exactly one)."""
+    cells = code_cells(notebook, calling=calling)
+    assert len(cells) == 1, f"expected one cell calling {calling!r}, found {len(cells)}"
+    return cells[0]
+
+
+def figure_count(cell) -> int:
+    """How many PNG figures a cell displayed."""
+    return sum(output.output_type == "display_data" and "image/png" in output.data for output in cell.get("outputs", []))
+
+
+def plain_text(cell) -> str:
+    """A cell's printed text and plain-text results, one output per line (no HTML)."""
+    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
+                     for output in cell.get("outputs", []) if output.output_type != "error")
+
+
+def number_in(pattern: str, text: str) -> float:
+    """The finite number that ``pattern``'s first group matches in ``text`` (asserts there is one)."""
+    match = re.search(pattern, text)
+    assert match, f"no match for {pattern!r} in:\n{text}"
+    value = float(match.group(1))
+    assert math.isfinite(value), f"{pattern!r} matched a non-finite {value}"
+    return value
+
+
+def solution_blocks(path: Path) -> list[str]:
+    """The Python code blocks of a lab's solutions file (``notebooks/solutions/NN_solutions.md``)."""
+    return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.S)
+
+
+def check_cpu_spec_from_detect(notebook, name: str) -> list[str]:
+    """Check that lab ``name`` builds this CPU's spec with ``perfmodel.hardware.detect`` in a temporary
+    directory (nothing written to the working directory), falls back to the shipped fitted spec, says which
+    it used, and hard-codes no other CPU spec; returns the CPU specs its code loads by name."""
+    cells = code_cells(notebook, calling="detected_spec_yaml(facts")
+    assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
+    assert "tempfile.TemporaryDirectory()" in cells[0].source
+    assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
+    text = output_text(cells[0])
+    assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
+    hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(cell.source for cell in code_cells(notebook)))
+    assert set(hard_coded) == {"epyc-zen4-2vcpu-fitted"}, f"{name}: a hard-coded CPU spec besides the fallback: {hard_coded}"
+    return hard_coded
+
+def gpu_branches(notebook) -> list[tuple[object, str]]:
+    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
+    ``... if torch.cuda.is_available() else ...`` of the notebook."""
+    found = []
+    for cell in code_cells(notebook):
+        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
+        for node in ast.walk(ast.parse(source)):
+            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
+                body = node.body if isinstance(node, ast.If) else [node.body]
+                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
+    return found
+
+
+def landscape_names(text: str) -> list[str]:
+    """The systems of the landscape table a cell displayed, in order."""
+    assert "system" in text, text
+    table = text[text.index("system"):]
+    return [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
+
+
+def printed_landscape_row(notebook, lab: int) -> dict:
+    """The row lab ``lab`` (2-6) adds to Lab 1's landscape table, as its cell printed it (``perfmodel.landscape``'s
+    ``describe_row``); checks the table's rows (this CPU, the five systems, the lab's) and that the numbers are
+    finite and positive."""
+    text = plain_text(one_cell(notebook, LANDSCAPE_CALL))
+    assert "Traceback" not in text, text
+    names = landscape_names(text)
+    assert len(names) == 7 and names[1:6] == FIVE, names  # this CPU, the five systems, the row of this lab
+    assert names[-1].endswith(f"(lab {lab})"), names
+    match = re.search(r"the row this lab adds: (.+\(lab \d\)): peak (\S+) TFLOP/s, (\w+) (\S+) GB/s; gemm 4096 (\S+) ms "
+                      r"\(bound by (\S+)\), add 64M (\S+) ms \(bound by (\S+)\)", text)
+    assert match, text
+    label, peak, memory, bandwidth, gemm, gemm_bound, add, add_bound = match.groups()
+    assert label == names[-1]
+    values = {"peak": float(peak), "bandwidth": float(bandwidth), "gemm": float(gemm), "add": float(add)}
+    assert all(math.isfinite(value) and value > 0 for value in values.values()), values
+    return {"label": label, "memory": memory, "gemm bound": gemm_bound, "add bound": add_bound, **values, "text": text}

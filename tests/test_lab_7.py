@@ -22,7 +22,22 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
-from tests.notebook_runs import CELL_TIMEOUT_S, NOTEBOOKS, kernel_environment, output_text
+from tests.notebook_runs import (
+    CELL_TIMEOUT_S,
+    FIVE,
+    LANDSCAPE_CALL,
+    NOTEBOOKS,
+    check_cpu_spec_from_detect,
+    code_cells,
+    figure_count,
+    kernel_environment,
+    landscape_names,
+    number_in,
+    one_cell,
+    output_text,
+    plain_text,
+    solution_blocks,
+)
 
 LAB7 = "07_spyre_deep_dive"
 SOLUTIONS = NOTEBOOKS / "solutions" / "07_solutions.md"
@@ -56,45 +71,12 @@ def executed(notebook_runs):
     return notebook_runs(LAB7)
 
 
-def _code_cells(notebook, *, calling: str = "", tag: str = "") -> list:
-    return [cell for cell in notebook.cells if cell.cell_type == "code" and calling in cell.source
-            and (not tag or tag in cell.metadata.get("tags", []))]
-
-
-def _one(notebook, calling: str):
-    cells = _code_cells(notebook, calling=calling)
-    assert len(cells) == 1, f"expected one cell calling {calling!r}, found {len(cells)}"
-    return cells[0]
-
-
-def _figures(cell) -> int:
-    return sum(output.output_type == "display_data" and "image/png" in output.data for output in cell.get("outputs", []))
-
-
-def _plain(cell) -> str:
-    """A cell's printed text and plain-text results, one output per line (no HTML)."""
-    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
-                     for output in cell.get("outputs", []) if output.output_type != "error")
-
-
-def _number(pattern: str, text: str) -> float:
-    match = re.search(pattern, text)
-    assert match, f"no match for {pattern!r} in:\n{text}"
-    value = float(match.group(1))
-    assert math.isfinite(value), f"{pattern!r} matched a non-finite {value}"
-    return value
-
-
-def _solution_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", SOLUTIONS.read_text(encoding="utf-8"), re.S)
-
-
 # --- the tools, the figures, the working directory, the layout ---------------------------------------------
 
 
 @pytest.mark.parametrize("call", TOOLS)
 def test_each_tool_is_called_and_prints_its_result(executed, call):
-    cells = _code_cells(executed[0], calling=call)
+    cells = code_cells(executed[0], calling=call)
     assert cells, f"no cell calls {call}"
     text = "".join(output_text(cell) for cell in cells)
     assert text.strip(), f"the cell calling {call} printed nothing"
@@ -105,12 +87,12 @@ def test_each_tool_is_called_and_prints_its_result(executed, call):
 
 def test_figures_are_shown_inline(executed):
     notebook = executed[0]
-    drawn = {calling: _figures(_one(notebook, calling)) for calling in
+    drawn = {calling: figure_count(one_cell(notebook, calling)) for calling in
              ("graph.edges", "hierarchical_roofline(spyre, compiled", "plotting.plot_scheduling_roofline(sched",
               "read_trace_ops(path, hardware=here_hw")}
     assert all(count == 1 for count in drawn.values()), drawn
-    assert sum(_figures(cell) for cell in notebook.cells) == 4
-    sources = "\n".join(cell.source for cell in _code_cells(notebook))
+    assert sum(figure_count(cell) for cell in notebook.cells) == 4
+    sources = "\n".join(cell.source for cell in code_cells(notebook))
     assert "save_figure" not in sources and "savefig" not in sources
     # perfmodel.plotting switches a display-less process to Agg when it makes its own axes, which would
     # stop the inline figures: every helper call gets the axes of a figure the notebook made.
@@ -154,14 +136,9 @@ def test_lab_layout():
 
 def test_the_local_cpu_spec_comes_from_specs_detect(executed):
     notebook = executed[0]
-    cell = _one(notebook, "detected_spec_yaml(facts")
-    assert "tempfile.TemporaryDirectory()" in cell.source
-    assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cell.source  # the fallback
-    text = _plain(cell)
-    assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
-    hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(c.source for c in _code_cells(notebook)))
-    assert hard_coded == ["epyc-zen4-2vcpu-fitted"], f"a hard-coded CPU spec besides the fallback: {hard_coded}"
-    landscape = _one(notebook, "fitted.parameters(")
+    one_cell(notebook, "detected_spec_yaml(facts")
+    assert len(check_cpu_spec_from_detect(notebook, LAB7)) == 1  # only the fallback
+    landscape = one_cell(notebook, LANDSCAPE_CALL)
     assert "[local_cpu] + [perfmodel.load_hardware(name) for name in FIVE]" in landscape.source
 
 
@@ -175,11 +152,11 @@ def test_the_lpddr5_note_is_present_with_its_source(executed):
     assert '**"HBM" on this card is LPDDR5.**' in note
     assert "https://torch-spyre.readthedocs.io/en/latest/architecture/spyre_accelerator.html" in note
     assert "_HBM_BW_GBS = 204.8" in note and "legacy name" in note
-    text = _plain(_one(notebook, 'perfmodel.load_hardware("ibm-spyre")'))
+    text = plain_text(one_cell(notebook, 'perfmodel.load_hardware("ibm-spyre")'))
     assert "NOTE: this card's device memory is LPDDR5, not HBM" in text
     assert "device memory: lpddr5, 112 GB usable, 204.8 GB/s, moved in sticks of 128 B" in text
-    assert _number(r"An h100-sxm's hbm moves (\d+)x more", text) == 16
-    assert _number(r"program launch: ([\d.]+) ms per program", text) == pytest.approx(SPYRE_LAUNCH_S * 1e3)
+    assert number_in(r"An h100-sxm's hbm moves (\d+)x more", text) == 16
+    assert number_in(r"program launch: ([\d.]+) ms per program", text) == pytest.approx(SPYRE_LAUNCH_S * 1e3)
     assert "107 GB/s (lpddr-measured)" in text  # the spec's alternatives are printed
 
 
@@ -188,16 +165,16 @@ def test_the_lpddr5_note_is_present_with_its_source(executed):
 
 def test_dataflow_graph_shows_fused_kernels_and_lpddr5_edges(executed):
     notebook = executed[0]
-    text = _plain(_one(notebook, "graph.edges"))
+    text = plain_text(one_cell(notebook, "graph.edges"))
     assert text.count("stays in LX (fused)") == 2 and text.count("LPDDR5 round trip") == 2, text
-    assert "annotate(" in _one(notebook, "graph.edges").source  # the graph is drawn, not only tabulated
-    compiled = _plain(_one(notebook, "capture(mlp, input_shapes="))
-    assert _number(r"one program: ([\d.]+) ms", compiled) > 0
+    assert "annotate(" in one_cell(notebook, "graph.edges").source  # the graph is drawn, not only tabulated
+    compiled = plain_text(one_cell(notebook, "capture(mlp, input_shapes="))
+    assert number_in(r"one program: ([\d.]+) ms", compiled) > 0
     assert re.search(r"scheduling 3\.09 ms", compiled), compiled
 
 
 def test_sticks_waves_and_placement(executed):
-    text = _plain(_one(executed[0], "padded_bytes(shape, 2, STICK)"))
+    text = plain_text(one_cell(executed[0], "padded_bytes(shape, 2, STICK)"))
     assert "(2048, 150): 614400 B -> 786432 B in 6144 sticks (1.28x)" in text
     assert "51200 output tiles of 8x64 over 32 cores = 1600 waves" in text
     assert re.search(r"gate\.mm weight\s+4096x12800\s+104\.86\s+819200\s+3\.28\s+False", text), text
@@ -205,14 +182,14 @@ def test_sticks_waves_and_placement(executed):
 
 
 def test_lpddr5_traffic_falls_with_lx_size(executed):
-    text = _plain(_one(executed[0], 'hardware_with(spyre, {"memory.lx.capacity": size})'))
+    text = plain_text(one_cell(executed[0], 'hardware_with(spyre, {"memory.lx.capacity": size})'))
     rows = re.findall(r"^\d+\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(memory:\w+|compute|scheduling)\s*$", text, re.M)
     assert len(rows) == 6, text
     sizes, traffic = [float(row[0]) for row in rows], [float(row[1]) for row in rows]
     assert sizes == [0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
     assert all(later <= earlier for earlier, later in zip(traffic, traffic[1:], strict=False))
     assert traffic[-1] < traffic[0] / 2
-    compulsory = _number(r"compulsory traffic \(read x and the weights once, write y\): (\d+) MB", text)
+    compulsory = number_in(r"compulsory traffic \(read x and the weights once, write y\): (\d+) MB", text)
     assert 0 < compulsory <= min(traffic)
 
 
@@ -220,12 +197,12 @@ def test_lpddr5_traffic_falls_with_lx_size(executed):
 
 
 def test_the_spyre_readers_records_are_used_and_sane(executed):
-    cell = _one(executed[0], "read_trace_ops(TRACE, hardware=spyre, spyre=True")
+    cell = one_cell(executed[0], "read_trace_ops(TRACE, hardware=spyre, spyre=True")
     assert "read_spyre_torch_trace(TRACE" in cell.source and "records = list(measurements.records)" in cell.source
     assert "concatenate([record.graph() for record in records]" in cell.source  # predictions from the records
-    text = _plain(cell)
+    text = plain_text(cell)
     assert "trace: spyre_ops_trace.json (the labelled synthetic sample)" in text
-    assert _number(r"read_trace_ops: (\d+) records", text) == SAMPLE_OPS
+    assert number_in(r"read_trace_ops: (\d+) records", text) == SAMPLE_OPS
     rows = re.findall(r"^(aten::\w+\([^)]*\))\s+(matmul|elementwise|softmax)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)"
                       r"\s+(memory:\w+|compute)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*\\?$", text, re.M)
     assert len(rows) == SAMPLE_OPS, text
@@ -235,43 +212,43 @@ def test_the_spyre_readers_records_are_used_and_sane(executed):
         assert float(compute_phase) < float(measured), name  # TS3->TS4 lies inside TS1->TS5
         assert 0 < float(dma_share) < 1 and 0.5 < float(ratio) < 0.7, (name, dma_share, ratio)
         assert bound == "memory:lpddr5", (name, bound)
-    median = _number(r"predicted / measured: median ([\d.]+)", text)
+    median = number_in(r"predicted / measured: median ([\d.]+)", text)
     assert median == pytest.approx(PLANTED_LPDDR5_EFFICIENCY, rel=0.05)
-    achieved = _number(r"achieved LPDDR5 bandwidth \(model bytes / counter time\): median ([\d.]+) GB/s", text)
+    achieved = number_in(r"achieved LPDDR5 bandwidth \(model bytes / counter time\): median ([\d.]+) GB/s", text)
     assert achieved == pytest.approx(PLANTED_LPDDR5_EFFICIENCY * SPYRE_LPDDR5_BYTES_PER_S / 1e9, rel=0.05)
 
 
 def test_predicted_and_measured_are_drawn_under_the_program_launch_ceiling(executed):
-    cell = _one(executed[0], "plotting.plot_scheduling_roofline(sched")
-    assert _figures(cell) == 1
+    cell = one_cell(executed[0], "plotting.plot_scheduling_roofline(sched")
+    assert figure_count(cell) == 1
     source = cell.source
     assert "plotting.plot_roofline(hier, ax=hier_ax, measured=measured_at" in source
     assert 'label="measured (device time, no launch)"' in source and "assert sched.launch_s == LAUNCH_S" in source
-    text = _plain(cell)
-    ridge = _number(r"scheduling ridge ([\d.e+]+) FLOPs per program", text)
+    text = plain_text(cell)
+    ridge = number_in(r"scheduling ridge ([\d.e+]+) FLOPs per program", text)
     assert ridge == pytest.approx(SPYRE_PEAK_FP16 * SPYRE_LAUNCH_S, rel=0.01)
     assert re.search(rf"{SAMPLE_OPS} of {SAMPLE_OPS} trace ops are left of it", text), text
-    low = _number(r"the launch takes ([\d.]+)% to", text)
+    low = number_in(r"the launch takes ([\d.]+)% to", text)
     assert 50 < low < 100
-    block = _number(r"MLP block as one program: ([\d.e+]+) FLOPs", text)
+    block = number_in(r"MLP block as one program: ([\d.e+]+) FLOPs", text)
     assert block > ridge  # the whole block right of the ridge: why a dataflow stack compiles one program
-    assert 0 < _number(r"its launch (\d+)% of its time", text) < 50
-    best = _number(r"best ([\d.]+) TFLOP/s \(peak 98\.3\)", text)
+    assert 0 < number_in(r"its launch (\d+)% of its time", text) < 50
+    best = number_in(r"best ([\d.]+) TFLOP/s \(peak 98\.3\)", text)
     assert 0 < best < SPYRE_PEAK_FP16 / 1e12
 
 
 def test_the_trace_ops_are_replayed_here_through_the_same_reader(executed):
-    cell = _one(executed[0], "read_trace_ops(path, hardware=here_hw")
+    cell = one_cell(executed[0], "read_trace_ops(path, hardware=here_hw")
     assert "torch.cuda.is_available()" in cell.source and "ProfilerActivity.CUDA" in cell.source  # the GPU path
     assert "tempfile.TemporaryDirectory()" in cell.source and "export_chrome_trace(" in cell.source
-    text = _plain(cell)
+    text = plain_text(cell)
     assert f"read_trace_ops on the replay: {3 * SAMPLE_OPS} records = 3 x {SAMPLE_OPS} ops" in text
     assert ("(CUDA, fp16, device time)" if torch.cuda.is_available() else "this CPU, one thread (fp32, host time") in text
     number = r"\s+([\d.]+)"
     rows = re.findall(rf"^aten::\w+\([^)]*\)\s+(host|device){number * 3}\s+(\S+){number * 2}\s*$", text, re.M)
     assert len(rows) == SAMPLE_OPS, text
     assert all(float(measured) > 0 and float(predicted) > 0 for _, measured, _, predicted, *_ in rows)
-    assert _number(r"predicted / measured here: median ([\d.]+)", text) > 0
+    assert number_in(r"predicted / measured here: median ([\d.]+)", text) > 0
 
 
 # --- the exercise, the calibration and the landscape row ---------------------------------------------------
@@ -279,13 +256,13 @@ def test_the_trace_ops_are_replayed_here_through_the_same_reader(executed):
 
 def test_the_exercise_is_left_to_the_student_and_the_solution_is_not_given_away(executed):
     notebook = executed[0]
-    check = _code_cells(notebook, tag="check")
-    assert len(check) == 1 and "Exercise: not done yet" in _plain(check[0])
-    assert "correct:" not in _plain(check[0])
-    blocks = _solution_blocks()
+    check = code_cells(notebook, tag="check")
+    assert len(check) == 1 and "Exercise: not done yet" in plain_text(check[0])
+    assert "correct:" not in plain_text(check[0])
+    blocks = solution_blocks(SOLUTIONS)
     assert len(blocks) == 1 and "def lpddr5_efficiency(ops):" in blocks[0]
     sources = "\n".join(cell.source for cell in notebook.cells)
-    printed = "".join(_plain(cell) for cell in _code_cells(notebook))
+    printed = "".join(plain_text(cell) for cell in code_cells(notebook))
     for line in (line.strip() for line in blocks[0].splitlines() if len(line.strip()) > 15):
         assert line not in sources and line not in printed, f"the notebook gives away {line!r}"
 
@@ -297,7 +274,7 @@ def test_the_reference_solution_passes_the_check(tmp_path):
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
     [exercise] = [cell for cell in code if "exercise" in cell.metadata.get("tags", [])]
     check = code[code.index(exercise) + 1]
-    [block] = _solution_blocks()
+    [block] = solution_blocks(SOLUTIONS)
     exercise.source = block
     needed = [code[0], code[1]] + [cell for cell in code if 'perfmodel.load_hardware("ibm-spyre")' in cell.source
                                    or "read_trace_ops(TRACE, hardware=spyre, spyre=True" in cell.source]
@@ -305,31 +282,29 @@ def test_the_reference_solution_passes_the_check(tmp_path):
     assert len(notebook.cells) == 6
     NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute(env=kernel_environment())
-    text = _plain(notebook.cells[-1])
+    text = plain_text(notebook.cells[-1])
     assert "correct: LPDDR5 delivered" in text, text
-    assert _number(r"LPDDR5 delivered ([\d.]+)% of", text) == pytest.approx(PLANTED_LPDDR5_EFFICIENCY * 100, rel=0.05)
+    assert number_in(r"LPDDR5 delivered ([\d.]+)% of", text) == pytest.approx(PLANTED_LPDDR5_EFFICIENCY * 100, rel=0.05)
     assert list(tmp_path.iterdir()) == []
 
 
 def test_the_fit_recovers_the_planted_lpddr5_efficiency(executed):
-    text = _plain(_one(executed[0], "fitted.parameters("))
+    text = plain_text(one_cell(executed[0], "fitted.parameters("))
     fitted = re.findall(r"^memory:(\w+):lpddr5\s+([\d.]+)\s+([\d.]+)\s+1\.0\s+True\s*$", text, re.M)
     assert {kind for kind, _, _ in fitted} == {"elementwise", "matmul", "softmax"}, text
     for kind, value, error in fitted:
         assert float(value) == pytest.approx(PLANTED_LPDDR5_EFFICIENCY, abs=0.03), (kind, value)
         assert 0 < float(error) < 0.05
     assert re.search(r"^compute:matmul:pt_array:fp16\s+1\.0+\s+inf\s+1\.0\s+False\s*$", text, re.M), text
-    assert _number(r"median \|error\| after the fit ([\d.]+)%", text) < 5
+    assert number_in(r"median \|error\| after the fit ([\d.]+)%", text) < 5
 
 
 def test_the_landscape_table_grows_the_row_of_this_lab(executed):
-    text = _plain(_one(executed[0], "fitted.parameters("))
-    table = text[text.index("system"):]
-    systems = re.findall(r"^(\S[^\n]*?)\s+(fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)
-    names = [name.strip() for name, _ in systems]
-    assert len(names) == 7 and names[1:6] == ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"], names
+    text = plain_text(one_cell(executed[0], LANDSCAPE_CALL))
+    names = landscape_names(text)
+    assert len(names) == 7 and names[1:6] == FIVE, names
     assert names[-1] == "ibm-spyre, fitted to the trace (lab 7)", names
-    bandwidth = _number(r"LPDDR5 at (\d+) GB/s \(datasheet 204\.8\)", text)
+    bandwidth = number_in(r"LPDDR5 at (\d+) GB/s \(datasheet 204\.8\)", text)
     assert bandwidth == pytest.approx(PLANTED_LPDDR5_EFFICIENCY * SPYRE_LPDDR5_BYTES_PER_S / 1e9, rel=0.05)
-    slower = _number(r"add 64M [\d.]+ ms \(([\d.]+)x the datasheet prediction\)", text)
+    slower = number_in(r"add 64M [\d.]+ ms \(([\d.]+)x the datasheet prediction\)", text)
     assert 1 < slower < 1 / PLANTED_LPDDR5_EFFICIENCY

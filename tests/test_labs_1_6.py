@@ -13,22 +13,29 @@ Measured values are checked for presence and sanity only: the machine is shared,
 asserted.
 """
 
-import ast
-import math
 import re
 
 import nbformat
 import pytest
 import torch
 
-from tests.notebook_runs import NOTEBOOKS, output_text
+from tests.notebook_runs import (
+    NOTEBOOKS,
+    check_cpu_spec_from_detect,
+    code_cells,
+    figure_count,
+    gpu_branches,
+    number_in,
+    output_text,
+    plain_text,
+    printed_landscape_row,
+)
 
 LAB1 = "01_accelerator_landscape"
 LAB6 = "06_performance_modeling"
 # Both labs together run in ~35-50 s on the 2-core development machine (more when it is busy); the bound
 # leaves room for a busy runner.
 BOTH_LABS_S = 150
-FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]
 
 # tool call -> (notebook, strings its cell's output must contain)
 TOOLS = {
@@ -49,34 +56,13 @@ def executed(notebook_runs):
     return {name: notebook_runs(name) for name in (LAB1, LAB6)}
 
 
-def _code_cells(notebook, *, calling: str = "", tag: str = "") -> list:
-    return [cell for cell in notebook.cells if cell.cell_type == "code" and calling in cell.source
-            and (not tag or tag in cell.metadata.get("tags", []))]
-
-
-def _figures(cell) -> int:
-    return sum(output.output_type == "display_data" and "image/png" in output.data for output in cell.get("outputs", []))
-
-
-def _plain(cell) -> str:
-    """A cell's printed text and plain-text results, one output per line (no HTML)."""
-    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
-                     for output in cell.get("outputs", []) if output.output_type != "error")
-
-
-def _number(pattern: str, text: str) -> float:
-    match = re.search(pattern, text)
-    assert match, f"no match for {pattern!r} in:\n{text}"
-    return float(match.group(1))
-
-
 # --- both labs ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("call", TOOLS)
 def test_each_tool_is_called_and_prints_its_result(executed, call):
     name, expected = TOOLS[call]
-    cells = _code_cells(executed[name][0], calling=call)
+    cells = code_cells(executed[name][0], calling=call)
     assert cells, f"{name} has no cell calling {call}"
     text = "".join(output_text(cell) for cell in cells)
     assert text.strip(), f"the cell calling {call} printed nothing"
@@ -87,8 +73,8 @@ def test_each_tool_is_called_and_prints_its_result(executed, call):
 @pytest.mark.parametrize("name", [LAB1, LAB6])
 def test_figures_are_shown_inline(executed, name):
     notebook = executed[name][0]
-    assert sum(_figures(cell) for cell in notebook.cells) >= (1 if name == LAB1 else 4), f"{name} shows too few figures"
-    assert not any("save_figure" in cell.source or "savefig" in cell.source for cell in _code_cells(notebook))
+    assert sum(figure_count(cell) for cell in notebook.cells) >= (1 if name == LAB1 else 4), f"{name} shows too few figures"
+    assert not any("save_figure" in cell.source or "savefig" in cell.source for cell in code_cells(notebook))
 
 
 @pytest.mark.parametrize("name", [LAB1, LAB6])
@@ -98,15 +84,7 @@ def test_nothing_is_written_to_the_working_directory(executed, name):
 
 @pytest.mark.parametrize("name", [LAB1, LAB6])
 def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
-    notebook = executed[name][0]
-    cells = _code_cells(notebook, calling="detected_spec_yaml(facts")
-    assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
-    assert "tempfile.TemporaryDirectory()" in cells[0].source
-    assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
-    text = output_text(cells[0])
-    assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
-    hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(c.source for c in _code_cells(notebook)))
-    assert set(hard_coded) == {"epyc-zen4-2vcpu-fitted"}, f"a hard-coded CPU spec besides the fitted one: {hard_coded}"
+    check_cpu_spec_from_detect(executed[name][0], name)
 
 
 @pytest.mark.parametrize("name", [LAB1, LAB6])
@@ -129,7 +107,7 @@ def test_lab_layout(name):
 
 @pytest.mark.parametrize("name", [LAB1, LAB6])
 def test_exercise_check_passes_with_the_reference_solution(executed, name):
-    checks = _code_cells(executed[name][0], tag="check")
+    checks = code_cells(executed[name][0], tag="check")
     assert checks and all("correct:" in output_text(cell) for cell in checks)
 
 
@@ -142,7 +120,7 @@ def test_both_labs_run_in_time(executed):
 
 def test_lab1_sweep_is_measured_beside_predicted(executed):
     notebook = executed[LAB1][0]
-    table = _plain(_code_cells(notebook, calling="display(show(cpu, cpu_specs))")[0])
+    table = plain_text(code_cells(notebook, calling="display(show(cpu, cpu_specs))")[0])
     for column in ("median (us)", "IQR (us)", "IQR / median", "detected predicted (us)", "detected / measured"):
         assert column in table, f"the sweep's table lacks {column!r}:\n{table}"
     for kind in ("matmul", "elementwise", "reduction"):
@@ -151,13 +129,13 @@ def test_lab1_sweep_is_measured_beside_predicted(executed):
                       table, re.M)
     assert len(rows) == 15, f"expected 5 sizes x 3 kernels, got {len(rows)}:\n{table}"
     assert all(float(median) > 0 and float(predicted) > 0 for _, median, _, predicted, _ in rows)
-    chart = _code_cells(notebook, calling="plt.subplots(1, 3")
-    assert chart and _figures(chart[0]) == 1, "the measured-vs-predicted chart is not drawn"
+    chart = code_cells(notebook, calling="plt.subplots(1, 3")
+    assert chart and figure_count(chart[0]) == 1, "the measured-vs-predicted chart is not drawn"
     assert "ax.errorbar(" in chart[0].source and "predicted_s detected" in chart[0].source
 
 
 def test_lab1_gpu_side_is_measured_or_published_with_sources(executed):
-    text = output_text(_code_cells(executed[LAB1][0], calling="torch.cuda.is_available()")[0])
+    text = output_text(code_cells(executed[LAB1][0], calling="torch.cuda.is_available()")[0])
     assert "predicted / measured" in text
     if torch.cuda.is_available():
         assert "measured here" in text
@@ -165,22 +143,22 @@ def test_lab1_gpu_side_is_measured_or_published_with_sources(executed):
         assert "published measurements" in text and "xla-matmul-perf-table (matmul.csv line" in text
         assert re.search(r"published_measurements\.csv line \d+: https://", text), text
         assert "Triad" in text and "Dot" in text
-        fraction = _number(r"\(MAMF, [^)]*\): [\d.]+ TFLOP/s = (\d+)% of the", text)
+        fraction = number_in(r"\(MAMF, [^)]*\): [\d.]+ TFLOP/s = (\d+)% of the", text)
         assert 50 < fraction < 100
 
 
 def test_lab1_simt_peak_is_derived_from_the_spec(executed):
-    cells = _code_cells(executed[LAB1][0], calling="ARCHITECTURE = {")
+    cells = code_cells(executed[LAB1][0], calling="ARCHITECTURE = {")
     assert cells and "tensor.units * tensor.clock_hz * per_sm" in cells[0].source
     text = output_text(cells[0])
-    derived = _number(r"H100: 132 SMs x 1\.83 GHz x 4096\S* FLOP/clock/SM .* = ([\d.]+) TFLOP/s", text)
-    stated = _number(r"the spec states ([\d.]+)", text)
+    derived = number_in(r"H100: 132 SMs x 1\.83 GHz x 4096\S* FLOP/clock/SM .* = ([\d.]+) TFLOP/s", text)
+    stated = number_in(r"the spec states ([\d.]+)", text)
     assert derived == pytest.approx(stated, rel=0.005)
     assert "derived / stated" in text and "clock the fp32 figure implies" in text
 
 
 def test_lab1_gap_tracks_peak_and_bandwidth_ratios(executed):
-    text = output_text(_code_cells(executed[LAB1][0], calling='gap["measured gap"]')[0])
+    text = output_text(code_cells(executed[LAB1][0], calling='gap["measured gap"]')[0])
     assert "measured gap" in text and "spec ratio" in text
     for kind in ("matmul", "elementwise", "reduction"):
         assert re.search(rf"^{kind}\s", text, re.M), text
@@ -191,90 +169,69 @@ def test_lab1_gap_tracks_peak_and_bandwidth_ratios(executed):
 
 def test_lab6_trace_gives_every_op_a_measured_and_a_predicted_time(executed):
     notebook = executed[LAB6][0]
-    trace = output_text(_code_cells(notebook, calling="read_trace_ops(trace, hardware=")[0])
-    priced = _number(r"= (\d+) priced ops per step", trace)
+    trace = output_text(code_cells(notebook, calling="read_trace_ops(trace, hardware=")[0])
+    priced = number_in(r"= (\d+) priced ops per step", trace)
     assert priced > 40  # a 2-layer Llama decode step: norms, rotary, projections, attention, MLP, head
-    assert _number(r"\((\d+) views or allocations\)", trace) > 20
-    per_op = output_text(_code_cells(notebook, calling="step_graph, _ = concatenate(")[0])
+    assert number_in(r"\((\d+) views or allocations\)", trace) > 20
+    per_op = output_text(code_cells(notebook, calling="step_graph, _ = concatenate(")[0])
     medians = re.findall(r"predicted / measured per op: median ([\d.]+)", per_op)
     assert len(medians) == 2 and all(float(value) > 0 for value in medians), per_op
     assert "measured spread over the 5 steps" in per_op
-    assert _figures(_code_cells(notebook, calling="step_graph, _ = concatenate(")[0]) == 1
+    assert figure_count(code_cells(notebook, calling="step_graph, _ = concatenate(")[0]) == 1
 
 
 def test_lab6_measured_ops_are_drawn_on_both_rooflines(executed):
     notebook = executed[LAB6][0]
-    cells = _code_cells(notebook, calling="plotting.plot_roofline(hier, ax=hier_ax, measured=measured_at")
-    assert cells and _figures(cells[0]) == 1
+    cells = code_cells(notebook, calling="plotting.plot_roofline(hier, ax=hier_ax, measured=measured_at")
+    assert cells and figure_count(cells[0]) == 1
     assert "plotting.plot_scheduling_roofline(sched" in cells[0].source and 'label="measured"' in cells[0].source
     text = output_text(cells[0])
-    left = _number(r"FLOPs per launch; (\d+) of \d+ measured ops with FLOPs are left of it", text)
-    total = _number(r"FLOPs per launch; \d+ of (\d+) measured ops with FLOPs", text)
+    left = number_in(r"FLOPs per launch; (\d+) of \d+ measured ops with FLOPs are left of it", text)
+    total = number_in(r"FLOPs per launch; \d+ of (\d+) measured ops with FLOPs", text)
     assert 0 < left <= total
-    h100 = _code_cells(notebook, calling="plotting.plot_scheduling_roofline(eager_chart")
-    assert h100 and _figures(h100[0]) == 1
+    h100 = code_cells(notebook, calling="plotting.plot_scheduling_roofline(eager_chart")
+    assert h100 and figure_count(h100[0]) == 1
     assert re.search(r"dynamic: [\d.]+ ms per token, \d+ launches, bound by scheduling", output_text(h100[0]))
 
 
 def test_lab6_scheduling_is_measured_as_the_third_bottleneck(executed):
     notebook = executed[LAB6][0]
-    timed = output_text(_code_cells(notebook, calling='dispatch = timed("torch.add(one, one)"')[0])
-    assert _number(r"measured median decode step \(batch 1, context 128\): ([\d.]+) ms", timed) > 0
-    assert _number(r"measured dispatch floor: ([\d.]+) us per kernel", timed) > 0
-    sweep = _code_cells(notebook, calling="stream = CapturedStream.from_config(")[0]
+    timed = output_text(code_cells(notebook, calling='dispatch = timed("torch.add(one, one)"')[0])
+    assert number_in(r"measured median decode step \(batch 1, context 128\): ([\d.]+) ms", timed) > 0
+    assert number_in(r"measured dispatch floor: ([\d.]+) us per kernel", timed) > 0
+    sweep = code_cells(notebook, calling="stream = CapturedStream.from_config(")[0]
     text = output_text(sweep)
     for column in ("measured median (ms)", "predicted (ms)", "scheduling (ms)", "memory (ms)", "compute (ms)"):
         assert column in text, text
     assert re.search(r"ops per step: measured \d+ priced \+ \d+ views .* perfmodel's captured stream \d+ launches", text)
-    assert _number(r"measured dispatch floor x ops = [\d.]+ ms = (\d+)% of the measured batch-1 step", text) > 0
-    assert _figures(sweep) == 1
-
-
-def _gpu_branches(notebook) -> list[tuple[object, str]]:
-    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
-    ``... if torch.cuda.is_available() else ...`` of the notebook."""
-    found = []
-    for cell in _code_cells(notebook):
-        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
-                body = node.body if isinstance(node, ast.If) else [node.body]
-                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
-    return found
+    assert number_in(r"measured dispatch floor x ops = [\d.]+ ms = (\d+)% of the measured batch-1 step", text) > 0
+    assert figure_count(sweep) == 1
 
 
 def test_lab6_gpu_path_times_the_step_on_the_gpu_only_when_cuda_is_present(executed):
     notebook = executed[LAB6][0]
-    branches = [(cell, code) for cell, code in _gpu_branches(notebook)
+    branches = [(cell, code) for cell, code in gpu_branches(notebook)
                 if "gpu_model = copy.deepcopy(model).to('cuda')" in code and "timed('torch.add(one, one)'" in code]
     assert branches, "no branch guarded by torch.cuda.is_available() times the decode step and the launch floor on the GPU"
     cell = branches[0][0]
     assert 'dispatch = timed("torch.add(one, one)"' in cell.source  # the same cell times the CPU path
-    assert ("launch floor" in _plain(cell)) == torch.cuda.is_available()
+    assert ("launch floor" in plain_text(cell)) == torch.cuda.is_available()
 
 
 def test_lab6_landscape_grows_the_row_of_this_lab(executed):
     notebook = executed[LAB6][0]
-    cells = _code_cells(notebook, calling="grown_landscape(landscape_row(")
-    assert len(cells) == 1
-    text = _plain(cells[0])
-    table = text[text.index("system"):]
-    names = [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
-    assert len(names) == 7 and names[1:6] == FIVE and names[-1].endswith(", dispatch measured (lab 6)"), names
-    match = re.search(r"the row this lab adds: (.+\(lab 6\)): peak (\S+) TFLOP/s, \w+ (\S+) GB/s; gemm 4096 (\S+) ms "
-                      r"\(bound by \S+\), add 64M (\S+) ms", text)
-    assert match and match.group(1) == names[-1], text
-    values = [float(value) for value in match.groups()[1:]]
-    assert all(math.isfinite(value) and value > 0 for value in values), values
-    timed = output_text(_code_cells(notebook, calling='dispatch = timed("torch.add(one, one)"')[0])
-    floor = _number(r"launch floor ([\d.]+) us per kernel" if torch.cuda.is_available()
-                    else r"measured dispatch floor: ([\d.]+) us per kernel", timed)
-    assert _number(r"dispatch per kernel: measured ([\d.]+) us", text) == pytest.approx(floor, abs=0.01)
-    moved = [_number(rf"the {kernel}(?: takes)? ([\d.]+)x", text) for kernel in ("4096 matmul", "64M add")]
+    row = printed_landscape_row(notebook, 6)
+    assert row["label"].endswith(", dispatch measured (lab 6)"), row["label"]
+    text = row["text"]
+    timed = output_text(code_cells(notebook, calling='dispatch = timed("torch.add(one, one)"')[0])
+    floor = number_in(r"launch floor ([\d.]+) us per kernel" if torch.cuda.is_available()
+                      else r"measured dispatch floor: ([\d.]+) us per kernel", timed)
+    assert number_in(r"dispatch per kernel: measured ([\d.]+) us", text) == pytest.approx(floor, abs=0.01)
+    moved = [number_in(rf"the {kernel}(?: takes)? ([\d.]+)x", text) for kernel in ("4096 matmul", "64M add")]
     assert all(value == pytest.approx(1, abs=0.01) for value in moved), moved  # one dispatch beside ms of work
 
 
 def test_lab6_plotting_helpers_draw_on_the_callers_axes(executed):
-    source = "\n".join(cell.source for cell in _code_cells(executed[LAB6][0]))
+    source = "\n".join(cell.source for cell in code_cells(executed[LAB6][0]))
     calls = re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source)
     assert len(calls) == 4 and all("ax=" in call for call in calls), calls

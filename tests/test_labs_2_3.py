@@ -9,22 +9,28 @@ working directory (none of these cells announces a file). Both labs build this C
 landscape table.
 """
 
-import ast
-import math
 import re
 
 import nbformat
 import pytest
 import torch
 
-from tests.notebook_runs import NOTEBOOKS, output_text
+from tests.notebook_runs import (
+    NOTEBOOKS,
+    check_cpu_spec_from_detect,
+    code_cells,
+    figure_count,
+    gpu_branches,
+    output_text,
+    plain_text,
+    printed_landscape_row,
+)
 
 LAB2 = "02_dataflow_execution_models"
 LAB3 = "03_compilation_for_dataflow"
 # Both labs together run in well under 90 s on the 2-core development machine (torch.compile included);
 # the bound leaves room for a cold Inductor cache and a busy CI runner.
 BOTH_LABS_S = 240
-FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]
 
 # tool call -> (notebook, a string its cell's output must contain)
 TOOLS = {
@@ -48,7 +54,7 @@ def executed(notebook_runs):
 def test_each_tool_is_called_and_prints_its_result(executed, call):
     name, expected = TOOLS[call]
     notebook = executed[name][0]
-    cells = [cell for cell in notebook.cells if cell.cell_type == "code" and call in cell.source]
+    cells = code_cells(notebook, calling=call)
     assert cells, f"{name} has no cell calling {call}"
     outputs = [output_text(cell) for cell in cells]
     assert any(text.strip() for text in outputs), f"the cell calling {call} printed nothing"
@@ -58,9 +64,7 @@ def test_each_tool_is_called_and_prints_its_result(executed, call):
 @pytest.mark.parametrize("name", [LAB2, LAB3])
 def test_a_figure_is_shown_inline(executed, name):
     notebook = executed[name][0]
-    images = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs
-              if output.output_type == "display_data" and "image/png" in output.data]
-    assert images, f"{name} displays no figure"
+    assert sum(figure_count(cell) for cell in code_cells(notebook)), f"{name} displays no figure"
 
 
 @pytest.mark.parametrize("name", [LAB2, LAB3])
@@ -85,7 +89,7 @@ def test_lab_layout(name):
 
 def test_exercise_checks_pass_with_the_reference_solution(executed):
     for name in (LAB2, LAB3):
-        checks = [cell for cell in executed[name][0].cells if "check" in cell.metadata.get("tags", [])]
+        checks = code_cells(executed[name][0], tag="check")
         assert checks and all("correct:" in output_text(cell) for cell in checks)
 
 
@@ -96,60 +100,9 @@ def test_both_labs_run_in_time(executed):
 # --- this CPU's spec, the GPU path and the landscape row (issue 16, item 8) ------------------------------------
 
 
-def _code_cells(notebook, calling: str = "") -> list:
-    return [cell for cell in notebook.cells if cell.cell_type == "code" and calling in cell.source]
-
-
-def _plain(cell) -> str:
-    """A cell's printed text and plain-text results, one output per line (no HTML)."""
-    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
-                     for output in cell.get("outputs", []) if output.output_type != "error")
-
-
-def _gpu_branches(notebook) -> list[tuple[object, str]]:
-    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
-    ``... if torch.cuda.is_available() else ...`` of the notebook."""
-    found = []
-    for cell in _code_cells(notebook):
-        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
-                body = node.body if isinstance(node, ast.If) else [node.body]
-                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
-    return found
-
-
-def _landscape_row(notebook, lab: int) -> dict:
-    """The row the lab adds to Lab 1's landscape table, as its cell printed it (finite numbers checked)."""
-    cells = _code_cells(notebook, calling="grown_landscape(landscape_row(")
-    assert len(cells) == 1, f"expected one cell growing the landscape, found {len(cells)}"
-    text = _plain(cells[0])
-    assert "Traceback" not in text and "system" in text, text
-    table = text[text.index("system"):]
-    names = [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
-    assert len(names) == 7 and names[1:6] == FIVE, names  # this CPU, the five systems, the row of this lab
-    assert names[-1].endswith(f"(lab {lab})"), names
-    match = re.search(r"the row this lab adds: (.+\(lab \d\)): peak (\S+) TFLOP/s, (\w+) (\S+) GB/s; gemm 4096 (\S+) ms "
-                      r"\(bound by (\S+)\), add 64M (\S+) ms \(bound by (\S+)\)", text)
-    assert match, text
-    label, peak, memory, bandwidth, gemm, gemm_bound, add, add_bound = match.groups()
-    assert label == names[-1]
-    values = {"peak": float(peak), "bandwidth": float(bandwidth), "gemm": float(gemm), "add": float(add)}
-    assert all(math.isfinite(value) and value > 0 for value in values.values()), values
-    return {"label": label, "memory": memory, "gemm bound": gemm_bound, "add bound": add_bound, **values, "text": text}
-
-
 @pytest.mark.parametrize("name", [LAB2, LAB3])
 def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
-    notebook = executed[name][0]
-    cells = _code_cells(notebook, calling="detected_spec_yaml(facts")
-    assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
-    assert "tempfile.TemporaryDirectory()" in cells[0].source
-    assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
-    text = output_text(cells[0])
-    assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
-    hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(cell.source for cell in _code_cells(notebook)))
-    assert set(hard_coded) == {"epyc-zen4-2vcpu-fitted"}, f"a hard-coded CPU spec besides the fitted one: {hard_coded}"
+    check_cpu_spec_from_detect(executed[name][0], name)
 
 
 # notebook -> (what the guarded GPU code must call, what its cell must call, what the cell prints on each path)
@@ -164,7 +117,7 @@ GPU_PATHS = {
 def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name):
     notebook = executed[name][0]
     on_gpu, calls, prints = GPU_PATHS[name]
-    branches = [(cell, code) for cell, code in _gpu_branches(notebook) if on_gpu in code]
+    branches = [(cell, code) for cell, code in gpu_branches(notebook) if on_gpu in code]
     assert branches, f"{name} has no GPU path guarded by torch.cuda.is_available() that calls {on_gpu}"
     cell, code = branches[0]
     assert calls in cell.source and "cuda" in code
@@ -172,9 +125,9 @@ def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name
 
 
 def test_lab2_block_is_measured_here_beside_its_prediction(executed):
-    cells = _code_cells(executed[LAB2][0], calling="measured[\"eager\"] = benchmark.Timer(")
+    cells = code_cells(executed[LAB2][0], calling="measured[\"eager\"] = benchmark.Timer(")
     assert len(cells) == 1
-    text = _plain(cells[0])
+    text = plain_text(cells[0])
     calls = re.search(r"one eager forward dispatches (\d+) aten calls \((\d+) of them priced ops", text)
     assert calls and int(calls.group(1)) > int(calls.group(2)) > 0, text
     rows = re.findall(r"^(eager|CUDA graph)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(dynamic|graph)\s", text, re.M)
@@ -184,7 +137,7 @@ def test_lab2_block_is_measured_here_beside_its_prediction(executed):
 
 @pytest.mark.parametrize("name, lab", [(LAB2, 2), (LAB3, 3)])
 def test_the_landscape_grows_the_row_of_this_lab(executed, name, lab):
-    row = _landscape_row(executed[name][0], lab)
+    row = printed_landscape_row(executed[name][0], lab)
     if lab == 2:  # the H100 as a CUDA graph: the same peak and bandwidth, a program launch instead of a kernel launch
         assert row["label"] == "h100-sxm, graph mode: a CUDA graph (lab 2)"
         assert row["peak"] == pytest.approx(989.4) and row["bandwidth"] == pytest.approx(3350)
@@ -199,6 +152,6 @@ def test_the_landscape_grows_the_row_of_this_lab(executed, name, lab):
 
 @pytest.mark.parametrize("name", [LAB2, LAB3])
 def test_perfmodel_plotting_helpers_draw_on_the_callers_axes(executed, name):
-    source = "\n".join(cell.source for cell in _code_cells(executed[name][0]))
+    source = "\n".join(cell.source for cell in code_cells(executed[name][0]))
     for call in re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source):
         assert "ax=" in call, f"{name}: {call} draws on a figure of its own"

@@ -11,8 +11,6 @@ table: Lab 4 this machine's memory at the bandwidth measured streaming a KV cach
 example's HBM what-if.
 """
 
-import ast
-import math
 import re
 
 import nbformat
@@ -20,14 +18,24 @@ import pytest
 import torch
 from nbclient import NotebookClient
 
-from tests.notebook_runs import CELL_TIMEOUT_S, NOTEBOOKS, output_text
+from tests.notebook_runs import (
+    CELL_TIMEOUT_S,
+    NOTEBOOKS,
+    check_cpu_spec_from_detect,
+    code_cells,
+    figure_count,
+    gpu_branches,
+    number_in,
+    output_text,
+    printed_landscape_row,
+    solution_blocks,
+)
 
 LAB4 = "04_memory_systems"
 LAB5 = "05_debugging_across_the_stack"
 SOLUTIONS = NOTEBOOKS / "solutions" / "05_solutions.md"
 # Both labs together run in ~40 s on the 2-core development machine; the bound leaves room for a busy runner.
 BOTH_LABS_S = 180
-FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]
 # Phrases of the reference solutions that give an answer away: none may be printed by the notebook.
 GIVEAWAYS = ["probs.amax(", "x32 = x.float()", "temperatures[:, None]", "dispatch-bound", "rsqrt(inf)",
              "data-dependent shape", "LlamaRMSNorm"]
@@ -39,71 +47,13 @@ def executed(notebook_runs):
     return {name: notebook_runs(name) for name in (LAB4, LAB5)}
 
 
-def _code_cells(notebook, *, calling: str = "", tag: str = "") -> list:
-    return [cell for cell in notebook.cells if cell.cell_type == "code" and calling in cell.source
-            and (not tag or tag in cell.metadata.get("tags", []))]
-
-
-def _figures(cell) -> int:
-    return sum(output.output_type == "display_data" and "image/png" in output.data for output in cell.get("outputs", []))
-
-
-def _plain(cell) -> str:
-    """A cell's printed text and plain-text results, one output per line (no HTML)."""
-    return "\n".join(output.text if output.output_type == "stream" else str(output.data.get("text/plain", ""))
-                     for output in cell.get("outputs", []) if output.output_type != "error")
-
-
-def _gpu_branches(notebook) -> list[tuple[object, str]]:
-    """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every
-    ``... if torch.cuda.is_available() else ...`` of the notebook."""
-    found = []
-    for cell in _code_cells(notebook):
-        source = "\n".join(line for line in cell.source.splitlines() if not line.lstrip().startswith("%"))
-        for node in ast.walk(ast.parse(source)):
-            if isinstance(node, (ast.If, ast.IfExp)) and ast.unparse(node.test) == "torch.cuda.is_available()":
-                body = node.body if isinstance(node, ast.If) else [node.body]
-                found.append((cell, "\n".join(ast.unparse(item) for item in body)))
-    return found
-
-
-def _landscape_row(notebook, lab: int) -> dict:
-    """The row the lab adds to Lab 1's landscape table, as its cell printed it (finite numbers checked)."""
-    cells = _code_cells(notebook, calling="grown_landscape(landscape_row(")
-    assert len(cells) == 1, f"expected one cell growing the landscape, found {len(cells)}"
-    text = _plain(cells[0])
-    assert "Traceback" not in text and "system" in text, text
-    table = text[text.index("system"):]
-    names = [name.strip() for name in re.findall(r"^(\S[^\n]*?)\s+(?:fp32|bf16|fp16)\s+[\d.]+\s+\w+\s+[\d.]+", table, re.M)]
-    assert len(names) == 7 and names[1:6] == FIVE, names  # this CPU, the five systems, the row of this lab
-    assert names[-1].endswith(f"(lab {lab})"), names
-    match = re.search(r"the row this lab adds: (.+\(lab \d\)): peak (\S+) TFLOP/s, (\w+) (\S+) GB/s; gemm 4096 (\S+) ms "
-                      r"\(bound by (\S+)\), add 64M (\S+) ms \(bound by (\S+)\)", text)
-    assert match, text
-    label, peak, memory, bandwidth, gemm, gemm_bound, add, add_bound = match.groups()
-    assert label == names[-1]
-    values = {"peak": float(peak), "bandwidth": float(bandwidth), "gemm": float(gemm), "add": float(add)}
-    assert all(math.isfinite(value) and value > 0 for value in values.values()), values
-    return {"label": label, "memory": memory, "gemm bound": gemm_bound, "add bound": add_bound, **values, "text": text}
-
-
-def _solution_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", SOLUTIONS.read_text(encoding="utf-8"), re.S)
-
-
-def _number(pattern: str, text: str) -> float:
-    match = re.search(pattern, text)
-    assert match, f"no match for {pattern!r} in:\n{text}"
-    return float(match.group(1))
-
-
 # --- both labs ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", [LAB4, LAB5])
 def test_a_figure_is_shown_inline(executed, name):
     notebook = executed[name][0]
-    assert sum(_figures(cell) for cell in notebook.cells) >= 2, f"{name} displays fewer than two figures"
+    assert sum(figure_count(cell) for cell in notebook.cells) >= 2, f"{name} displays fewer than two figures"
 
 
 @pytest.mark.parametrize("name", [LAB4, LAB5])
@@ -113,15 +63,7 @@ def test_nothing_is_written_to_the_working_directory(executed, name):
 
 @pytest.mark.parametrize("name", [LAB4, LAB5])
 def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
-    notebook = executed[name][0]
-    cells = _code_cells(notebook, calling="detected_spec_yaml(facts")
-    assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
-    source = cells[0].source
-    assert "tempfile.TemporaryDirectory()" in source and 'load_hardware("epyc-zen4-2vcpu-fitted")' in source
-    text = output_text(cells[0])
-    assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
-    hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(c.source for c in _code_cells(notebook)))
-    assert hard_coded == ["epyc-zen4-2vcpu-fitted"], f"a hard-coded CPU spec besides the fallback: {hard_coded}"
+    assert len(check_cpu_spec_from_detect(executed[name][0], name)) == 1  # only the fallback
 
 
 @pytest.mark.parametrize("name", [LAB4, LAB5])
@@ -142,7 +84,8 @@ GPU_PATHS = {
     LAB4: [("'cuda'", "export_memory_timeline(", {True: "generate on cuda", False: "generate on cpu"}),
            ("torch.cuda.get_device_name()", "F.scaled_dot_product_attention(q, k, v)",
             {True: "(CUDA, bf16): K and V of one layer", False: "this CPU ("})],
-    LAB5: [("torch.cuda.get_device_name()", "benchmark.Timer(", {True: "on cuda, predicted on", False: "on cpu, predicted on"})],
+    LAB5: [("torch.cuda.get_device_name()", "benchmark.Timer(",
+            {True: "on cuda, predicted on", False: "on cpu, predicted on"})],
 }
 
 
@@ -150,35 +93,35 @@ GPU_PATHS = {
 def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name):
     notebook = executed[name][0]
     for on_gpu, calls, prints in GPU_PATHS[name]:
-        branches = [(cell, code) for cell, code in _gpu_branches(notebook) if on_gpu in code and calls in cell.source]
+        branches = [(cell, code) for cell, code in gpu_branches(notebook) if on_gpu in code and calls in cell.source]
         assert branches, f"{name}: no branch guarded by torch.cuda.is_available() runs {on_gpu} in the cell calling {calls}"
         assert prints[torch.cuda.is_available()] in output_text(branches[0][0]), output_text(branches[0][0])
     if name == LAB4:
-        timeline = _code_cells(notebook, calling="export_memory_timeline(")[0].source
+        timeline = code_cells(notebook, calling="export_memory_timeline(")[0].source
         assert 'device="cuda:0" if DEVICE == "cuda" else "cpu"' in timeline and "activities=ACTIVITIES" in timeline
 
 
 def test_lab4_landscape_row_is_the_bandwidth_measured_on_the_kv_cache(executed):
     notebook = executed[LAB4][0]
-    streamed = output_text(_code_cells(notebook, calling="F.scaled_dot_product_attention(q, k, v)")[0])
-    achieved = _number(r"read in [\d.]+ ms \(median; IQR [\d.]+ ms\) = ([\d.]+) GB/s", streamed)
-    assert achieved > 0 and _number(r"measured / predicted ([\d.]+)", streamed) > 0
-    row = _landscape_row(notebook, 4)
+    streamed = output_text(code_cells(notebook, calling="F.scaled_dot_product_attention(q, k, v)")[0])
+    achieved = number_in(r"read in [\d.]+ ms \(median; IQR [\d.]+ ms\) = ([\d.]+) GB/s", streamed)
+    assert achieved > 0 and number_in(r"measured / predicted ([\d.]+)", streamed) > 0
+    row = printed_landscape_row(notebook, 4)
     assert row["bandwidth"] == pytest.approx(achieved, rel=0.05)  # .1f in one print, 4 digits in the other
     assert row["label"].endswith("measured on a KV cache (lab 4)") and row["add bound"].startswith("memory")
 
 
 def test_lab5_landscape_row_is_the_hbm_what_if(executed):
-    row = _landscape_row(executed[LAB5][0], 5)
+    row = printed_landscape_row(executed[LAB5][0], 5)
     assert row["label"] == "h100-sxm, HBM 4.2 TB/s what-if (lab 5)" and row["bandwidth"] == pytest.approx(4200)
-    add = _number(r"add 64M ([\d.]+)% faster", row["text"])
+    add = number_in(r"add 64M ([\d.]+)% faster", row["text"])
     assert 15 < add <= 20.3  # HBM-bound: at most 1 - 3.35 / 4.2 = 20.2% faster
-    assert _number(r"gemm 4096 ([\d.]+)% faster", row["text"]) < add
+    assert number_in(r"gemm 4096 ([\d.]+)% faster", row["text"]) < add
 
 
 @pytest.mark.parametrize("name", [LAB4, LAB5])
 def test_perfmodel_plotting_helpers_draw_on_the_callers_axes(executed, name):
-    source = "\n".join(cell.source for cell in _code_cells(executed[name][0]))
+    source = "\n".join(cell.source for cell in code_cells(executed[name][0]))
     for call in re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source):
         assert "ax=" in call, f"{name}: {call} draws on a figure of its own"
 
@@ -192,46 +135,46 @@ def test_both_labs_run_in_time(executed):
 
 def test_lab4_profiles_memory_and_exports_the_timeline(executed):
     notebook = executed[LAB4][0]
-    cells = _code_cells(notebook, calling="profile_memory=True, record_shapes=True, with_stack=True")
+    cells = code_cells(notebook, calling="profile_memory=True, record_shapes=True, with_stack=True")
     assert cells and "export_memory_timeline(" in cells[0].source and "tempfile.TemporaryDirectory()" in cells[0].source
     text = output_text(cells[0])
-    assert _number(r"export_memory_timeline: (\d+) time steps", text) > 100
-    assert _number(r"parameter\s+([\d.]+)", text) > 1  # the weights, MiB
-    assert _number(r"activation\s+([\d.]+)", text) > 1
-    assert _number(r"peak total: ([\d.]+) MiB", text) > _number(r"live when generate returned: ([\d.]+) MiB", text)
-    drawn = _code_cells(notebook, calling="ax.stackplot(timeline.ms")
-    assert drawn and _figures(drawn[0]) == 1, "the memory timeline is not drawn"
+    assert number_in(r"export_memory_timeline: (\d+) time steps", text) > 100
+    assert number_in(r"parameter\s+([\d.]+)", text) > 1  # the weights, MiB
+    assert number_in(r"activation\s+([\d.]+)", text) > 1
+    assert number_in(r"peak total: ([\d.]+) MiB", text) > number_in(r"live when generate returned: ([\d.]+) MiB", text)
+    drawn = code_cells(notebook, calling="ax.stackplot(timeline.ms")
+    assert drawn and figure_count(drawn[0]) == 1, "the memory timeline is not drawn"
 
 
 def test_lab4_measured_weights_and_kv_cache_agree_with_perfmodel(executed):
     notebook = executed[LAB4][0]
-    cells = _code_cells(notebook, calling="memory_per_chip(tiny, scenario, Parallelism())")
+    cells = code_cells(notebook, calling="memory_per_chip(tiny, scenario, Parallelism())")
     assert cells and "from_hf_config(config.to_dict()" in cells[0].source
-    table = output_text(_code_cells(notebook, calling="comparison = pd.DataFrame(rows)")[0])
+    table = output_text(code_cells(notebook, calling="comparison = pd.DataFrame(rows)")[0])
     assert re.search(r"weights\s+6\.958\s+6\.958", table), table
-    growth = output_text(_code_cells(notebook, calling="measured = np.array(probe.points")[0])
-    measured = _number(r"= (\d+) per sequence", growth)
-    assert measured == _number(r"kv_bytes_per_token \(fp32\): (\d+)", growth) == 4096
+    growth = output_text(code_cells(notebook, calling="measured = np.array(probe.points")[0])
+    measured = number_in(r"= (\d+) per sequence", growth)
+    assert measured == number_in(r"kv_bytes_per_token \(fp32\): (\d+)", growth) == 4096
 
 
 def test_lab4_largest_single_op_allocation_is_one_call(executed):
     notebook = executed[LAB4][0]
-    cells = _code_cells(notebook, calling="light.key_averages()")
+    cells = code_cells(notebook, calling="light.key_averages()")
     assert cells and "with_stack=False" in cells[0].source and "profile_memory=True" in cells[0].source
     text = output_text(cells[0])
-    total = _number(r"the old label's number: ([\d.]+) MiB = what \S+ allocated over \d+ calls", text)
-    single = _number(r"largest single-op allocation: ([\d.]+) MiB by one call of aten::", text)
-    jump = _number(r"largest single jump in the memory timeline: ([\d.]+) MiB", text)
+    total = number_in(r"the old label's number: ([\d.]+) MiB = what \S+ allocated over \d+ calls", text)
+    single = number_in(r"largest single-op allocation: ([\d.]+) MiB by one call of aten::", text)
+    jump = number_in(r"largest single jump in the memory timeline: ([\d.]+) MiB", text)
     assert single == pytest.approx(jump, rel=0.05) and total > 10 * single
-    source = "\n".join(cell.source for cell in _code_cells(notebook))
+    source = "\n".join(cell.source for cell in code_cells(notebook))
     assert "max(event.cpu_memory_usage for event in" not in source  # the old, mislabelled computation
 
 
 def test_lab4_exercise_check_passes_with_the_reference_solution(executed):
     notebook = executed[LAB4][0]
-    solutions = _code_cells(notebook, tag="solution")
+    solutions = code_cells(notebook, tag="solution")
     assert solutions and all(cell.metadata.get("jupyter", {}).get("source_hidden") for cell in solutions)
-    checks = _code_cells(notebook, tag="check")
+    checks = code_cells(notebook, tag="check")
     assert checks and all("correct:" in output_text(cell) for cell in checks)
 
 
@@ -248,18 +191,18 @@ def test_lab5_has_three_exercises_each_with_a_check_that_sees_the_symptom(execut
         check = code[code.index(cell) + 1]
         assert "check" in check.metadata.get("tags", []) and "assert" in check.source
         assert f"Exercise {number}: symptom reproduced" in output_text(check)
-    failures = output_text(_code_cells(notebook, calling="for tool, failure in capture_failures(moe")[0])
+    failures = output_text(code_cells(notebook, calling="for tool, failure in capture_failures(moe")[0])
     assert "TraceError" in failures and "DynamicOutputShapeException" in failures
     assert re.search(r"line \d+ of forward: if rows.numel\(\) == 0", failures), failures
-    assert "inf or NaN in the output: 0" in output_text(_code_cells(notebook, calling="out16 = rms_norm(x16")[0])
-    timed = output_text(_code_cells(notebook, calling="timer.blocked_autorange(")[0])
+    assert "inf or NaN in the output: 0" in output_text(code_cells(notebook, calling="out16 = rms_norm(x16")[0])
+    timed = output_text(code_cells(notebook, calling="timer.blocked_autorange(")[0])
     assert "measured median" in timed and "IQR" in timed
 
 
 def test_lab5_solutions_live_in_their_own_file_and_are_not_printed(executed):
     notebook = executed[LAB5][0]
     assert any("solutions/05_solutions.md" in cell.source for cell in notebook.cells if cell.cell_type == "markdown")
-    blocks = _solution_blocks()
+    blocks = solution_blocks(SOLUTIONS)
     assert len(blocks) == 3, "one python block per exercise in the solutions file"
     printed = "".join(output_text(cell) for cell in notebook.cells if cell.cell_type == "code")
     sources = "\n".join(cell.source for cell in notebook.cells)
@@ -275,7 +218,7 @@ def test_lab5_reference_solutions_pass_the_checks(tmp_path):
     """Paste each solution into its exercise cell: every check must then verify a fix."""
     notebook = nbformat.read(NOTEBOOKS / f"{LAB5}.ipynb", as_version=4)
     exercises = [cell for cell in notebook.cells if "exercise" in cell.metadata.get("tags", [])]
-    for cell, block in zip(exercises, _solution_blocks(), strict=True):
+    for cell, block in zip(exercises, solution_blocks(SOLUTIONS), strict=True):
         cell.source = block
     NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
                    resources={"metadata": {"path": str(tmp_path)}}).execute()
