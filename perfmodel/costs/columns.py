@@ -98,6 +98,10 @@ def _stacked(ops: Sequence[Op]) -> Op | None:
     scalar = _scalar_stack(ops, numbers)
     if scalar is not None:
         return scalar
+    sizes = [np.size(op.attrs[name]) for op in ops for name in numbers]
+    sizes += [np.size(dim) for op in ops for tensor in (*op.inputs, *op.outputs) for dim in tensor.shape]
+    if max(sizes, default=1) > MAX_STACKED_POINTS:  # a large sweep: leave it to the rules (before scanning it)
+        return None
     try:
         attrs = {name: _as_arrays([op.attrs[name] for op in ops]) for name in numbers}
         shapes = {group: [[_as_arrays([getattr(op, group)[slot].shape[axis] for op in ops])
