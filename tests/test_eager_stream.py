@@ -119,3 +119,18 @@ def test_llm_graph_out_feeds_predict(tmp_path, capsys):
     assert predicted == pytest.approx(evaluate(graph, load_for_prediction("h100-sxm"), mode="graph").total_s)
     assert main([*argv, "--graph-out", str(tmp_path / "decode.txt")]) == 2
     assert "expected a .yaml, .yml or .json" in capsys.readouterr().err
+
+
+def test_a_config_with_integer_label_keys_and_lists_of_pairs_is_captured_as_written():
+    """transformers writes ``id2label`` with integer keys; the capture cache's frozen form thaws it back
+    exactly (it used to come back as a list of pairs, which transformers refused)."""
+    from perfmodel.llm.eager import _frozen, _thawed
+
+    value = {"id2label": {0: "LABEL_0", 1: "LABEL_1"}, "pairs": [["a", 1], ["b", 2]], "nested": {"factor": 8.0}}
+    assert _thawed(_frozen(value)) == value
+    config = {**load_config("llama-2-7b"), "id2label": {0: "LABEL_0", 1: "LABEL_1"},
+              "label2id": {"LABEL_0": 0, "LABEL_1": 1}}
+    stream = CapturedStream.from_config(config)
+    graph = stream(load_architecture("llama-2-7b"), Scenario(batch=1, prompt_tokens=16, generated_tokens=4),
+                   Parallelism(), phase="decode", context=17)
+    assert sum(op.count for op in graph.ops if op.kind == "matmul") > 0

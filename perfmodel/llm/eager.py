@@ -105,20 +105,24 @@ class CapturedStream:
         return Graph(name=f"{architecture.name}.{phase}.eager", ops=ops)
 
 
+_DICT, _LIST = "<dict>", "<list>"  # tags that keep a frozen mapping apart from a frozen list of pairs
+
+
 def _frozen(value: Any) -> Any:
+    """A hashable, exactly reversible form of a JSON config value (the capture cache's key): mappings
+    and lists are tagged, so that ``id2label`` with integer keys or a list of pairs thaw as they were."""
     if isinstance(value, dict):
-        return tuple(sorted((key, _frozen(item)) for key, item in value.items()))
+        return (_DICT, tuple(sorted(((key, _frozen(item)) for key, item in value.items()), key=lambda pair: repr(pair[0]))))
     if isinstance(value, list):
-        return tuple(_frozen(item) for item in value)
+        return (_LIST, tuple(_frozen(item) for item in value))
     return value
 
 
 def _thawed(value: Any) -> Any:
-    if isinstance(value, tuple) and value and all(isinstance(item, tuple) and len(item) == 2
-                                                  and isinstance(item[0], str) for item in value):
-        return {key: _thawed(item) for key, item in value}
-    if isinstance(value, tuple):
-        return [_thawed(item) for item in value]
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == _DICT:
+        return {key: _thawed(item) for key, item in value[1]}
+    if isinstance(value, tuple) and len(value) == 2 and value[0] == _LIST:
+        return [_thawed(item) for item in value[1]]
     return value
 
 
