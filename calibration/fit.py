@@ -18,6 +18,16 @@ factors); a candidate parameter vector only rescales them, so a fit costs millis
 Trust: residuals are ``log(predicted / measured)`` weighted by ``1 / sqrt(1 + (spread / SPREAD_FLOOR)^2)`` (relative
 below ``SPREAD_FLOOR``), with a robust soft-L1 loss; a Gaussian prior on every efficiency and on the
 launch cost pulls toward the datasheet (``PRIOR_LOG_SIGMA``), so a departure must be earned by data.
+Which parameters exist is judged from the records' components: a kind of work gets a compute
+efficiency where compute binds at least ``BINDING_SHARE`` of the busy time, for vector kinds judged at
+the lowest starting efficiency (``COMPUTE_STARTS``: element-wise, norm and softmax kernels reach a
+small share of a SIMD unit's FMA peak, so at the datasheet's 1 their compute looks hidden under memory
+time). Bottlenecks combine by a maximum, so the optimizer is started from several such compute
+efficiencies and keeps the least-cost solution (cost on the training data and priors only). Latencies
+have a one-sided prior (``_latency_prior``): free below a physical scale (a start-up latency below the
+mode's launch cost, a memory latency below the level's datasheet access latency), a factor 10 above
+it costs one measurement missed by ``ROBUST_SCALE``, so a latency cannot stand in for an efficiency
+that the training sizes leave ambiguous.
 A parameter that no measurement binds (its column of the data Jacobian is zero) is reported as
 unidentified and not written into a fitted spec. Standard errors come from the inverse of the
 Gauss-Newton Hessian of data and prior together (a proper covariance: an unbound parameter keeps its
@@ -55,6 +65,8 @@ PRIOR_LOG_SIGMA = 0.5
 SPREAD_FLOOR = 0.2         # relative spread at which a measurement counts half (weight 1/sqrt(2))
 UNIDENTIFIED_SHARE = 1e-6  # data-Jacobian column norm below this share of the largest: unidentified
 INITIAL_LATENCY_S = 1e-6
+LATENCY_PRIOR_LOG_SIGMA = math.log(10)  # latencies above their scale (_latency_prior): a factor 10 per width
+COMPUTE_STARTS = (1.0, 0.3, 0.1)  # vector kinds' compute efficiencies the fit starts from (the datasheet's first)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -70,6 +82,7 @@ class Components:
     kinds: tuple[str, ...]
     counts: np.ndarray
     level_names: tuple[str, ...]
+    level_latency_s: tuple[float | None, ...] = ()  # each level's datasheet access latency (None: not given)
     execution_model: ExecutionModel      # the mode's behaviour: how scheduling combines with device time
     execution: ExecutionMode             # the mode's numbers in the spec
     launch_s: float
@@ -152,6 +165,7 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
                       scheduling_s=arrays.scheduling_s, fixed_s=arrays.fixed_s,
                       compute_keys=keys, kinds=tuple(op.kind for op in merged.ops),
                       counts=arrays.counts, level_names=arrays.level_names,
+                      level_latency_s=tuple(level.latency_s for level in hardware.memory),
                       execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
                       records=len(records), link_s=arrays.link_s,
                       link_names=tuple(cost.link or "" for cost in arrays.costs))
@@ -228,6 +242,12 @@ def _covered(groups, size: int) -> np.ndarray:
     return covered
 
 
+def _vector_kind(kind: str) -> bool:
+    """Whether the op-kind table runs ``kind`` on a vector engine (element-wise, reductions, norms...)."""
+    entry = OP_KIND_TABLE.get(kind)
+    return entry is None or entry.engine == "vector"
+
+
 def _design(parts: Components, subset: np.ndarray) -> Design:
     """Which parameters the records in ``subset`` can identify (see the module docstring)."""
     in_subset = np.isin(parts.record_of_op, subset)
@@ -235,7 +255,13 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     keys = np.asarray(parts.compute_keys)
     link = parts.link_time
     busy = np.maximum.reduce([parts.compute_s, parts.memory_s.max(axis=0), link])
-    compute_binding = in_subset & (parts.compute_s >= BINDING_SHARE * busy) & (parts.compute_s > 0)
+    # The compute of vector kinds (element-wise, reductions, norms, softmax) is judged at the lowest
+    # efficiency the fit starts from: such kernels reach a small share of the engine's FMA peak (a
+    # softmax's exp, a norm's two passes), so at the datasheet's 1 their compute would look hidden
+    # under memory time in records where it binds.
+    vector = np.asarray([_vector_kind(kind) for kind in kinds])
+    reach = np.where(vector, parts.compute_s / min(COMPUTE_STARTS), parts.compute_s)
+    compute_binding = in_subset & (reach >= BINDING_SHARE * np.maximum(busy, reach)) & (parts.compute_s > 0)
     # Sparse keys fall back along the lookup chain of Parameters.compute: "kind:engine:dtype", then
     # the kind, then "engine:dtype", then everything ("*"), each level needing enough measurements.
     compute_groups, left = [], compute_binding.copy()
@@ -319,26 +345,66 @@ def spread_weights(records) -> np.ndarray:
     return 1.0 / np.sqrt(1.0 + (relative / SPREAD_FLOOR) ** 2)
 
 
-def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray):
+def _latency_prior(parts: Components, design: Design) -> tuple[np.ndarray, np.ndarray]:
+    """(index, log scale) of the latencies with a one-sided prior: a latency is free below its scale
+    and a departure above it must be earned (10x the scale costs one measurement missed by
+    ROBUST_SCALE). Without it a latency and an efficiency that the training sizes cannot tell apart
+    trade places: a 100 us "start-up" stands in for a slow exp, a microsecond "L1 latency" for the
+    launch cost. Scales: a kind's start-up latency, the mode's per-kernel launch cost (when the records
+    pay one); a level's memory latency, its datasheet access latency (when the spec gives one)."""
+    index, scale = [], []
+    start = design.efficiencies
+    if parts.launch_s > 0:
+        index += range(start, start + len(design.latency))
+        scale += [parts.launch_s] * len(design.latency)
+    latencies = parts.level_latency_s or (None,) * len(parts.level_names)
+    for offset, (_name, level) in enumerate(design.memory_latency):
+        if latencies[level]:
+            index.append(start + len(design.latency) + offset)
+            scale.append(latencies[level])
+    return np.asarray(index, dtype=int), np.log(np.asarray(scale, dtype=float))
+
+
+def _solve_design(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray,
+                  design: Design):
     from scipy.optimize import least_squares
 
-    design = _design(parts, subset)
     low, high = _bounds(design)
-    x0 = np.clip(_initial(parts, design), low + 1e-9, high - 1e-9)
     prior_index, prior_centre = _prior(parts, design)
+
+    latency_index, latency_scale = _latency_prior(parts, design)
 
     def residuals(theta, smooth):
         predicted = _predict(parts, theta, design, smooth=smooth)
         data = np.log(predicted[subset] / measured[subset]) * weights
-        return np.r_[data, (theta[prior_index] - prior_centre) / PRIOR_LOG_SIGMA * ROBUST_SCALE]
+        above = np.maximum(theta[latency_index] - latency_scale, 0.0) / LATENCY_PRIOR_LOG_SIGMA * ROBUST_SCALE
+        return np.r_[data, (theta[prior_index] - prior_centre) / PRIOR_LOG_SIGMA * ROBUST_SCALE, above]
 
+    best = None
+    # Bottlenecks combine by a maximum, so a vector kind's compute efficiency started at the datasheet's
+    # 1 leaves its compute hidden under memory time, with no gradient to find it: the fit also starts
+    # those from lower efficiencies and keeps the solution of least cost (training data and priors).
+    kinds = np.asarray(parts.kinds)
+    vector = [index for index, (_key, mask) in enumerate(design.compute)
+              if all(_vector_kind(kind) for kind in set(kinds[mask]))]
+    for start in COMPUTE_STARTS if vector else COMPUTE_STARTS[:1]:
+        x0 = _initial(parts, design)
+        x0[vector] = math.log(start)
+        x0 = np.clip(x0, low + 1e-9, high - 1e-9)
+        rough = least_squares(residuals, x0, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE, args=(True,))
+        solution = least_squares(residuals, rough.x, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE,
+                                 args=(False,))
+        if best is None or solution.cost < best.cost:
+            best = solution
+    return best
+
+
+def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray):
+    design = _design(parts, subset)
     if not design.names:
         raise PerfmodelError("no parameter can be fitted: no measurement binds any model component "
                              "(compute, memory, links or launch); add measurements of more kinds and sizes")
-    rough = least_squares(residuals, x0, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE, args=(True,))
-    solution = least_squares(residuals, rough.x, bounds=(low, high), loss="soft_l1", f_scale=ROBUST_SCALE,
-                             args=(False,))
-    return solution, design, len(subset)
+    return _solve_design(parts, measured, subset, weights, design), design, len(subset)
 
 
 def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray]:

@@ -34,9 +34,12 @@ from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
-from perfmodel.workload.ir import Dimension, Op
+from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
+# Kinds whose weights are per-channel vectors (a norm's scale and shift: one row of the activation's
+# width, re-read by every row), so that warm_cache still serves their activations from the caches.
+PER_CHANNEL_WEIGHT_KINDS = frozenset({"norm"})
 ACCUMULATOR_BYTES = 4  # fp32 accumulators hold a matrix engine's output tile
 # A product's dimension as a rule reads it: a tensor's (``workload.ir.Dimension``) or a ``dimension``
 # attribute, which may also be a whole float (``workload.op_kinds.Attribute``); arrays over sweep points.
@@ -118,18 +121,29 @@ def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
     activations total F bytes moves only the part that does not fit, ``bytes x max(0, 1 - C/F)``
     (an ideal cache keeps C of them): nothing when they fit, everything when F >> C. Weights and KV
     caches are streamed from their home level (they rarely fit, and a real model touches them once
-    per pass); software-managed scratchpads keep nothing across kernels."""
+    per pass); software-managed scratchpads keep nothing across kernels. A norm's weights (its scale
+    and shift, :data:`PER_CHANNEL_WEIGHT_KINDS`) are streamed while its activations come from the
+    caches as above (its rule prices every tensor once, ``streaming_bytes``); any other op that reads
+    weights (a matmul, whose traffic is tiled, or an optimizer update of whole parameters) is left as
+    its rule prices it."""
     tensors = (*op.inputs, *op.outputs)
-    if op.kind == "collective" or not tensors or any(tensor.role != "activation" for tensor in tensors):
+    if op.kind == "collective" or not tensors:
         return cost
-    footprint = np.asarray(sum(tensor.bytes for tensor in tensors), dtype=float)
+    held = [tensor for tensor in tensors if tensor.role != "activation"]
+    activations = [tensor for tensor in tensors if tensor.role == "activation"]
+    if not activations or (held and op.kind not in PER_CHANNEL_WEIGHT_KINDS):
+        return cost
+    footprint = np.asarray(sum(tensor.bytes for tensor in activations), dtype=float)
     levels = context.hardware.memory
+    streamed = _tensor_bytes(held, context) if held else (0.0,) * len(levels)
     traffic = list(cost.bytes_by_level)
     for index, level in enumerate(levels):
         if level.kind == "cache" and level.managed == "hardware" and not level.off_device:
             missing = np.clip(1.0 - level.total_capacity_bytes / np.maximum(footprint, 1.0), 0.0, 1.0)
+            missing = missing if np.ndim(missing) else float(missing)
             for outer in range(index + 1, len(levels)):
-                traffic[outer] = traffic[outer] * missing if np.ndim(missing) else traffic[outer] * float(missing)
+                if not levels[outer].off_device:
+                    traffic[outer] = streamed[outer] + (traffic[outer] - streamed[outer]) * missing
     return replace(cost, bytes_by_level=tuple(traffic))
 
 
@@ -195,18 +209,20 @@ def off_device_bytes(op: Op, context: CostContext) -> SIValue:
     return 0.0 if context.weights_resident else sum((t.bytes for t in op.inputs if t.role == "weight"), 0)
 
 
+def _tensor_bytes(tensors: Sequence[TensorSpec], context: CostContext) -> tuple[SIValue, ...]:
+    """Bytes of ``tensors`` at every level (padded to the level's transfer granule); 0 off the device."""
+    hardware = context.hardware
+    return tuple(0.0 if level.off_device else
+                 sum((padded_bytes(t.shape, get_dtype(t.dtype).bytes_per_element, _granule(hardware, index))
+                      for t in tensors), 0)
+                 for index, level in enumerate(hardware.memory))
+
+
 def streaming_bytes(op: Op, context: CostContext) -> tuple[SIValue, ...]:
     """Compulsory traffic: every input read and every output written once at every on-device level."""
-    hardware = context.hardware
-    result: list[SIValue] = []
-    for index, level in enumerate(hardware.memory):
-        if level.off_device:
-            result.append(off_device_bytes(op, context))
-            continue
-        granule = _granule(hardware, index)
-        result.append(sum((padded_bytes(t.shape, get_dtype(t.dtype).bytes_per_element, granule)
-                           for t in (*op.inputs, *op.outputs)), 0))
-    return tuple(result)
+    on_device = _tensor_bytes((*op.inputs, *op.outputs), context)
+    return tuple(off_device_bytes(op, context) if level.off_device else on_device[index]
+                 for index, level in enumerate(context.hardware.memory))
 
 
 def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m: RuleDimension, n: RuleDimension,
