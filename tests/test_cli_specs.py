@@ -60,6 +60,9 @@ def test_specs_detect_writes_a_loadable_spec(capsys, tmp_path):
     hardware = load_hardware(target)
     assert hardware.family == "cpu"
     assert hardware.source_of("compute.simd.peak.fp32").kind == "estimate"
+    # An eager view costs the host a dispatch (priced by host_op): a detected spec must not price it at 0.
+    assert hardware.scheduling.modes["dynamic"].host_op_s == pytest.approx(2.06e-6)
+    assert hardware.source_of("scheduling.modes.dynamic.host_op").kind == "estimate"
     code, out, _ = run(capsys, "specs", "detect", "--json")
     assert json.loads(out)["compute"]["simd"]["units"] >= 1
 

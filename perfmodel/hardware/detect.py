@@ -129,6 +129,10 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
         "dispatch-estimate": {"url": "repo:benchmarks/cpu_probe.py", "kind": "estimate",
                               "note": "PyTorch eager CPU dispatch ~2-3 us per op as measured on a Zen 4 VM; "
                                       "measure this machine with 'perfmodel bench'"},
+        "host-op-estimate": {"url": "repo:calibration/data/host_dispatch.json", "kind": "estimate",
+                             "note": "host cost of an eager op that launches no kernel (view, reshape, transpose): "
+                                     "median 2.06 us over ops on a Zen 4 VM (benchmarks/host_dispatch.py); measure "
+                                     "this machine with that benchmark"},
     }
     memory: dict[str, dict] = {}
     for level, _kind, size, instances in facts.caches:
@@ -152,8 +156,9 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
                              "field_sources": {"units": "detected", "clock": "detected"}}},
         "memory": memory,
         "scheduling": {"default_mode": "dynamic",
-                       "modes": {"dynamic": {"kernel_launch": "2.5 us", "host_overlap": False,
-                                              "source": "dispatch-estimate"}}},
+                       "modes": {"dynamic": {"kernel_launch": "2.5 us", "host_op": "2.06 us", "host_overlap": False,
+                                              "source": "dispatch-estimate",
+                                              "field_sources": {"host_op": "host-op-estimate"}}}},
         "power": {"tdp": _quantity(facts.cores * WATTS_PER_CORE, "W"), "source": "power-estimate"},
         "notes": "Written by 'perfmodel specs detect'; calibrate the estimates with 'perfmodel calibrate'.",
     }
