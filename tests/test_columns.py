@@ -158,3 +158,33 @@ def test_a_catalog_name_resolves_to_the_same_file_by_its_file_name():
         assert _file_named(path.stem) == path
     assert _file_named("no-such-spec") is None
     assert _file_named("../h100-sxm") is None
+
+
+def test_every_stage_graph_that_check_accepts_passes_the_graph_checks():
+    """``Graph.prechecked`` trusts ``llm.graphs.check``: whatever it lets through must be a whole graph
+    (a tp that leaves no MLP width once gave NaN times instead of an error)."""
+    import itertools
+
+    from perfmodel.errors import PerfmodelError
+    from perfmodel.llm.catalog import from_hf_config
+    from perfmodel.llm.graphs import check
+
+    accepted = refused = 0
+    for intermediate, vocab, heads, kv_heads, experts in itertools.product((4, 48), (6, 1000), (8,), (1, 8), (0, 4)):
+        config = {"model_type": "mixtral" if experts else "llama", "hidden_size": 64, "intermediate_size": intermediate,
+                  "num_hidden_layers": 2, "num_attention_heads": heads, "num_key_value_heads": kv_heads,
+                  "vocab_size": vocab, "max_position_embeddings": 512,
+                  **({"num_local_experts": experts, "num_experts_per_tok": 2} if experts else {})}
+        architecture = from_hf_config(config, name="tiny")
+        for tp, ep, batch in itertools.product((1, 2, 8), (1, 2), (1, 3)):
+            parallelism, scenario = Parallelism(tp=tp, ep=ep), Scenario(batch=batch, prompt_tokens=16, generated_tokens=4)
+            try:
+                check(architecture, scenario, parallelism)
+            except PerfmodelError:
+                refused += 1
+                continue
+            accepted += 1
+            for phase, context in (("prefill", 16), ("decode", 17), ("train", 16)):
+                graph = stage_graph(architecture, scenario, parallelism, phase=phase, context=context)
+                assert graph_problems(graph) == [], (config, tp, ep, phase)
+    assert accepted > 20 and refused > 5

@@ -69,6 +69,13 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
         problems.append(f"tp={tp} neither divides nor is a multiple of {architecture.kv_heads} KV heads")
     if pp > architecture.layers:
         problems.append(f"pp={pp} is more than the {architecture.layers} layers")
+    if min(tp, pp, ep) >= 1:  # every shard must keep some of the MLP and of the vocabulary
+        split = max(tp // ep, 1) if architecture.experts > 1 else tp
+        if architecture.intermediate // split < 1:
+            problems.append(f"tp={tp} leaves no MLP width on a chip: {architecture.name}'s intermediate size is "
+                            f"{architecture.intermediate}")
+        if architecture.vocab // tp < 1:
+            problems.append(f"tp={tp} leaves no vocabulary on a chip: {architecture.name} has {architecture.vocab} tokens")
     if ep > 1 and (architecture.experts % ep or ep > tp):
         problems.append(f"ep={ep} must divide the {architecture.experts} experts and be at most tp={tp}")
     if problems:
