@@ -188,3 +188,20 @@ def test_every_stage_graph_that_check_accepts_passes_the_graph_checks():
                 graph = stage_graph(architecture, scenario, parallelism, phase=phase, context=context)
                 assert graph_problems(graph) == [], (config, tp, ep, phase)
     assert accepted > 20 and refused > 5
+
+
+def test_a_prediction_that_is_not_a_finite_time_is_an_error_not_an_output():
+    from perfmodel.workload.ir import Op, TensorSpec
+
+    architecture, hardware = load_architecture("llama-2-7b"), load_hardware("h100-sxm")
+
+    def broken(*args, **kwargs):  # a builder whose graph skipped the checks and has an empty matmul
+        graph = stage_graph(*args, **kwargs)
+        empty = Op(name="empty", kind="matmul", inputs=(TensorSpec(shape=(1, 0), dtype="bf16"),
+                                                        TensorSpec(shape=(0, 8), dtype="bf16", role="weight")),
+                   outputs=(TensorSpec(shape=(1, 8), dtype="bf16"),),
+                   attrs={"m": 1, "n": 8, "k": 0, "batch": 1, "dtype": "bf16"})  # alike the projections: priced with them
+        return Graph.prechecked(graph.name, [*graph.ops, empty])
+
+    with pytest.raises(FloatingPointError, match="not a finite time"), np.errstate(divide="ignore", invalid="ignore"):
+        llm_predict(architecture, hardware, Scenario(batch=1, prompt_tokens=16, generated_tokens=4), graphs=broken)

@@ -202,6 +202,9 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
         decode_graph, middle = decode_graphs[1], decode_arrays[1]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
+    if not (math.isfinite(ttft) and math.isfinite(tpot)):  # never print a NaN as if it were a prediction
+        raise FloatingPointError(f"the prediction of {architecture.name} on {hardware.name} is not a finite time "
+                                 f"(TTFT {ttft}, TPOT {tpot}): an input that no check refused, or a bug")
     prefill_eval = to_evaluation(prefill, prefill_arrays, middle.parameters.label)
     decode_eval = to_evaluation(decode_graph, middle, middle.parameters.label)
     tokens_per_s = float(scenario.batch / tpot)  # llm_predict takes one batch size
