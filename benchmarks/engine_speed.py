@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import io
 import json
 import os
 import platform
@@ -158,7 +159,7 @@ def _baseline_rows(reference: str) -> list[dict]:
     root = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as directory:
         archive = subprocess.run(["git", "-C", str(root), "archive", reference], check=True, capture_output=True).stdout
-        with tarfile.open(fileobj=__import__("io").BytesIO(archive)) as tar:
+        with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
             tar.extractall(directory, filter="data")
         output = Path(directory) / "rows.json"
         environment = {**os.environ, "PYTHONPATH": directory}

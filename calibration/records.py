@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.yaml_source import open_for_reading
+from perfmodel.yaml_source import csv_failures, open_for_reading
 
 SOURCES = ("hw_counter", "compiler_estimate", "analytic_shapes", "model_derived", "unknown")
 CLOCKS = ("host", "device")
@@ -240,8 +240,8 @@ def read_records(path: str | Path) -> list[MeasurementRecord]:
     path = Path(path)
     records = []
     with open_for_reading(path) as stream:
-        try:
-            reader = csv.DictReader(stream)
+        reader = csv.DictReader(stream)
+        with csv_failures(path, reader):
             missing = [c for c in ("name", "op_class", "duration_s") if c not in (reader.fieldnames or [])]
             if missing:
                 raise PerfmodelError(f"{path}: missing column(s) {missing}; a measurements CSV has at least "
@@ -252,10 +252,6 @@ def read_records(path: str | Path) -> list[MeasurementRecord]:
                                          f"{'too few' if None in row.values() else 'too many'} "
                                          "fields (truncated or malformed file?)")
                 records.append(_record_from_row(row, path, number))
-        except UnicodeDecodeError as error:
-            raise PerfmodelError(f"{path}: not a text (UTF-8) CSV file: {error.reason} at byte {error.start}") from None
-        except csv.Error as error:
-            raise PerfmodelError(f"{path}:{reader.line_num}: not a readable CSV row ({error})") from None
     if not records:
         raise PerfmodelError(f"{path}: no measurements")
     return records

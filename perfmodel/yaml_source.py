@@ -7,9 +7,12 @@ problems it found on the way: syntax errors, duplicate keys and language-specifi
 
 from __future__ import annotations
 
+import contextlib
+import csv
 import os
 import re
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -167,6 +170,18 @@ def open_for_reading(path: str | Path, *, encoding: str = "utf-8", error_class=P
         return Path(path).open(newline="", encoding=encoding)
     except OSError as error:
         raise error_class(f"cannot read {path}: {error}") from None
+
+
+@contextlib.contextmanager
+def csv_failures(path: str | Path, reader: csv.DictReader, error_class=PerfmodelError) -> Iterator[None]:
+    """Reading ``reader``'s rows inside: a file that is not UTF-8 text, or a row the csv module cannot
+    parse (a field over its size limit, a stray quote), becomes one ``error_class`` naming the file and row."""
+    try:
+        yield
+    except UnicodeDecodeError as error:
+        raise error_class(f"{path}: not a text (UTF-8) CSV file: {error.reason} at byte {error.start}") from None
+    except csv.Error as error:
+        raise error_class(f"{path}:{reader.line_num}: not a readable CSV row ({error})") from None
 
 
 def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = ()) -> Path:

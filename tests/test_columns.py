@@ -72,25 +72,22 @@ def test_columnar_costs_equal_op_by_op_costs(spec):
     assert compared > 50
 
 
-def test_alike_ops_are_priced_in_one_run_and_numbers_beyond_float_precision_alone():
+def test_alike_ops_are_priced_in_one_run_and_numbers_beyond_float_precision_alone(monkeypatch):
+    from perfmodel.costs import rules
+
     hardware = load_hardware("h100-sxm")
     ops = [linear(f"proj.{index}", 64 + index, 1024, 1024, "bf16") for index in range(50)]
     calls = []
     context = CostContext(hardware=hardware)
-    from perfmodel.costs import rules
-
     original = rules.COST_RULES["matmul"]
-    try:
-        rules.COST_RULES["matmul"] = lambda op, ctx: calls.append(op) or original(op, ctx)
-        costs = op_costs(ops, context)
-        assert len(calls) == 1 and len(costs) == 50
-        calls.clear()
-        huge = [linear("huge", 2**60, 1024, 1024, "bf16"), linear("huge2", 2**60 + 1, 1024, 1024, "bf16")]
-        exact = op_costs(huge, context)
-        assert len(calls) == 2  # 2**60 + 1 has no float64: each op is priced alone, in Python integers
-        assert exact[1].flops == 2 * (2**60 + 1) * 1024 * 1024
-    finally:
-        rules.COST_RULES["matmul"] = original
+    monkeypatch.setitem(rules.COST_RULES, "matmul", lambda op, ctx: calls.append(op) or original(op, ctx))
+    costs = op_costs(ops, context)
+    assert len(calls) == 1 and len(costs) == 50
+    calls.clear()
+    huge = [linear("huge", 2**60, 1024, 1024, "bf16"), linear("huge2", 2**60 + 1, 1024, 1024, "bf16")]
+    exact = op_costs(huge, context)
+    assert len(calls) == 2  # 2**60 + 1 has no float64: each op is priced alone, in Python integers
+    assert exact[1].flops == 2 * (2**60 + 1) * 1024 * 1024
 
 
 def test_a_swept_device_is_priced_op_by_op_with_the_same_numbers():

@@ -33,7 +33,7 @@ from calibration.readers.common import (
     unit_factor,
 )
 from calibration.records import CLOCKS, MeasurementRecord, Measurements, Unmapped, group_unmapped
-from perfmodel.yaml_source import open_for_reading
+from perfmodel.yaml_source import csv_failures, open_for_reading
 
 SUFFIX_UNITS = {"duration_s": 1.0, "duration_ms": 1e-3, "duration_us": 1e-6, "duration_ns": 1e-9}
 SHAPE_COLUMNS = ("aten_op", "input_shapes")
@@ -43,7 +43,7 @@ def _rows(path: Path, tool: str):
     """(record, row, line) for every row of the file."""
     with open_for_reading(path, encoding="utf-8-sig", error_class=ReaderError) as stream:
         reader = csv.DictReader(stream)
-        try:
+        with csv_failures(path, reader, error_class=ReaderError):
             header = reader.fieldnames or []
             if "name" not in header:
                 raise fail(path, 1, "name", "missing column")
@@ -59,10 +59,6 @@ def _rows(path: Path, tool: str):
                     raise fail(path, line, None, "wrong number of fields (a truncated file, or a JSON cell such as "
                                                  "input_shapes without double quotes around it?)")
                 rows.append((_record(path, row, line, duration_column, tool), row, line))
-        except UnicodeDecodeError as error:
-            raise ReaderError(f"{path}: not a text (UTF-8) CSV file: {error.reason} at byte {error.start}") from None
-        except csv.Error as error:
-            raise ReaderError(f"{path}:{reader.line_num}: not a readable CSV row ({error})") from None
     if not rows:
         raise ReaderError(f"{path}: no rows")
     return rows

@@ -55,7 +55,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def _command_in(argv: Sequence[str]) -> str | None:
     """The subcommand named on the command line (the first word that is not a top-level option)."""
     for word in argv:
-        if word in ("--debug",):
+        if word == "--debug":
             continue
         return word if not word.startswith("-") else None
     return None

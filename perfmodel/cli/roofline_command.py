@@ -8,7 +8,7 @@ from pathlib import Path
 
 from perfmodel.cli.overrides import add_mode_argument
 from perfmodel.errors import PerfmodelError
-from perfmodel.yaml_source import check_output_path, open_for_reading
+from perfmodel.yaml_source import check_output_path, csv_failures, open_for_reading
 
 CHART_SUFFIXES = (".png", ".svg", ".pdf")
 
@@ -33,15 +33,11 @@ def read_measured(path: Path) -> list[dict]:
     the row and column."""
     with open_for_reading(path) as stream:
         reader = csv.DictReader(stream)
-        try:
+        with csv_failures(path, reader):
             missing = [column for column in REQUIRED_COLUMNS if column not in (reader.fieldnames or [])]
             if missing:
                 raise PerfmodelError(f"{path}: missing column(s) {missing}; expected {', '.join(REQUIRED_COLUMNS)}")
             records = [_measured_row(path, number, row) for number, row in enumerate(reader, start=2)]
-        except UnicodeDecodeError as error:
-            raise PerfmodelError(f"{path}: not a UTF-8 text CSV file ({error.reason} at byte {error.start})") from None
-        except csv.Error as error:
-            raise PerfmodelError(f"{path}:{reader.line_num}: not a readable CSV row ({error})") from None
     if not records:
         raise PerfmodelError(f"{path}: no measurements (a header row, then one row per measurement)")
     return records

@@ -239,8 +239,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     executed = stack([c.executed_flops for c in costs])
     bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
     if len(kept_shares):
-        bytes_by_level[1:] = bytes_by_level[1:] * (kept_shares.reshape(count_column.shape)
-                                                   if isinstance(kept_shares, np.ndarray) else stack(kept_shares))
+        bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
     peaks = stack([compute_rate_flops_per_s(hardware, parameters, c.engine, c.peak_dtype, op.kind)
                    for c, op in zip(costs, graph.ops, strict=True)])
