@@ -9,7 +9,8 @@ Measures, on one core, the median of several repetitions of:
 3. one 80-layer transformer decode step (Llama-2-70B shapes; layers as op counts, and unrolled);
 4. a sweep of 10^6 scenario points (batch x context) of a transformer layer;
 5. one LLM scenario through ``llm_predict`` (Llama-2-70B on 8 H100s, condensed graphs), over distinct
-   scenarios so that nothing is reused from one call to the next;
+   scenarios so that nothing is reused from one call to the next; and 1,000 distinct scenarios at once
+   (``llm_predict`` over arrays of batch, prompt and generated tokens);
 6. the cold start of ``perfmodel llm --condensed`` (CPU seconds of a fresh process), beside the CPU
    seconds of ``python -c "import numpy"``, the floor any numpy program pays on this machine.
 
@@ -111,6 +112,7 @@ def run() -> list[dict]:
                  "op_evaluations_per_s": 14 * 1e6 / seconds, "points_per_s": 1e6 / seconds,
                  "operations": 14 * 1e6})
     rows.append(_llm_scenario_row())
+    rows.append(_llm_scenarios_row())
     rows += _cold_start_rows()
     return rows
 
@@ -128,6 +130,35 @@ def _llm_scenario_row() -> dict:
     graph_ops = 2 * 17  # a prefill and a decode stage graph (~17 ops each) per scenario
     return {"benchmark": "one llm_predict scenario (70B, 8xH100)", "seconds": seconds,
             "op_evaluations_per_s": graph_ops / seconds, "operations": graph_ops}
+
+
+def _llm_scenarios_row(count: int = 1000) -> dict:
+    """``count`` distinct scenarios (batch x prompt x generated tokens) of one model: one ``llm_predict``
+    call over arrays where the version accepts them, else one call per scenario (the only way older
+    versions can answer; the baseline column then shows what the arrays save)."""
+    architecture, h100 = load_architecture("llama-2-70b"), load_hardware("h100-sxm")
+    rng = np.random.default_rng(0)
+    batch, prompt, gen = rng.integers(1, 129, count), rng.integers(64, 2049, count), rng.integers(16, 1025, count)
+
+    def arrays() -> None:
+        llm_predict(architecture, h100, Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=gen),
+                    Parallelism(tp=8))
+
+    def one_by_one() -> None:
+        for values in zip(batch.tolist(), prompt.tolist(), gen.tolist(), strict=True):
+            llm_predict(architecture, h100, Scenario(batch=values[0], prompt_tokens=values[1],
+                                                     generated_tokens=values[2]), Parallelism(tp=8))
+
+    try:
+        arrays()
+        function = arrays
+    except Exception:  # noqa: BLE001 - a version without array scenarios (TypeError, ValueError, ...)
+        function = one_by_one
+    seconds = _median_s(function, 3)
+    graph_ops = 2 * 17 * count
+    return {"benchmark": f"{count:,} llm_predict scenarios (70B, 8xH100)", "seconds": seconds,
+            "op_evaluations_per_s": graph_ops / seconds, "operations": graph_ops,
+            "scenarios_per_s": count / seconds, "how": function.__name__}
 
 
 def _child_cpu_s(command: list[str], repeats: int = 5) -> float:

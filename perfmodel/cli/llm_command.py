@@ -237,6 +237,8 @@ def _counts(text: str) -> list[int]:
 
 def _llm_table(args, architecture, hardware, scenarios) -> int:
     """One row per (batch, prompt, gen) scenario."""
+    import numpy as np
+
     from perfmodel.llm import Scenario, llm_predict
     from perfmodel.llm.catalog import load_config
     from perfmodel.llm.eager import stage_graphs_for
@@ -247,10 +249,12 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
     graphs, note = stage_graphs_for(load_config(args.model), hardware, args.mode, condensed=args.condensed)
     if note:
         print(f"perfmodel: note: {note}", file=sys.stderr)
-    results = [llm_predict(architecture, hardware, Scenario(
-        batch=batch, prompt_tokens=prompt, generated_tokens=gen, weight_dtype=args.weights,
+    batches, prompts, gens = (np.asarray(column) for column in zip(*scenarios, strict=True))
+    swept = llm_predict(architecture, hardware, Scenario(
+        batch=batches, prompt_tokens=prompts, generated_tokens=gens, weight_dtype=args.weights,
         kv_dtype=args.kv or args.activations, activation_dtype=args.activations), parallelism, mode=args.mode,
-        graphs=graphs) for batch, prompt, gen in scenarios]
+        graphs=graphs)  # one evaluation per phase for every scenario (the condensed graphs take arrays)
+    results = [swept.at(index) for index in range(len(scenarios))]
     if args.json:
         print(json.dumps([result.to_dict() for result in results], indent=1))
         return 0

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,9 +29,11 @@ from perfmodel.workload.op_kinds import activation_flops_per_element
 class Scenario:
     """One inference request shape: ``batch`` sequences of ``prompt_tokens`` generating ``generated_tokens``."""
 
-    batch: int | np.ndarray  # an array of batch sizes evaluates them all at once (sizing)
-    prompt_tokens: int
-    generated_tokens: int
+    # Ints, or arrays broadcast together that evaluate many scenarios at once (llm_predict, sizing);
+    # typed Any for the prompt and generated tokens because their readers do integer arithmetic.
+    batch: int | np.ndarray
+    prompt_tokens: Any
+    generated_tokens: Any
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     activation_dtype: str = "bf16"
@@ -50,10 +53,11 @@ class Parallelism:
 def check(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> None:
     """Raise a clear error for a scenario or a parallelism the model cannot run."""
     problems = []
-    batch = np.asarray(scenario.batch)
-    if np.any(batch < 1) or scenario.prompt_tokens < 1 or scenario.generated_tokens < 1:
+    batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
+                                                           scenario.generated_tokens))
+    if np.any(batch < 1) or np.any(prompt < 1) or np.any(gen < 1):
         problems.append("batch, prompt and generated tokens must each be at least 1")
-    total = scenario.prompt_tokens + scenario.generated_tokens
+    total = int(np.max(prompt + gen))
     if total > architecture.max_positions:
         problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
                         f"{architecture.max_positions} positions (max_position_embeddings)")
@@ -89,7 +93,7 @@ def _t(shape, dtype, role="activation") -> TensorSpec:
 def _linear(name, tokens, k, n, scenario: Scenario, count, batch=1) -> Op:
     act, weight = scenario.activation_dtype, scenario.weight_dtype
     return Op(name=name, kind="matmul", count=count, provenance="aten.mm",
-              inputs=(_t((tokens, k), act), _t((batch, k, n) if batch != 1 else (k, n), weight, "weight")),
+              inputs=(_t((tokens, k), act), _t((batch, k, n) if np.ndim(batch) or batch != 1 else (k, n), weight, "weight")),
               outputs=(_t((tokens, n), act),), attrs={"m": tokens, "n": n, "k": k, "batch": batch, "dtype": act})
 
 

@@ -33,7 +33,14 @@ from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
-from perfmodel.roofline.arrays import ArrayEvaluation, at_point, evaluate_arrays
+from perfmodel.roofline.arrays import (
+    ArrayEvaluation,
+    at_first_axis,
+    at_point,
+    evaluate_arrays,
+    kernels_launched,
+    time_by_bound_points,
+)
 from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
@@ -90,16 +97,17 @@ class LLMResult:
     mode: str
     scenario: Scenario
     parallelism: Parallelism
-    ttft_s: float
-    tpot_s: float
-    e2e_s: float
-    tokens_per_s_per_user: float
-    tokens_per_s: float
-    tokens_per_s_per_chip: float
+    # Floats (bools), or arrays over scenarios when llm_predict was given arrays (``at`` picks one).
+    ttft_s: Any
+    tpot_s: Any
+    e2e_s: Any
+    tokens_per_s_per_user: Any
+    tokens_per_s: Any
+    tokens_per_s_per_chip: Any
     memory_bytes: MemoryPerChip
     capacity_bytes: float
-    fits: bool
-    weights_streamed: bool
+    fits: Any
+    weights_streamed: Any
     bound_by_phase: dict
     time_by_bound_by_phase: dict
     power_watts: float
@@ -111,12 +119,42 @@ class LLMResult:
     def chips(self) -> int:
         return self.parallelism.chips
 
+    @property
+    def points(self) -> int | None:
+        """How many scenarios the result holds (None: one scenario, fields are floats)."""
+        return int(np.size(self.tpot_s)) if np.ndim(self.tpot_s) else None
+
+    def at(self, index: int) -> LLMResult:
+        """Scenario ``index`` of an array result, as ``llm_predict`` of that scenario alone gives it."""
+        if self.points is None:
+            raise PerfmodelError("at() picks a scenario of an array result; this result holds one scenario")
+
+        def pick(value: Any) -> Any:
+            return value[index].item() if isinstance(value, np.ndarray) and value.ndim else value
+
+        s = self.scenario
+        return replace(
+            self, scenario=replace(s, batch=pick(np.broadcast_to(s.batch, self.tpot_s.shape)),
+                                   prompt_tokens=pick(np.broadcast_to(s.prompt_tokens, self.tpot_s.shape)),
+                                   generated_tokens=pick(np.broadcast_to(s.generated_tokens, self.tpot_s.shape))),
+            **{name: pick(getattr(self, name)) for name in ("ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_user",
+                                                             "tokens_per_s", "tokens_per_s_per_chip", "fits",
+                                                             "weights_streamed")},
+            memory_bytes=MemoryPerChip(**{key: pick(value) for key, value in self.memory_bytes.as_dict().items()}),
+            bound_by_phase={phase: str(pick(bound)) for phase, bound in self.bound_by_phase.items()},
+            # A bound that took no time in this scenario (it bound an op in another) is left out.
+            time_by_bound_by_phase={phase: dict(sorted(((name, pick(time)) for name, time in shares.items()
+                                                        if pick(time) > 0), key=lambda item: -item[1]))
+                                    for phase, shares in self.time_by_bound_by_phase.items()})
+
     def to_dict(self) -> dict:
-        return {
+        """JSON-ready fields (an array result gives lists, one entry per scenario)."""
+        return _lists({
             "model": self.model, "hardware": self.hardware, "mode": self.mode, "chips": self.chips,
             "tp": self.parallelism.tp, "pp": self.parallelism.pp, "ep": self.parallelism.ep,
-            "batch": int(self.scenario.batch), "prompt": self.scenario.prompt_tokens,
-            "gen": self.scenario.generated_tokens, "weights": self.scenario.weight_dtype, "kv": self.scenario.kv_dtype,
+            "batch": _plain(self.scenario.batch), "prompt": _plain(self.scenario.prompt_tokens),
+            "gen": _plain(self.scenario.generated_tokens), "weights": self.scenario.weight_dtype,
+            "kv": self.scenario.kv_dtype,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s,
             "tokens_per_s_per_user": self.tokens_per_s_per_user, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_chip": self.tokens_per_s_per_chip, "memory_bytes": self.memory_bytes.as_dict(),
@@ -124,7 +162,18 @@ class LLMResult:
             "weights_streamed": self.weights_streamed, "bound_by_phase": self.bound_by_phase,
             "time_by_bound_by_phase": self.time_by_bound_by_phase, "power_watts": self.power_watts,
             "parameters": self.parameters, "graph": self.graph, "ops_per_decode_step": dict(self.ops_per_decode_step),
-        }
+        })
+
+
+def _lists(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {key: _lists(item) for key, item in value.items()}
+    return value.tolist() if isinstance(value, np.ndarray) else value
+
+
+def _plain(value: Any) -> Any:
+    """A count, or a list of them for an array result (JSON-ready)."""
+    return np.asarray(value).tolist() if np.ndim(value) else int(value)
 
 
 def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> MemoryPerChip:
@@ -170,12 +219,35 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     """Predict one scenario of ``architecture`` on ``parallelism.chips`` chips of ``hardware``.
 
     ``graphs`` builds each stage's graph: the condensed graphs (default), or another builder with the
-    same signature, such as ``llm.eager.CapturedStream`` (the real eager op stream)."""
+    same signature, such as ``llm.eager.CapturedStream`` (the real eager op stream).
+
+    ``scenario``'s batch, prompt and generated tokens may be arrays (broadcast together, one axis):
+    the result then holds arrays over those scenarios (``LLMResult.at`` picks one), computed on the
+    condensed graphs in one evaluation per phase instead of one per scenario."""
     check(architecture, scenario, parallelism)
     if parallelism.pp > 1 or parallelism.tp > 1:
         if not any(link.kind in ("chip_to_chip", "network") for link in hardware.links.values()):
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
     execution = resolve_mode(hardware, mode)
+    values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
+    if not any(np.ndim(value) for value in values):
+        return _predict_one(architecture, hardware, scenario, parallelism, execution, graphs)
+    try:
+        points = [np.asarray(value, dtype=np.int64) for value in np.broadcast_arrays(*values)]
+    except ValueError:
+        raise PerfmodelError(f"batch, prompt and generated tokens must broadcast together; got shapes "
+                             f"{[np.shape(value) for value in values]}") from None
+    if points[0].ndim != 1:
+        raise PerfmodelError(f"arrays of scenarios must have one axis; got shape {points[0].shape}")
+    if hardware.is_swept:
+        raise PerfmodelError("llm_predict takes arrays of scenarios or a swept spec, not both at once")
+    batch, prompt, gen = points
+    swept = replace(scenario, batch=batch, prompt_tokens=prompt, generated_tokens=gen)
+    return _predict_points(architecture, hardware, swept, parallelism, execution, graphs)
+
+
+def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                 execution: str, graphs: StageGraphs) -> LLMResult:
     memory = memory_per_chip(architecture, scenario, parallelism).peak()
     placed = placement(architecture, hardware, scenario, parallelism)
     state = placed.other_bytes
@@ -187,7 +259,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
                                      stream_items=scenario.batch * prompt)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
-    if graphs is stage_graph and not np.ndim(scenario.batch):
+    if graphs is stage_graph:
         # The three decode contexts as one graph whose context is an array (the condensed graphs take
         # array dimensions): one evaluation, three points.
         decode_graph = graphs(architecture, scenario, parallelism, phase="decode", context=np.asarray(contexts))
@@ -202,12 +274,10 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
         decode_graph, middle = decode_graphs[1], decode_arrays[1]
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
-    if not (math.isfinite(ttft) and math.isfinite(tpot)):  # never print a NaN as if it were a prediction
-        raise FloatingPointError(f"the prediction of {architecture.name} on {hardware.name} is not a finite time "
-                                 f"(TTFT {ttft}, TPOT {tpot}): an input that no check refused, or a bug")
+    _refuse_non_finite(architecture, hardware, ttft, tpot)
     prefill_eval = to_evaluation(prefill, prefill_arrays, middle.parameters.label)
     decode_eval = to_evaluation(decode_graph, middle, middle.parameters.label)
-    tokens_per_s = float(scenario.batch / tpot)  # llm_predict takes one batch size
+    tokens_per_s = float(scenario.batch / tpot)
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
         ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,
@@ -217,17 +287,122 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
         time_by_bound_by_phase={"prefill": prefill_eval.time_by_bound, "decode": decode_eval.time_by_bound},
         power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.label,
         graph=getattr(graphs, "label", "condensed LLM graph"),
-        ops_per_decode_step=op_counts(decode_graph, decode_eval, math.ceil(architecture.layers / parallelism.pp)))
+        ops_per_decode_step=op_counts(decode_graph, kernels_launched(middle, decode_graph),
+                                      math.ceil(architecture.layers / parallelism.pp)))
 
 
-def op_counts(graph: Graph, evaluation, stage_layers: int) -> dict[str, float]:
+def _refuse_non_finite(architecture: Architecture, hardware: Hardware, ttft, tpot) -> None:
+    if not (np.all(np.isfinite(ttft)) and np.all(np.isfinite(tpot))):  # never print a NaN as a prediction
+        raise FloatingPointError(f"the prediction of {architecture.name} on {hardware.name} is not a finite time "
+                                 f"(TTFT {ttft}, TPOT {tpot}): an input that no check refused, or a bug")
+
+
+def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                    execution: str, graphs: StageGraphs) -> LLMResult:
+    """``llm_predict`` over the scenarios of ``scenario``'s equal-length arrays."""
+    batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
+                                                           scenario.generated_tokens))
+    memory = memory_per_chip(architecture, scenario, parallelism)
+    placed = placement(architecture, hardware, scenario, parallelism)
+    # Residency is one decision per evaluation (it picks how weights are priced): scenarios on either
+    # side of it (Cerebras: resident, or streamed from MemoryX) are evaluated apart and merged.
+    resident = np.asarray(placed.weight_bytes) + np.asarray(placed.other_bytes) <= placed.capacity_bytes
+    resident = np.broadcast_to(resident, np.shape(batch))
+    if graphs is not stage_graph or (resident.any() and not resident.all()):
+        groups = [[index] for index in range(len(batch))] if graphs is not stage_graph else \
+            [np.flatnonzero(resident), np.flatnonzero(~resident)]
+        parts = []
+        for indices in groups:
+            part = replace(scenario, batch=batch[indices], prompt_tokens=prompt[indices],
+                           generated_tokens=gen[indices])
+            if graphs is not stage_graph:  # a captured stream is built for one scenario at a time
+                one = replace(scenario, batch=int(batch[indices[0]]), prompt_tokens=int(prompt[indices[0]]),
+                              generated_tokens=int(gen[indices[0]]))
+                parts.append((indices, _predict_one(architecture, hardware, one, parallelism, execution, graphs)))
+            else:
+                parts.append((indices, _predict_points(architecture, hardware, part, parallelism, execution, graphs)))
+        return _merged(parts, scenario)
+    state = memory.state
+    prefill = stage_graph(architecture, scenario, parallelism, phase="prefill", context=prompt)
+    prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state,
+                                     stream_items=batch * prompt)
+    send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
+    send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
+    ttft = np.broadcast_to(phase_time(prefill_arrays, hardware, parallelism, send_prefill), batch.shape)
+    contexts = np.stack([prompt + 1, prompt + np.maximum(gen // 2, 1), prompt + gen])
+    decode_graph = stage_graph(architecture, scenario, parallelism, phase="decode", context=contexts)
+    decode_arrays = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
+                                    stream_items=batch)
+    steps = np.broadcast_to(phase_time(decode_arrays, hardware, parallelism, send_decode), contexts.shape)
+    tpot = np.tensordot(np.asarray(SIMPSON_WEIGHTS), steps, axes=1)
+    _refuse_non_finite(architecture, hardware, ttft, tpot)
+    middle = at_first_axis(decode_arrays, 1)
+    by_bound = {"prefill": time_by_bound_points(prefill_arrays), "decode": time_by_bound_points(middle)}
+    tokens_per_s = batch / tpot
+    resident_all = bool(resident.all())
+    return LLMResult(
+        model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
+        ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,
+        tokens_per_s=tokens_per_s, tokens_per_s_per_chip=tokens_per_s / parallelism.chips,
+        memory_bytes=MemoryPerChip(**{key: np.broadcast_to(np.asarray(value, dtype=float), batch.shape)
+                                      for key, value in memory.as_dict().items()}),
+        capacity_bytes=placed.capacity_bytes, fits=np.full(batch.shape, placed.fits),
+        weights_streamed=np.full(batch.shape, placed.weights_streamed and not resident_all),
+        bound_by_phase={phase: _largest(shares, batch.shape) for phase, shares in by_bound.items()},
+        time_by_bound_by_phase=by_bound, power_watts=hardware.power.tdp_watts * parallelism.chips,
+        parameters=decode_arrays.parameters.label, graph="condensed LLM graph",
+        ops_per_decode_step=op_counts(decode_graph, kernels_launched(decode_arrays, decode_graph),
+                                      math.ceil(architecture.layers / parallelism.pp)))
+
+
+def _largest(shares: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
+    """At each point, the bound with the most time (ties to the earlier, as ``Evaluation.bound``)."""
+    names = list(shares)
+    stacked = np.stack([np.broadcast_to(shares[name], shape) for name in names])
+    return np.asarray(names)[stacked.argmax(axis=0)]
+
+
+def _merged(parts: list[tuple[Any, LLMResult]], scenario: Scenario) -> LLMResult:
+    """One array result from results over disjoint index sets of ``scenario``'s points."""
+    count = int(np.size(scenario.batch))
+    results = [result for _, result in parts]
+
+    def gather(values: list[Any], dtype: Any = float) -> np.ndarray:
+        out = np.empty(count, dtype=dtype)
+        for (indices, _), value in zip(parts, values, strict=True):
+            out[indices] = value
+        return out
+
+    def field(name: str, dtype: Any = float) -> np.ndarray:
+        return gather([getattr(result, name) for result in results], dtype)
+
+    phases = ("prefill", "decode")
+    shares = {phase: [result.time_by_bound_by_phase[phase] for result in results] for phase in phases}
+    bounds = {phase: list(dict.fromkeys(name for share in shares[phase] for name in share)) for phase in phases}
+    memory = [result.memory_bytes.as_dict() for result in results]
+    tpot = field("tpot_s")
+    return replace(
+        results[0], scenario=scenario, ttft_s=field("ttft_s"), tpot_s=tpot, e2e_s=field("e2e_s"),
+        tokens_per_s_per_user=1 / tpot, tokens_per_s=field("tokens_per_s"),
+        tokens_per_s_per_chip=field("tokens_per_s_per_chip"), fits=field("fits", bool),
+        weights_streamed=field("weights_streamed", bool),
+        memory_bytes=MemoryPerChip(**{key: gather([part[key] for part in memory]) for key in memory[0]}),
+        bound_by_phase={phase: gather([result.bound_by_phase[phase] for result in results], object).astype(str)
+                        for phase in phases},
+        time_by_bound_by_phase={phase: {name: gather([share.get(name, 0.0) for share in shares[phase]])
+                                        for name in bounds[phase]} for phase in phases},
+        ops_per_decode_step={key: max(float(np.max(result.ops_per_decode_step[key])) for result in results)
+                             for key in results[0].ops_per_decode_step})
+
+
+def op_counts(graph: Graph, kernels: float, stage_layers: int) -> dict[str, float]:
     """Ops of one stage's step (``ops``: those that launch work; ``per_layer``: in one decoder layer;
-    ``host_only``: views and reshapes that launch nothing) and the kernels the mode launches."""
+    ``host_only``: views and reshapes that launch nothing) and the ``kernels`` the mode launches."""
     working = [op for op in graph.ops if op.kind != "view"]
     return {"ops": sum(op.count for op in working),
             "per_layer": sum(op.count for op in working if op.name.startswith("layers.")) / stage_layers,
             "host_only": sum(op.count for op in graph.ops if op.kind == "view"),
-            "kernels": sum(op.launches for op in evaluation.ops)}
+            "kernels": kernels}
 
 
 def max_batch(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism) -> int:

@@ -107,8 +107,50 @@ def at_point(evaluation: ArrayEvaluation, index: int) -> ArrayEvaluation:
                    **{name: getattr(evaluation, name)[..., index] for name in _PER_POINT_FIELDS})
 
 
+def at_first_axis(evaluation: ArrayEvaluation, index: int) -> ArrayEvaluation:
+    """Point ``index`` along the first of a two-axis sweep's axes (ops x A x B becomes ops x B)."""
+    if evaluation.total_s.ndim != 3:
+        raise PerfmodelError("at_first_axis needs a two-axis sweep (ops x A x B)")
+    program_s = evaluation.program_s
+    if isinstance(program_s, np.ndarray) and program_s.ndim == 2:
+        program_s = program_s[index]
+    return replace(evaluation, program_s=program_s,
+                   **{name: getattr(evaluation, name)[..., index, :] for name in _PER_POINT_FIELDS})
+
+
+def kernels_launched(evaluation: ArrayEvaluation, graph: Graph) -> float:
+    """Kernels one run of ``graph`` launches (a fused group once), as ``Evaluation`` counts them."""
+    return sum(float(cost.launches) * op.count for position, (op, cost) in enumerate(zip(graph.ops, evaluation.costs,
+                                                                                          strict=True))
+               if evaluation.fusion.group_of[position] == position)
+
+
 def bound_labels(level_names, link_name: str = "link") -> list[str]:
     return ["compute", *[f"memory:{name}" for name in level_names], link_name, "scheduling"]
+
+
+def time_by_bound_points(evaluation: ArrayEvaluation) -> dict[str, np.ndarray]:
+    """Time by bound at each point of a one-axis sweep, as ``Evaluation.time_by_bound`` gives for one
+    point (a link bound named after its link; the program launch counted as scheduling), without
+    building a report per point. Bounds that bind no op at any point are left out; the dict runs from
+    the most time over all points to the least."""
+    if evaluation.total_s.ndim != 2:
+        raise PerfmodelError("time_by_bound_points needs a one-axis sweep (ops x points)")
+    labels = bound_labels(evaluation.level_names)
+    link_index = labels.index("link")
+    link_names = np.asarray([f"link:{cost.link}" for cost in evaluation.costs])
+    groups: dict[str, np.ndarray] = {}
+    for index, label in enumerate(labels):
+        bound_here = evaluation.bound_index == index
+        names = sorted(set(link_names[bound_here.any(axis=1)])) if index == link_index else [label]
+        for name in names:
+            selected = bound_here & (link_names[:, None] == name) if index == link_index else bound_here
+            if selected.any():
+                groups[name] = np.where(selected, evaluation.total_s, 0.0).sum(axis=0)
+    program_s = np.broadcast_to(np.asarray(evaluation.program_s, dtype=float), evaluation.total_s.shape[1:])
+    if np.any(program_s > 0):
+        groups["scheduling"] = groups.get("scheduling", 0.0) + program_s
+    return dict(sorted(groups.items(), key=lambda item: -float(np.sum(item[1]))))
 
 
 def _as_float(value) -> np.ndarray:

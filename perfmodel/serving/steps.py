@@ -126,10 +126,9 @@ class StepCosts:
         points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
                                  np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
         tokens = np.unique(points.round().astype(np.int64))
-        # Every token count at once: the prefill graph with the prompt length an array
-        # (typed int for the scalar callers; the graph builders broadcast an array like a batch array),
-        # once per count of earlier tokens in the cache.
-        prompts = replace(scenario, batch=1, prompt_tokens=tokens)  # type: ignore[arg-type]
+        # Every token count at once: the prefill graph with the prompt length an array (the graph
+        # builders broadcast it like a batch array), once per count of earlier tokens in the cache.
+        prompts = replace(scenario, batch=1, prompt_tokens=tokens)
         send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
         earlier = np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
         rows = []
