@@ -27,6 +27,9 @@ back to back, so the host's launch cost and the CUDA-graph node gap are not char
 * attention: forward FlashAttention rows (fwd+bwd and bwd rows need a backward model) with the
   row's batch, heads, sequence length, head dim and causal flag; time = FLOPs as the benchmark
   counts them / rate.
+* decode attention: one query token per sequence against a KV cache of ``seq_kv`` tokens, with the
+  row's query and KV heads (grouped-query attention), as the LLM decode graphs shape it; time as
+  published. These kernels read the KV cache from HBM, so they are the device's own rows only.
 """
 
 from __future__ import annotations
@@ -133,6 +136,19 @@ def _attention(row: dict, device: str) -> MeasurementRecord | None:
     return _record(name, "attention", duration, op, row, device)
 
 
+def _decode_attention(row: dict, device: str) -> MeasurementRecord:
+    """A decode step's attention: one query token per sequence against ``seq_kv`` cached tokens, shaped
+    as the LLM stage graphs shape it (``perfmodel.llm.graphs.stage_graph``)."""
+    batch, heads, kv_heads, seq, head_dim = row["batch"], row["heads"], row["kv_heads"], row["seq_kv"], row["head_dim"]
+    query = TensorSpec(shape=(batch, heads, 1, head_dim), dtype=row["dtype"])
+    cache = TensorSpec(shape=(batch, kv_heads, seq, head_dim), dtype=row["dtype"], role="kv_cache")
+    op = Op(name="sdpa", kind="attention", inputs=(query, cache, cache), outputs=(query,),
+            attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": 1, "seq_kv": seq,
+                   "head_dim": head_dim, "causal": False, "implementation": "flash", "dtype": row["dtype"]})
+    name = f"decode_attention_{row['implementation']}_{batch}x{heads}/{kv_heads}x{seq}x{head_dim}"
+    return _record(name, "attention", row["time_us"] * 1e-6, op, row, device)
+
+
 def published_records(overlay: str, hardware: Hardware) -> Rows:
     """Every published row usable for ``overlay``, as measurement records."""
     die = SAME_DIE.get(overlay, (overlay,))
@@ -162,6 +178,9 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
     for row in load_published("attention"):
         if row["device"] in die:
             keep(_attention(row, row["device"]), "attention backward rows (no backward model yet)")
+    for row in load_published("decode_attention"):
+        if row["device"] == overlay:  # bound by the KV cache's HBM reads: the device's own rows only
+            keep(_decode_attention(row, row["device"]), "")
     return Rows(records=records, skipped=skipped)
 
 

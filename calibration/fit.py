@@ -4,9 +4,12 @@ Parameters (all fitted in log space, so they stay positive):
 * a compute efficiency per (op kind, engine, dtype) that binds at least ``MIN_RECORDS_PER_PARAMETER``
   measurements; kinds of work with fewer share one efficiency (``*``: the family's shared parameter);
 * a bandwidth efficiency per memory level (per op kind at the outermost level where the data are
-  plentiful), and a latency per level (``memory_latency``: the saturating efficiency in transfer size,
-  ``latency + bytes / (bandwidth x e)``) where transfers of different sizes bind it;
-* a fixed start-up latency per op kind (``compute_latency``: thread-pool wake-up, kernel prologue);
+  plentiful; the most measured kind's then also serves the kinds never measured there), and a
+  latency per level (``memory_latency``: the saturating efficiency in transfer size,
+  ``latency + bytes / (bandwidth x e)``) where transfers spanning a decade of sizes bind it (a kind
+  with its own efficiency whose transfers span less takes no part in it);
+* a fixed start-up latency per op kind (``compute_latency``: thread-pool wake-up, kernel prologue),
+  from records whose compute binds;
 * per link, alpha-beta for collectives: a base latency per collective (alpha) and a bandwidth
   efficiency (beta);
 * the per-kernel dispatch cost of the execution mode (``kernel_launch``), when the records pay one.
@@ -25,7 +28,8 @@ small share of a SIMD unit's FMA peak, so at the datasheet's 1 their compute loo
 time). Bottlenecks combine by a maximum, so the optimizer is started from several such compute
 efficiencies and keeps the least-cost solution (cost on the training data and priors only). Latencies
 have a one-sided prior (``_latency_prior``): free below a physical scale (a start-up latency below the
-mode's launch cost, a memory latency below the level's datasheet access latency), a factor 10 above
+mode's launch cost, a memory latency below the level's datasheet access latency, or 1 us where the
+spec gives none), a factor 10 above
 it costs one measurement missed by ``ROBUST_SCALE``, so a latency cannot stand in for an efficiency
 that the training sizes leave ambiguous.
 A parameter that no measurement binds (its column of the data Jacobian is zero) is reported as
@@ -65,6 +69,11 @@ PRIOR_LOG_SIGMA = 0.5
 SPREAD_FLOOR = 0.2         # relative spread at which a measurement counts half (weight 1/sqrt(2))
 UNIDENTIFIED_SHARE = 1e-6  # data-Jacobian column norm below this share of the largest: unidentified
 INITIAL_LATENCY_S = 1e-6
+# The scale of a memory latency where the spec gives no access latency for the level: loads from DRAM
+# or HBM take well under a microsecond on the devices here (pointer-chase latencies of 0.1-0.8 us);
+# a fitted latency far above it stands in for a bandwidth that keeps rising with transfer size.
+MEMORY_LATENCY_SCALE_S = 1e-6
+BOUND_TOLERANCE = 0.1  # log-space distance (10%) under which a parameter counts as at a bound of the fit
 LATENCY_PRIOR_LOG_SIGMA = math.log(10)  # latencies above their scale (_latency_prior): a factor 10 per width
 COMPUTE_STARTS = (1.0, 0.3, 0.1)  # vector kinds' compute efficiencies the fit starts from (the datasheet's first)
 
@@ -113,6 +122,7 @@ class FitResult:
     kfold_median_abs_error: float | None = None
     heldout_other_seeds: tuple[tuple[int, float, str, float], ...] = ()  # (seed, median, worst class, its error)
     at_bounds: tuple[str, ...] = ()  # parameters that ran into a bound
+    level_defaults: tuple[tuple[str, str], ...] = ()  # (level, kind): its per-kind parameters serve unmeasured kinds
     unidentified: tuple[str, ...] = ()  # parameters no measurement binds: reported, never written
     flags: tuple[str, ...] = ()         # warnings about the fit (efficiency above 1, ...)
     success: bool = True
@@ -138,6 +148,9 @@ class FitResult:
         def group(prefix: str) -> dict[str, float]:
             return {key.removeprefix(prefix): value for key, value in values.items() if key.startswith(prefix)}
 
+        for level, measured_kind in self.level_defaults:  # kinds never measured at a level: its most measured kind's
+            if f"memory:{measured_kind}:{level}" in values:
+                values.setdefault(f"memory:{level}", values[f"memory:{measured_kind}:{level}"])
         compute = group("compute:")
         # A kind of work measured in some dtypes (matmul in bf16 and tf32) gets a kind-level entry, the
         # geometric mean of its fitted efficiencies, for the dtypes no measurement covers (fp8, say):
@@ -178,15 +191,16 @@ class Design:
     compute: tuple[tuple[str, np.ndarray], ...]          # (key, op mask)
     memory: tuple[tuple[str, int, np.ndarray], ...]      # (label, level index, op mask)
     latency: tuple[str, ...]                             # op kinds
-    memory_latency: tuple[tuple[str, int], ...]          # (level name, level index)
+    memory_latency: tuple[tuple[str, int, np.ndarray], ...]  # (level name, level index, op mask)
     links: tuple[str, ...]                               # link names (efficiency and alpha each)
     launch: bool
+    level_defaults: tuple[tuple[str, str], ...] = ()     # (level, kind whose parameters serve the other kinds)
 
     @property
     def names(self) -> list[str]:
         return ([f"compute:{key}" for key, _ in self.compute] + [f"memory:{label}" for label, _, _ in self.memory]
                 + [f"latency:{kind}" for kind in self.latency]
-                + [f"memory_latency:{name}" for name, _ in self.memory_latency]
+                + [f"memory_latency:{name}" for name, _, _ in self.memory_latency]
                 + [f"link:{name}" for name in self.links] + [f"collective_latency:{name}" for name in self.links]
                 + (["kernel_launch_s"] if self.launch else []))
 
@@ -209,8 +223,8 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     for kind in design.latency:
         compute = compute + np.where(np.asarray(parts.kinds) == kind, values[position], 0.0) * parts.counts
         position += 1
-    for _name, level in design.memory_latency:
-        memory[level] = memory[level] + np.where(parts.memory_s[level] > 0, values[position], 0.0) * parts.counts
+    for _name, level, mask in design.memory_latency:
+        memory[level] = memory[level] + np.where(mask & (parts.memory_s[level] > 0), values[position], 0.0) * parts.counts
         position += 1
     link = parts.link_time.copy()
     links = np.asarray(parts.links)
@@ -279,35 +293,50 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     memory_groups = []
     outermost = len(parts.level_names) - 1
     memory_latency = []
+    level_defaults: list[tuple[str, str]] = []
     for index, name in enumerate(parts.level_names):
         binding = in_subset & (parts.memory_s[index] >= BINDING_SHARE * busy) & (parts.memory_s[index] > 0)
         covered = np.zeros_like(binding)
         # Per-kind efficiencies only where the data are plentiful: the outermost level, when at least
         # two kinds of work bind it (a CPU GEMM re-packs its operands; a stream does not). With one
-        # kind, its efficiency is the level's and serves every kind.
+        # kind, its efficiency is the level's and serves every kind; with several, the most measured
+        # kind's serves the kinds never measured there (``level_defaults``, applied when written).
         plentiful = [kind for kind in sorted(set(kinds[binding])) if index == outermost
                      and _records_where(parts, binding & (kinds == kind)) >= MIN_RECORDS_PER_PARAMETER]
+        if len(plentiful) > 1:
+            level_defaults.append((name, max(plentiful, key=lambda kind: _records_where(parts, binding & (kinds == kind)))))
+        narrow = np.zeros_like(binding)
         for kind in plentiful if len(plentiful) > 1 else ():
             mask = kinds == kind
             memory_groups.append((f"{kind}:{name}", index, mask))
             covered |= mask
+            # A kind with its own efficiency whose transfers span less than a decade cannot tell a
+            # latency from its efficiency: it takes no part in the level's latency (decode-attention
+            # rows, all near one size, pulled a 12 us latency into every stream kernel).
+            sizes = parts.memory_s[index][binding & mask]
+            if sizes.max() <= 10 * sizes.min():
+                narrow |= mask
         rest = binding & ~covered
         if _records_where(parts, rest) >= MIN_RECORDS_PER_PARAMETER:
             memory_groups.append((name, index, ~covered))
-        sizes = parts.memory_s[index][binding]
+        shared = binding & ~narrow
+        sizes = parts.memory_s[index][shared]
         # A latency needs transfers of different sizes (otherwise it cannot be told from the efficiency).
-        if _records_where(parts, binding) >= 2 * MIN_RECORDS_PER_PARAMETER and sizes.size and sizes.max() > 10 * sizes.min():
-            memory_latency.append((name, index))
+        if _records_where(parts, shared) >= 2 * MIN_RECORDS_PER_PARAMETER and sizes.size and sizes.max() > 10 * sizes.min():
+            memory_latency.append((name, index, ~narrow))
     # Kinds with a start-up latency (the op-kind table's ``startup_latency``). Element-wise ops get none:
-    # with one launch each, theirs would be the launch cost itself, which they identify.
+    # with one launch each, theirs would be the launch cost itself, which they identify. A start-up
+    # latency adds to a kernel's compute time, so only records whose compute binds can measure it (on
+    # memory-bound records, such as decode attention, it would stand in for a bandwidth as a floor).
     latency_kinds = tuple(kind for kind, entry in OP_KIND_TABLE.items() if entry.startup_latency
-                          if _records_where(parts, in_subset & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY)
+                          if _records_where(parts, compute_binding & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY)
     links = np.asarray(parts.links)
     link_names = tuple(name for name in sorted(set(links[in_subset])) if name
                        and _records_where(parts, in_subset & (links == name)) >= 2 * MIN_RECORDS_PER_PARAMETER)
     launch = bool(np.any(parts.scheduling_s[in_subset] > 0)) and parts.launch_s > 0
     return Design(compute=tuple(compute_groups), memory=tuple(memory_groups), latency=latency_kinds,
-                  memory_latency=tuple(memory_latency), links=link_names, launch=launch)
+                  memory_latency=tuple(memory_latency), links=link_names, launch=launch,
+                  level_defaults=tuple(level_defaults))
 
 
 def _initial(parts: Components, design: Design) -> np.ndarray:
@@ -351,17 +380,17 @@ def _latency_prior(parts: Components, design: Design) -> tuple[np.ndarray, np.nd
     ROBUST_SCALE). Without it a latency and an efficiency that the training sizes cannot tell apart
     trade places: a 100 us "start-up" stands in for a slow exp, a microsecond "L1 latency" for the
     launch cost. Scales: a kind's start-up latency, the mode's per-kernel launch cost (when the records
-    pay one); a level's memory latency, its datasheet access latency (when the spec gives one)."""
+    pay one); a level's memory latency, its datasheet access latency, or ``MEMORY_LATENCY_SCALE_S``
+    where the spec gives none."""
     index, scale = [], []
     start = design.efficiencies
     if parts.launch_s > 0:
         index += range(start, start + len(design.latency))
         scale += [parts.launch_s] * len(design.latency)
     latencies = parts.level_latency_s or (None,) * len(parts.level_names)
-    for offset, (_name, level) in enumerate(design.memory_latency):
-        if latencies[level]:
-            index.append(start + len(design.latency) + offset)
-            scale.append(latencies[level])
+    for offset, (_name, level, _mask) in enumerate(design.memory_latency):
+        index.append(start + len(design.latency) + offset)
+        scale.append(latencies[level] or MEMORY_LATENCY_SCALE_S)
     return np.asarray(index, dtype=int), np.log(np.asarray(scale, dtype=float))
 
 
@@ -455,8 +484,9 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
         worst = max(classes_error, key=classes_error.get)
         others.append((other, median, worst, classes_error[worst]))
     low_bounds, high_bounds = _bounds(design)
+    # Within 10% of a bound (log space): a latency that ends at 1.07 ns has run into its 1 ns floor.
     at_bounds = tuple(names[index] for index, value in enumerate(solution.x)
-                      if min(value - low_bounds[index], high_bounds[index] - value) < 1e-3)
+                      if min(value - low_bounds[index], high_bounds[index] - value) < BOUND_TOLERANCE)
     unidentified = tuple(name for name, free in zip(names, unbound, strict=True) if free)
     # The fit's predictions are those of what gets written: parameters left out fall back to the
     # datasheet (efficiency 1, no latency, the spec's launch cost).
@@ -477,6 +507,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
                      heldout_median_abs_error=heldout, heldout_by_class=by_class,
                      kfold_median_abs_error=kfold(parts, measured, seed, folds, weights),
                      heldout_other_seeds=tuple(others), at_bounds=at_bounds, unidentified=unidentified, flags=flags,
+                     level_defaults=design.level_defaults,
                      success=bool(solution.success), message=message + f"; optimizer: {solution.message}")
 
 

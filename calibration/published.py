@@ -2,8 +2,9 @@
 
 They calibrate the *achievable* overlays of devices nobody here can run (DESIGN.md section 7): matmul
 TFLOP/s by shape, bandwidth by working-set size and memory level, collective bandwidth by message
-size, attention TFLOP/s by sequence length. Every row carries its URL, the commit or version it was
-read at, the tool and the conditions; ``calibration/data/published/README.md`` describes the sources.
+size, attention TFLOP/s by sequence length, decode attention time by batch and KV length. Every row
+carries its URL, the commit or version it was read at, the tool and the conditions;
+``calibration/data/published/README.md`` describes the sources.
 
 ``load_published(kind)`` reads one file with the standard library, checks every row (required
 columns, positive finite numbers, known devices and enumerations, a URL and a version) and returns a
@@ -111,11 +112,17 @@ SCHEMAS: dict[str, list[tuple[str, Parser, bool]]] = {
                   ("seq_len", _positive_int, True), ("head_dim", _positive_int, True), ("causal", _boolean, True),
                   ("direction", _choice(DIRECTIONS), True), ("implementation", _text, True),
                   ("measured_tflops", _positive_float, True)],
+    # One new query token per sequence attending to a KV cache of seq_kv tokens (LLM decode kernels).
+    "decode_attention": [("dtype", _choice(DTYPES), True), ("batch", _positive_int, True),
+                         ("heads", _positive_int, True), ("kv_heads", _positive_int, True),
+                         ("seq_kv", _positive_int, True), ("head_dim", _positive_int, True),
+                         ("implementation", _text, True), ("time_us", _positive_float, True)],
 }
 
 #: Per kind, the measured-value columns of which each row must fill at least one.
 MEASURED_VALUES = {"matmul": ("measured_tflops", "time_s"), "memory_bandwidth": ("measured_bytes_per_s",),
-                   "collectives": ("time_s", "alg_bytes_per_s", "bus_bytes_per_s"), "attention": ("measured_tflops",)}
+                   "collectives": ("time_s", "alg_bytes_per_s", "bus_bytes_per_s"), "attention": ("measured_tflops",),
+                   "decode_attention": ("time_us",)}
 
 KINDS = tuple(SCHEMAS)
 

@@ -140,3 +140,47 @@ def test_an_efficiency_above_one_is_flagged():
     result = fit(records, hardware, mode="graph")
     assert result.params["memory:hbm"][0] > 1.3
     assert any(flag.startswith("memory:hbm") and "faster than the datasheet" in flag for flag in result.flags)
+
+
+def _decode_attention_record(batch, seq_kv, seconds, name):
+    from calibration.achievable import _decode_attention
+
+    row = {"batch": batch, "heads": 16, "kv_heads": 2, "seq_kv": seq_kv, "head_dim": 128, "dtype": "fp16",
+           "implementation": "split-kv", "time_us": seconds * 1e6, "tool": "synthetic", "version": "0", "url": "",
+           "line": 0}
+    return dataclasses.replace(_decode_attention(row, "h100-sxm"), name=name)
+
+
+def test_a_kind_measured_near_one_size_gets_its_own_efficiency_and_leaves_the_latency_alone():
+    """Streams over three decades say: 80% of HBM, no latency. Decode attention at two KV sizes, made
+    with a 10 us fixed cost, cannot tell that cost from its efficiency: it gets an efficiency of its own
+    and takes no part in the level's latency (such rows once pulled 12 us into every stream kernel);
+    kinds never measured at HBM (a matmul) take the most measured kind's efficiency, not the datasheet's."""
+    hardware = _device_only("h100-sxm")
+    streams = Parameters(name="truth", memory_efficiency={"hbm": 0.8})
+    records = []
+    for index, elements in enumerate(np.geomspace(1 << 22, 1 << 30, 12).astype(int)):
+        record = _stream_record(int(elements), 1.0, f"s{index}")
+        seconds = evaluate(record.graph(), hardware, mode="graph", parameters=streams).total_s
+        records.append(dataclasses.replace(record, duration_s=seconds))
+    attention = Parameters(name="truth", memory_efficiency={"hbm": 0.68}, memory_latency_s={"hbm": 10e-6})
+    for index, (batch, seq) in enumerate([(256, 256), (64, 1024), (16, 4096), (4, 16384), (1, 65536), (1, 131072)]):
+        record = _decode_attention_record(batch, seq, 1.0, f"a{index}")
+        seconds = evaluate(record.graph(), hardware, mode="graph", parameters=attention).total_s
+        records.append(dataclasses.replace(record, duration_s=seconds))
+    result = fit(records, hardware, mode="graph")
+    assert 0.5 < result.params["memory:attention:hbm"][0] < 0.68
+    assert result.params["memory:elementwise:hbm"][0] == pytest.approx(0.8, rel=0.03)
+    written = result.parameters("fitted")
+    assert written.kind == "calibrated"
+    assert written.memory_latency("hbm") < 1e-7  # at its floor: the attention's fixed cost stays out of it
+    assert written.memory("hbm", "matmul") == written.memory("hbm", "elementwise")  # the level's default
+
+
+def test_the_a100_overlay_prices_decode_attention_below_the_stream_rate():
+    rows = published_records("a100-sxm-80gb", load_hardware("a100-sxm-80gb"))
+    decode = [record for record in rows.records if record.name.startswith("decode_attention_")]
+    assert len(decode) == 10 and all(record.graph().ops[0].attrs["seq_q"] == 1 for record in decode)
+    efficiency = load_hardware("a100-sxm-80gb-achievable").efficiency
+    attention, stream = efficiency.memory("hbm", "attention"), efficiency.memory("hbm", "elementwise")
+    assert 0.4 < attention < stream < 1 and efficiency.memory("hbm", "matmul") == stream

@@ -31,10 +31,10 @@ def published():
 
 
 def test_every_shipped_file_loads_with_rows(published):
-    assert set(KINDS) == {"matmul", "memory_bandwidth", "collectives", "attention"}
+    assert set(KINDS) == {"matmul", "memory_bandwidth", "collectives", "attention", "decode_attention"}
     for kind, rows in published.items():
         assert published_path(kind).is_file()
-        assert len(rows) >= 50, kind
+        assert len(rows) >= (10 if kind == "decode_attention" else 50), kind
     assert (DATA_DIRECTORY / "README.md").is_file()
 
 
@@ -299,3 +299,21 @@ def test_empty_unreadable_and_unknown_inputs(tmp_path):
         load_published("matmul", binary)
     with pytest.raises(PublishedDataError, match="unknown kind of published data 'gemm'"):
         load_published("gemm")
+
+
+def test_decode_attention_reads_its_kv_cache_no_faster_than_the_datasheet(published):
+    """Each decode row's KV cache (K and V of every sequence) read in its published time stays under the
+    device's HBM bandwidth, and the record built from it is one query token against that cache."""
+    from calibration.achievable import _decode_attention
+    from perfmodel.dtypes import DTYPES
+
+    for row in published["decode_attention"]:
+        elements = 2 * row["batch"] * row["kv_heads"] * row["seq_kv"] * row["head_dim"]  # K and V
+        kv_bytes = elements * DTYPES[row["dtype"]].bytes_per_element
+        bandwidth = load_hardware(row["device"]).level("hbm").bandwidth_bytes_per_s
+        assert kv_bytes / (row["time_us"] * 1e-6) <= bandwidth, f"decode_attention.csv:{row['line']}"
+        record = _decode_attention(row, row["device"])
+        (op,) = record.graph().ops
+        assert op.attrs["seq_q"] == 1 and op.attrs["seq_kv"] == row["seq_kv"] and op.attrs["kv_heads"] == row["kv_heads"]
+        assert record.duration_s == pytest.approx(row["time_us"] * 1e-6)
+        assert sum(tensor.bytes for tensor in op.inputs if tensor.role == "kv_cache") == kv_bytes
