@@ -36,12 +36,10 @@ from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, st
 from perfmodel.roofline.arrays import (
     ArrayEvaluation,
     at_first_axis,
-    at_point,
     evaluate_arrays,
     kernels_launched,
     time_by_bound_points,
 )
-from perfmodel.roofline.results import to_evaluation
 from perfmodel.workload.ir import Graph
 
 # Builds one pipeline stage's graph: (architecture, scenario, parallelism, *, phase, context) -> Graph.
@@ -266,29 +264,36 @@ def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scena
         swept = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
                                 stream_items=scenario.batch)
         steps = [float(step) for step in phase_time(swept, hardware, parallelism, send_decode)]
-        middle = at_point(swept, 1)
+        middle, decode_shares = swept, _spent(time_by_bound_points(swept), 1)
     else:
         decode_graphs = [graphs(architecture, scenario, parallelism, phase="decode", context=c) for c in contexts]
         decode_arrays = [evaluate_arrays(g, hardware, mode=execution, resident_bytes=state,
                                          stream_items=scenario.batch) for g in decode_graphs]
         steps = [float(phase_time(arrays, hardware, parallelism, send_decode)) for arrays in decode_arrays]
         decode_graph, middle = decode_graphs[1], decode_arrays[1]
+        decode_shares = _spent(time_by_bound_points(middle), 0)
     tpot = sum(weight * step for weight, step in zip(SIMPSON_WEIGHTS, steps, strict=True))
     _refuse_non_finite(architecture, hardware, ttft, tpot)
-    prefill_eval = to_evaluation(prefill, prefill_arrays, middle.parameters.label)
-    decode_eval = to_evaluation(decode_graph, middle, middle.parameters.label)
+    prefill_shares = _spent(time_by_bound_points(prefill_arrays), 0)
     tokens_per_s = float(scenario.batch / tpot)
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
         ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,
         tokens_per_s=tokens_per_s, tokens_per_s_per_chip=tokens_per_s / parallelism.chips, memory_bytes=memory,
         capacity_bytes=placed.capacity_bytes, fits=placed.fits, weights_streamed=placed.weights_streamed,
-        bound_by_phase={"prefill": prefill_eval.bound, "decode": decode_eval.bound},
-        time_by_bound_by_phase={"prefill": prefill_eval.time_by_bound, "decode": decode_eval.time_by_bound},
+        bound_by_phase={"prefill": next(iter(prefill_shares)), "decode": next(iter(decode_shares))},
+        time_by_bound_by_phase={"prefill": prefill_shares, "decode": decode_shares},
         power_watts=hardware.power.tdp_watts * parallelism.chips, parameters=middle.parameters.label,
         graph=getattr(graphs, "label", "condensed LLM graph"),
         ops_per_decode_step=op_counts(decode_graph, kernels_launched(middle, decode_graph),
                                       math.ceil(architecture.layers / parallelism.pp)))
+
+
+def _spent(shares: Mapping[str, np.ndarray], point: int) -> dict[str, float]:
+    """Point ``point``'s time by bound, from the most to the least, leaving out bounds that took no
+    time there (they bound an op at another point of the sweep)."""
+    spent = {name: float(time[point]) for name, time in shares.items() if time[point] > 0}
+    return dict(sorted(spent.items(), key=lambda item: -item[1])) or {next(iter(shares)): 0.0}
 
 
 def _refuse_non_finite(architecture: Architecture, hardware: Hardware, ttft, tpot) -> None:

@@ -133,7 +133,10 @@ def time_by_bound_points(evaluation: ArrayEvaluation) -> dict[str, np.ndarray]:
     """Time by bound at each point of a one-axis sweep, as ``Evaluation.time_by_bound`` gives for one
     point (a link bound named after its link; the program launch counted as scheduling), without
     building a report per point. Bounds that bind no op at any point are left out; the dict runs from
-    the most time over all points to the least."""
+    the most time over all points to the least. An evaluation without a sweep is one point."""
+    if evaluation.total_s.ndim == 1:
+        evaluation = replace(evaluation, total_s=evaluation.total_s[:, None],
+                             bound_index=evaluation.bound_index[:, None])
     if evaluation.total_s.ndim != 2:
         raise PerfmodelError("time_by_bound_points needs a one-axis sweep (ops x points)")
     labels = bound_labels(evaluation.level_names)
