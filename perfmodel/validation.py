@@ -17,6 +17,12 @@ Conventions for reproducing rows:
   blocks, whole sequences reserved at admission: GUARANTEED_NO_EVICT) and the perf-overview's KV share
   of 0.95 of the free memory. Throughput = all output tokens / the run's wall time, as trtllm-bench
   reports "Total Output Throughput".
+* vLLM serving-benchmark rows (``vllm bench serve``, whose command lines the row's notes quote) go
+  through the serving simulator with those settings: a closed loop of the row's max concurrency
+  (``batch``) over ``--num-prompts`` requests of fixed lengths, the server's ``--max-num-seqs`` and
+  ``--max-num-batched-tokens``, vLLM's on-demand paged KV cache (16-token blocks, 0.9 of the memory).
+  Output token throughput = all output tokens / the run's wall time; TPOT and TTFT as the benchmark
+  reports them (median TPOT excludes the first token; mean TTFT).
 * FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute.
 * Single-user API speeds (Groq, Cerebras) are 1 / TPOT at batch 1 for a 512-token prompt and 256
   generated tokens, on the fewest chips that hold the weights (Groq: tp 8, pp as needed) or the
@@ -52,6 +58,8 @@ TRTLLM_KV_FREE_FRACTION = 0.95
 TRTLLM_TOKENS_PER_BLOCK = 32
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
+# The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
+VLLM_SETTINGS = re.compile(r"--(num-prompts|max-num-seqs|max-num-batched-tokens)[ =](\d+)")
 # A prompt stated only as "short": gpt-fast's generate.py default prompt, "Hello, my name is", is
 # 6 Llama tokens with BOS; 8 rounds it up (decode time barely depends on it).
 SHORT_PROMPT_TOKENS = 8
@@ -165,6 +173,8 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
         + f"; prompt {prompt}, gen {gen}"
     if "ifb" in batch_text or "max-load" in batch_text:
         return _max_load_row(architecture, hardware, parallelism, base, mode, how)
+    if "vllm bench serve" in row.get("notes", ""):
+        return _vllm_serving_row(row, architecture, hardware, parallelism, base, mode, how)
     if "max" in batch_text or "sweep" in batch_text:
         raise _Skip("batch size of the sweep's maximum not stated")
     batch = _int(row["batch"]) or 1
@@ -265,6 +275,39 @@ def _max_load_row(architecture, hardware, parallelism, scenario, mode, how) -> t
         f"; trtllm-bench max-load simulated: {requests} requests at once, max batch {settings.max_batch}, "
         f"{tokens} tokens a step (trtllm-bench's heuristic), whole sequences reserved; peak "
         f"{result.peak_kv_blocks} of {result.kv_blocks} KV blocks; total")
+
+
+def _vllm_serving_row(row: dict, architecture, hardware, parallelism, scenario, mode, how) -> tuple[float, str]:
+    """A ``vllm bench serve`` row through the serving simulator (see the module docstring)."""
+    from perfmodel.serving import ClosedLoop, Server, ServingConfig, parse_length
+
+    settings = {name: int(value) for name, value in VLLM_SETTINGS.findall(row.get("notes", ""))}
+    missing = [f"--{name}" for name in ("num-prompts", "max-num-seqs", "max-num-batched-tokens") if name not in settings]
+    users = _int(row["batch"])
+    if missing or users is None:
+        raise _Skip(f"the vLLM run's settings are not all stated ({', '.join(missing) or 'max concurrency'})")
+    prompt, gen = scenario.prompt_tokens, scenario.generated_tokens
+    batch, requests = settings["max-num-seqs"], settings["num-prompts"]
+    tokens = max(settings["max-num-batched-tokens"], batch)  # every running sequence takes a token a step
+    try:
+        config = ServingConfig(max_batch=batch, max_tokens_per_step=tokens)
+        server = Server(architecture, hardware, parallelism, config=config, max_context=prompt + gen,
+                        weight_dtype=scenario.weight_dtype, kv_dtype=scenario.kv_dtype,
+                        activation_dtype=scenario.activation_dtype, mode=mode)
+        result = server.simulate(ClosedLoop(users=users, think_s=0.0), requests, parse_length(f"fixed:{prompt}"),
+                                 parse_length(f"fixed:{gen}"))
+    except PerfmodelError as error:
+        raise _Skip(f"the model does not fit in this configuration ({error})") from None
+    how += (f"; vllm bench serve simulated: {users} concurrent clients, {requests} requests, max {batch} sequences, "
+            f"{tokens} tokens a step, on-demand paged KV ({result.peak_kv_blocks} of {result.kv_blocks} blocks at peak)")
+    metric = row["metric"].lower()
+    if "throughput" in metric:
+        return result.tokens_per_s, how
+    if "tpot" in metric and "median" in metric:
+        return result.tpot.p50 * 1e3, how
+    if "ttft" in metric and "mean" in metric:
+        return result.ttft.mean * 1e3, how
+    raise _Skip(f"metric {row['metric']!r} is not one the vLLM benchmark path predicts")
 
 
 def _groq_parallelism(architecture, hardware, scenario):

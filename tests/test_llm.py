@@ -187,7 +187,7 @@ def test_size_cli(capsys):
 
 def test_validation_predicts_or_explains_every_row():
     rows = validate()
-    assert len(rows) == 147
+    assert len(rows) == 153
     assert all((row.predicted is not None) != bool(row.skipped) for row in rows)
     totals = summary(rows)
     assert totals["predicted"] >= 60
@@ -222,3 +222,22 @@ def test_llm_prints_one_row_per_scenario(capsys):
     assert table.count("\n") == 2 + 4 + 1  # title, header, rule, 4 rows
     assert main([*argv, "--graph-out", "x.yaml"]) == 2
     assert "take one scenario" in capsys.readouterr().err
+
+
+def test_vllm_serving_rows_go_through_the_simulator_with_the_quoted_settings():
+    from perfmodel.validation import validate_row
+
+    rows = {row.line: row for row in validate()}
+    served = [row for row in rows.values() if row.group == "G"]
+    assert len(served) == 6 and all(row.predicted is not None for row in served)
+    assert all("vllm bench serve simulated" in row.how and "3000 requests, max 256 sequences, 512 tokens a step"
+               in row.how for row in served)
+    throughput = {row.how.split(" concurrent")[0].rsplit("; ", 1)[-1].split()[-1]: row.predicted
+                  for row in served if "throughput" in row.metric}
+    assert throughput["128"] > throughput["64"]  # more clients in flight, more tokens a second
+    row = {"group": "G", "system": "TPU v6e Trillium (vLLM-TPU)", "chips": "8", "workload": "Llama-3.3-70B-Instruct",
+           "precision": "bf16", "batch": "64", "input_len": "1000", "output_len": "1000",
+           "metric": "output token throughput (total)", "value": "2494.8", "unit": "tok/s",
+           "notes": "vllm bench serve --num-prompts 3000 (server flags not quoted)"}
+    skipped = validate_row(2, row)
+    assert skipped.predicted is None and "--max-num-seqs, --max-num-batched-tokens" in skipped.skipped
