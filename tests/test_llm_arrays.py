@@ -59,6 +59,9 @@ def test_scenarios_on_both_sides_of_residency_are_evaluated_apart():
                                                       generated_tokens=256))
     assert swept.weights_streamed.tolist() == [False, True] and swept.fits.tolist() == [True, True]
     assert swept.bound_by_phase["decode"].tolist() == ["compute", "memory:memoryx"]
+    beyond = llm_predict(architecture, wafer, Scenario(batch=np.array([150, 2000]), prompt_tokens=1024,
+                                                       generated_tokens=256))
+    assert beyond.fits.tolist() == [True, False] and beyond.weights_streamed.tolist() == [True, False]
     for index, batch in enumerate((1, 150)):
         _assert_same(swept.at(index), llm_predict(architecture, wafer, Scenario(batch=batch, prompt_tokens=1024,
                                                                                 generated_tokens=256)))

@@ -344,15 +344,18 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
     middle = at_first_axis(decode_arrays, 1)
     by_bound = {"prefill": time_by_bound_points(prefill_arrays), "decode": time_by_bound_points(middle)}
     tokens_per_s = batch / tpot
-    resident_all = bool(resident.all())
+    # Per scenario, as ``costs.residency`` decides for one: streamed where the weights are not resident
+    # but everything else fits beside an external store; a group of non-resident scenarios can hold
+    # both kinds (a Cerebras batch that streams, and one too large even for that).
+    other = np.broadcast_to(np.asarray(placed.other_bytes, dtype=float), batch.shape)
+    streamed = ~resident & placed.external_store & (other <= placed.capacity_bytes)
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
         ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,
         tokens_per_s=tokens_per_s, tokens_per_s_per_chip=tokens_per_s / parallelism.chips,
         memory_bytes=MemoryPerChip(**{key: np.broadcast_to(np.asarray(value, dtype=float), batch.shape)
                                       for key, value in memory.as_dict().items()}),
-        capacity_bytes=placed.capacity_bytes, fits=np.full(batch.shape, placed.fits),
-        weights_streamed=np.full(batch.shape, placed.weights_streamed and not resident_all),
+        capacity_bytes=placed.capacity_bytes, fits=resident | streamed, weights_streamed=streamed,
         bound_by_phase={phase: _largest(shares, batch.shape) for phase, shares in by_bound.items()},
         time_by_bound_by_phase=by_bound, power_watts=hardware.power.tdp_watts * parallelism.chips,
         parameters=decode_arrays.parameters.label, graph="condensed LLM graph",
