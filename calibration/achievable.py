@@ -180,7 +180,7 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
             keep(_attention(row, row["device"]), "attention backward rows (no backward model yet)")
     for row in load_published("decode_attention"):
         if row["device"] == overlay:  # bound by the KV cache's HBM reads: the device's own rows only
-            keep(_decode_attention(row, row["device"]), "")
+            keep(_decode_attention(row, row["device"]), "decode attention rows")
     return Rows(records=records, skipped=skipped)
 
 
