@@ -47,6 +47,7 @@ from perfmodel.roofline import evaluate, evaluate_arrays
 from perfmodel.roofline.sweep import hardware_with, sweep
 from perfmodel.workload.builders import linear, transformer_block
 from perfmodel.workload.ir import Graph, Op, TensorSpec
+from perfmodel.yaml_source import write_text_atomically
 
 LLAMA70B = {"hidden": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672}
 
@@ -230,12 +231,9 @@ def main(argv=None) -> int:
             row["baseline_seconds"], row["speedup"] = old, old / row["seconds"]
             line += f" {old * 1e3:>9.2f} ms {row['speedup']:>8.1f}x"
         print(line)
-    args.json.parent.mkdir(parents=True, exist_ok=True)
     meta = {"perfmodel": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.machine(), "cpus": os.cpu_count(), "baseline": args.baseline}
-    temporary = args.json.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    temporary.replace(args.json)
+    write_text_atomically(args.json, json.dumps({"meta": meta, "rows": rows}, indent=2))
     return 0
 
 

@@ -42,6 +42,7 @@ from perfmodel.hardware.loader import load_hardware
 from perfmodel.llm.catalog import load_architecture, load_config
 from perfmodel.llm.graphs import Scenario
 from perfmodel.llm.metrics import llm_predict
+from perfmodel.yaml_source import write_text_atomically
 
 BATCH, GEN, CALLS = 8, 128, 40
 PROMPTS = list(range(600, 600 + CALLS))  # distinct prompts: nothing can be reused between calls
@@ -146,10 +147,7 @@ def main(argv=None) -> int:
               f"{row['tpot_s'] * 1e3:>7.2f} ms")
     meta = {"scenario": f"llama-2-7b, 1 x H100 SXM, batch {BATCH}, prompt {PROMPTS[0]}..{PROMPTS[-1]}, gen {GEN}",
             "python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()}
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    temporary = args.json.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps({"meta": meta, "rows": rows}, indent=2))
-    temporary.replace(args.json)
+    write_text_atomically(args.json, json.dumps({"meta": meta, "rows": rows}, indent=2))
     return 0
 
 

@@ -1,6 +1,7 @@
 """LLM inference: architectures, memory, parallelism, phases, sizing, validation, and bad scenarios."""
 
 import json
+import re
 
 import pytest
 
@@ -232,7 +233,7 @@ def test_vllm_serving_rows_go_through_the_simulator_with_the_quoted_settings():
     assert len(served) == 6 and all(row.predicted is not None for row in served)
     assert all("vllm bench serve simulated" in row.how and "3000 requests, max 256 sequences, 512 tokens a step"
                in row.how for row in served)
-    throughput = {row.how.split(" concurrent")[0].rsplit("; ", 1)[-1].split()[-1]: row.predicted
+    throughput = {re.search(r"(\d+) concurrent clients", row.how).group(1): row.predicted
                   for row in served if "throughput" in row.metric}
     assert throughput["128"] > throughput["64"]  # more clients in flight, more tokens a second
     row = {"group": "G", "system": "TPU v6e Trillium (vLLM-TPU)", "chips": "8", "workload": "Llama-3.3-70B-Instruct",
