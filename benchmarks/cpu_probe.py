@@ -16,21 +16,31 @@ from pathlib import Path
 import torch
 import torch.utils.benchmark as benchmark
 
+from perfmodel.yaml_source import write_text_atomically
+
 BYTES_PER_FP32 = 4
 ARRAY_BYTES = 256 * 1024 * 1024
 MIN_RUN_TIME_S = 1.0
 
 
-def _median_s(statement: str, **variables) -> tuple[float, float]:
-    measurement = benchmark.Timer(statement, globals=variables).blocked_autorange(min_run_time=MIN_RUN_TIME_S)
+def _median_s(statement: str, threads: int = 1, **variables) -> tuple[float, float]:
+    # torch.utils.benchmark.Timer runs on ONE thread unless told otherwise (num_threads=1 by default):
+    # the DRAM figures are taken at one thread and at all of them, and say which.
+    measurement = benchmark.Timer(statement, globals=variables, num_threads=threads).blocked_autorange(
+        min_run_time=MIN_RUN_TIME_S)
     return measurement.median, measurement.iqr
 
 
 def probe() -> dict:
     elements = ARRAY_BYTES // BYTES_PER_FP32
     source, destination = torch.ones(elements), torch.empty(elements)
-    copy_s, copy_iqr = _median_s("destination.copy_(source)", destination=destination, source=source)
-    sum_s, sum_iqr = _median_s("source.sum()", source=source)
+    every = torch.get_num_threads()  # torch's default: all the CPUs this process may run on
+    streams = {}
+    for label, threads in (("1_thread", 1), ("all_threads", every)):
+        copy_s, copy_iqr = _median_s("destination.copy_(source)", threads, destination=destination, source=source)
+        sum_s, sum_iqr = _median_s("source.sum()", threads, source=source)
+        streams.update({f"copy_read_write_bytes_per_s_{label}": 2 * ARRAY_BYTES / copy_s, f"copy_iqr_s_{label}": copy_iqr,
+                        f"sum_read_bytes_per_s_{label}": ARRAY_BYTES / sum_s, f"sum_iqr_s_{label}": sum_iqr})
     small_a, small_b = torch.ones(1024), torch.ones(1024)
     add_s, add_iqr = _median_s("torch.add(a, b)", torch=torch, a=small_a, b=small_b)
 
@@ -42,10 +52,8 @@ def probe() -> dict:
     compiled(tiny)
     compiled_s, compiled_iqr = _median_s("compiled(tiny)", compiled=compiled, tiny=tiny)
     return {
-        "torch": torch.__version__, "python": platform.python_version(), "threads": torch.get_num_threads(),
-        "copy_read_write_bytes_per_s": 2 * ARRAY_BYTES / copy_s, "copy_iqr_s": copy_iqr,
-        "sum_read_bytes_per_s": ARRAY_BYTES / sum_s, "sum_iqr_s": sum_iqr,
-        "eager_add_1024_s": add_s, "eager_add_iqr_s": add_iqr,
+        "torch": torch.__version__, "python": platform.python_version(), "all_threads": every,
+        **streams, "eager_add_1024_s": add_s, "eager_add_iqr_s": add_iqr,  # dispatch cost: one thread
         "compiled_call_s": compiled_s, "compiled_call_iqr_s": compiled_iqr,
     }
 
@@ -56,12 +64,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     result = probe()
     print(f"{'quantity':<36} {'value':>14}")
-    print(f"{'copy (read+write)':<36} {result['copy_read_write_bytes_per_s'] / 1e9:>10.1f} GB/s")
-    print(f"{'sum (read)':<36} {result['sum_read_bytes_per_s'] / 1e9:>10.1f} GB/s")
+    for label, threads in (("1_thread", "1 thread"), ("all_threads", f"{result['all_threads']} threads")):
+        print(f"{'copy (read+write), ' + threads:<36} {result[f'copy_read_write_bytes_per_s_{label}'] / 1e9:>10.1f} GB/s")
+        print(f"{'sum (read), ' + threads:<36} {result[f'sum_read_bytes_per_s_{label}'] / 1e9:>10.1f} GB/s")
     print(f"{'eager torch.add, 1024 elements':<36} {result['eager_add_1024_s'] * 1e6:>10.2f} us")
     print(f"{'torch.compile call, 3 ops':<36} {result['compiled_call_s'] * 1e6:>10.2f} us")
-    args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2))
+    write_text_atomically(args.json, json.dumps(result, indent=2))
     return 0
 
 

@@ -3,6 +3,7 @@
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
@@ -28,11 +29,30 @@ def test_each_overlay_ships_loads_and_is_the_default(device):
     assert load_for_prediction("tpu-v5e").name == "tpu-v5e"  # no overlay: the datasheet
 
 
+NUMBER = re.compile(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?")
+
+
+def _same_up_to_float_noise(written: str, shipped: str) -> bool:
+    """The same text, numbers equal to 1e-4 relative: the optimizer's last digits differ between CPUs
+    (Zen 4 and Zen 5 run numpy's and scipy's kernels along different SIMD paths)."""
+    if NUMBER.split(written) != NUMBER.split(shipped):
+        return False
+    pairs = zip(NUMBER.findall(written), NUMBER.findall(shipped), strict=True)
+    return all(math.isclose(float(a), float(b), rel_tol=1e-4) for a, b in pairs)
+
+
 def test_the_shipped_a100_overlay_is_what_the_fit_writes(tmp_path):
     path, report = write_overlay("a100-sxm-80gb", tmp_path)
     shipped = load_hardware("a100-sxm-80gb-achievable")
-    assert path.read_text() == (shipped.origin and open(shipped.origin).read())
+    assert _same_up_to_float_noise(path.read_text(), open(str(shipped.origin)).read())
     assert "held out" in report
+
+
+def test_float_noise_comparison_still_tells_different_overlays_apart():
+    text = "hbm: 0.873190824576\nl2: 8.70524387826 ns\n"
+    assert _same_up_to_float_noise(text.replace("0.873190824576", "0.873190748058"), text)
+    assert not _same_up_to_float_noise(text.replace("0.873190824576", "0.874"), text)
+    assert not _same_up_to_float_noise(text.replace("l2:", "l3:"), text)
 
 
 def test_published_rows_become_records_with_the_measured_time():
