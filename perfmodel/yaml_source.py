@@ -11,13 +11,13 @@ import contextlib
 import csv
 import os
 import re
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
+if TYPE_CHECKING:
+    import yaml
 
 from perfmodel.errors import PerfmodelError, Problem
 
@@ -47,12 +47,16 @@ class _Converter:
         self.file = file
         self.lines: dict[str, int] = {}
         self.problems: list[Problem] = []
+        import yaml
+
         self._constructor = yaml.SafeLoader("")
 
     def problem(self, node: yaml.Node, path: str, message: str) -> None:
         self.problems.append(Problem(file=self.file, line=node.start_mark.line + 1, field=path, message=message))
 
     def convert(self, node: yaml.Node, path: str) -> Any:
+        import yaml
+
         self.lines.setdefault(path, node.start_mark.line + 1)
         if node.tag not in _SAFE_TAGS:
             self.problem(node, path, f"tag {node.tag!r} is not allowed: specs use plain YAML values only "
@@ -99,6 +103,8 @@ class _TooLarge(Exception):
 def _expanded_size(node: yaml.Node, sizes: dict[int, int], depth: int = 0) -> int:
     """Values ``node`` expands to with every alias followed (each distinct node counted once, in linear
     time); raises _TooLarge beyond the bounds."""
+    import yaml
+
     if depth > MAX_YAML_DEPTH:
         raise _TooLarge(f"values nested more than {MAX_YAML_DEPTH} levels deep")
     known = sizes.get(id(node))
@@ -116,16 +122,18 @@ def _expanded_size(node: yaml.Node, sizes: dict[int, int], depth: int = 0) -> in
     return size
 
 
-# libyaml's parser when PyYAML was built with it (~10x faster; the same nodes and line marks).
-SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
 def parse_yaml(text: str, file: str) -> YamlDocument:
     """Parse YAML text safely, tracking lines; never raises on bad YAML (problems are returned)."""
+    # PyYAML is imported here, not with the module: a cold start that reads only stored specs
+    # (``hardware.compiled``) parses no YAML. libyaml's parser when PyYAML was built with it (~10x
+    # faster; the same nodes and line marks).
+    import yaml
+
+    safe_loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     try:
         if _DEEP_FLOW.search(text):  # what the parser would take a second and the whole stack to refuse
             raise _TooLarge(f"values nested more than {MAX_YAML_DEPTH} levels deep")
-        root = yaml.compose(text, Loader=SAFE_LOADER)
+        root = yaml.compose(text, Loader=safe_loader)
         if root is not None:
             _expanded_size(root, {})
     except yaml.YAMLError as error:
@@ -208,21 +216,28 @@ def check_output_path(path: str | Path, flag: str, suffixes: tuple[str, ...] = (
 
 
 def write_text_atomically(path: str | Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename, so nothing is half-written. A
+    """Write ``text`` (UTF-8) to ``path`` as :func:`write_bytes_atomically` does."""
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def write_bytes_atomically(path: str | Path, data: bytes) -> None:
+    """Write ``data`` to ``path`` through a temporary file and a rename, so nothing is half-written. A
     directory or a special file (FIFO, device) at ``path`` is never replaced; a failed write is a
     :class:`PerfmodelError` naming the file."""
     path = Path(path)
     if path.is_dir() or (path.exists() and not path.is_file()):
         raise PerfmodelError(f"cannot write {path}: it is a {'directory' if path.is_dir() else 'special file'}; give "
                              "a file name")
+    import tempfile
+
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     except OSError as error:
         raise PerfmodelError(f"cannot write {path}: {error.strerror or error}") from None
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
+        with os.fdopen(handle, "wb") as stream:
+            stream.write(data)
         os.chmod(temporary, default_file_mode())
         os.replace(temporary, path)
     except BaseException as error:

@@ -24,16 +24,19 @@ import types
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any, Literal, Mapping, Union, get_args, get_origin
-
-from pydantic import BaseModel, BeforeValidator, ValidationError
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Union, get_args, get_origin
 
 from perfmodel.errors import Problem, SpecError, UnitError
 from perfmodel.hardware import model
-from perfmodel.hardware.schema import SCHEMA_VERSION, HardwareSpec, memory_order_problems, numeric_field_paths
+from perfmodel.hardware.compiled import stored_hardware, stored_names
 from perfmodel.paths import spec_directories
 from perfmodel.units import parse_quantity
 from perfmodel.yaml_source import YamlDocument, join_path, read_yaml
+
+if TYPE_CHECKING:  # the schema (pydantic) is imported where a spec is validated: a stored spec needs none of it
+    from pydantic import ValidationError
+
+    from perfmodel.hardware.schema import HardwareSpec
 
 WHAT_IF_SOURCE = "what-if"
 WHAT_IF_SCALED_SOURCE = "what-if-scaled"
@@ -233,6 +236,8 @@ def _classify(annotation: Any, metadata: tuple[Any, ...], declared: bool) -> _Fi
         positive = any(getattr(item, "gt", None) == 0 for item in metadata)
         return _FieldType(kind="count" if positive else "integer", declared=declared)
     if annotation is float:
+        from pydantic import BeforeValidator
+
         quantity = any(isinstance(item, BeforeValidator) for item in metadata)
         return _FieldType(kind="quantity" if quantity else "number", declared=declared)
     if annotation is str:
@@ -242,6 +247,10 @@ def _classify(annotation: Any, metadata: tuple[Any, ...], declared: bool) -> _Fi
 
 def _field_type(dotted: str) -> _FieldType | None:
     """The schema's type of the dotted field ``dotted``, or None when the schema has no such field."""
+    from pydantic import BaseModel
+
+    from perfmodel.hardware.schema import HardwareSpec
+
     annotation: Any = HardwareSpec
     metadata: tuple[Any, ...] = ()
     declared = False
@@ -392,6 +401,8 @@ def _problems_from_validation(error: ValidationError, merged: _Merged, file: str
     """One problem per validation error, at the file and line its field comes from; an error on an
     object that a ``--set`` override changed (``usable_capacity is larger than capacity`` after
     ``--set memory.hbm.usable_capacity=...``) is the override's, not the shipped spec's line."""
+    from perfmodel.hardware.schema import SCHEMA_VERSION
+
     problems = []
     for item in error.errors():
         dotted = ".".join(str(part) for part in item["loc"])
@@ -422,7 +433,12 @@ def achievable_name(name: str) -> str | None:
     found by its file name, ``<name>-achievable.yaml`` declaring that name, so that predicting on a
     device reads its own spec files only (the shipped catalog names every file after its spec)."""
     candidate = f"{name}{ACHIEVABLE_SUFFIX}"
-    return candidate if not name.endswith(ACHIEVABLE_SUFFIX) and _file_named(candidate) is not None else None
+    if name.endswith(ACHIEVABLE_SUFFIX):
+        return None
+    stored = stored_names()  # the current stored catalog knows the shipped names without reading a file
+    if stored is not None and name in stored:
+        return candidate if candidate in stored else None
+    return candidate if _file_named(candidate) is not None else None
 
 
 def load_for_prediction(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None, *,
@@ -435,14 +451,24 @@ def load_for_prediction(name_or_path: str | Path, overrides: Mapping[str, Any] |
 
 
 def load_hardware(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None) -> model.Hardware:
-    """Load and validate a spec by catalog name or path; raise :class:`SpecError` listing every problem."""
+    """Load and validate a spec by catalog name or path; raise :class:`SpecError` listing every problem.
+    A shipped spec named exactly comes from the stored catalog when it is current (``compiled``)."""
+    if not overrides and isinstance(name_or_path, str):
+        stored = stored_hardware(name_or_path)
+        if stored is not None:
+            return stored
     try:
         path = resolve_spec(name_or_path)
     except FileNotFoundError as error:
         raise SpecError([Problem(file=str(name_or_path), line=None, field="", message=str(error))]) from None
     if not overrides:
-        return _load_cached(path.resolve())
+        return full_load(path)
     return _load(path, dict(overrides))
+
+
+def full_load(path: Path) -> model.Hardware:
+    """The spec file at ``path`` read and validated (never from the stored catalog); cached per file."""
+    return _load_cached(path.resolve())
 
 
 @lru_cache(maxsize=64)
@@ -451,6 +477,9 @@ def _load_cached(path: Path) -> model.Hardware:
 
 
 def _load(path: Path, overrides: dict[str, Any]) -> model.Hardware:
+    from pydantic import ValidationError
+
+    from perfmodel.hardware.schema import HardwareSpec, memory_order_problems
     problems: list[Problem] = []
     merged = _read_merged(path, (path.resolve(),), problems)
     if merged is None:
@@ -483,6 +512,8 @@ def validate_spec_file(path: str | Path) -> list[Problem]:
 
 
 def _collect_field_sources(prefix: str, spec: Any, out: dict[str, str]) -> None:
+    from perfmodel.hardware.schema import numeric_field_paths
+
     for path in numeric_field_paths(spec):
         out[f"{prefix}.{path}"] = spec.source_of(path)
 
