@@ -31,6 +31,7 @@ PRICED_ONE_BY_ONE = frozenset({"collective"})
 EXACT_INTEGER_LIMIT = 2.0**53
 MAX_STACKED_POINTS = 4096  # beyond this a sweep's own arrays dominate and stacking only copies them
 _COST_FIELDS = tuple(field.name for field in dataclasses.fields(OpCost))
+_PLAIN_NUMBERS = frozenset({int, float})
 
 
 def op_costs(ops: Sequence[Op], context: CostContext) -> tuple[OpCost, ...]:
@@ -56,10 +57,6 @@ def _is_number(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating, np.ndarray)) and not isinstance(value, (bool, np.bool_))
 
 
-def _tensor_likeness(tensor: TensorSpec) -> tuple:
-    return tensor.dtype, tensor.role, len(tensor.shape)
-
-
 def _likeness(op: Op) -> Hashable | None:
     """What two ops must share to be priced in one run (None: price this op alone)."""
     if op.kind in PRICED_ONE_BY_ONE:
@@ -67,13 +64,14 @@ def _likeness(op: Op) -> Hashable | None:
     attrs: list[tuple[str, Any]] = []
     for name in sorted(op.attrs):
         value = op.attrs[name]
-        if _is_number(value):
+        if type(value) in _PLAIN_NUMBERS or _is_number(value):  # the common case first (cheap)
             attrs.append((name, "#"))
         elif isinstance(value, (str, bool, np.bool_)) or value is None:
             attrs.append((name, value))
         else:  # anything else (a list, a mapping) is not stacked
             return None
-    return (op.kind, tuple(attrs), tuple(map(_tensor_likeness, op.inputs)), tuple(map(_tensor_likeness, op.outputs)))
+    return (op.kind, tuple(attrs), tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.inputs]),
+            tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.outputs]))
 
 
 class _Unstackable(Exception):
@@ -136,11 +134,16 @@ def _scalar_stack(ops: Sequence[Op], numbers: Sequence[str]) -> Op | None:
     for group in ("inputs", "outputs"):
         for slot, tensor in enumerate(getattr(first, group)):
             values += [[getattr(op, group)[slot].shape[axis] for op in ops] for axis in range(len(tensor.shape))]
-    if any(isinstance(value, np.ndarray) for row in values for value in row):
-        return None
-    columns = [np.array(row, dtype=float) for row in values]
-    if any(np.abs(column).max() > EXACT_INTEGER_LIMIT for column in columns):
-        return None
+    columns = []
+    for row in values:
+        # A sweep's array among the values makes the conversion fail or changes its shape: not scalars.
+        try:
+            column = np.array(row, dtype=float)
+        except (TypeError, ValueError):
+            return None
+        if column.shape != (len(ops),) or np.abs(column).max() > EXACT_INTEGER_LIMIT:
+            return None
+        columns.append(column)
     attrs = dict(first.attrs)
     attrs.update(zip(numbers, columns[:len(numbers)], strict=True))
     remaining = iter(columns[len(numbers):])
@@ -164,13 +167,15 @@ def _rows(value: Any, rows: int) -> list[Any] | None:
         parts = [_rows(item, rows) for item in value]
         if all(part is None for part in parts):
             return None
-        return [tuple(item if part is None else part[row] for item, part in zip(value, parts, strict=True))
-                for row in range(rows)]
+        columns = [[item] * rows if part is None else part for item, part in zip(value, parts, strict=True)]
+        return list(zip(*columns, strict=True))
     return None
 
 
 def _split(cost: OpCost, rows: int) -> list[OpCost]:
     """The stacked ops' costs, one per op."""
-    shared = {name: getattr(cost, name) for name in _COST_FIELDS}
-    per_row = {name: parts for name in _COST_FIELDS if (parts := _rows(shared[name], rows)) is not None}
-    return [OpCost(**{**shared, **{name: parts[row] for name, parts in per_row.items()}}) for row in range(rows)]
+    every = {name: getattr(cost, name) for name in _COST_FIELDS}
+    per_row = {name: parts for name in _COST_FIELDS if (parts := _rows(every[name], rows)) is not None}
+    shared = {name: value for name, value in every.items() if name not in per_row}
+    columns = list(per_row.items())
+    return [OpCost(**shared, **{name: parts[row] for name, parts in columns}) for row in range(rows)]

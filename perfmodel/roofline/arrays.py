@@ -212,15 +212,24 @@ def spatial_regions(allotted: np.ndarray, scaled_s: np.ndarray, unscaled_s: np.n
 
 def _sweep_shape(*groups) -> tuple[int, ...]:
     """The shape every array among ``groups`` broadcasts to (() when all are scalars)."""
-    shapes = [value.shape for values in groups for value in values if isinstance(value, np.ndarray) and value.ndim]
+    flat = [value for values in groups for value in values]
+    try:  # all scalars (the common case): one conversion in C instead of a test per value
+        if np.asarray(flat, dtype=float).ndim == 1:
+            return ()
+    except (TypeError, ValueError):  # sweep arrays of different shapes among the values
+        pass
+    shapes = [value.shape for value in flat if isinstance(value, np.ndarray) and value.ndim]
     return np.broadcast_shapes(*shapes) if shapes else ()
 
 
 def _kept_shares(graph: Graph, plan: FusionPlan) -> list | np.ndarray:
     """Each op's share of its tensors' bytes that leaves its fused group (1: all of it)."""
-    sizes = [op.input_bytes + op.output_bytes for op in graph.ops]
     internal = [inside + outside for inside, outside in zip(plan.internal_input_bytes, plan.internal_output_bytes,
                                                               strict=True)]
+    if not any(np.any(inside) if isinstance(inside, np.ndarray) else inside for inside in internal):
+        # Nothing fused: every byte leaves its op.
+        return np.ones(len(graph.ops))
+    sizes = [op.input_bytes + op.output_bytes for op in graph.ops]
     if not _sweep_shape(sizes, internal):  # a scalar graph: one array operation for all ops
         return np.clip(1.0 - np.array(internal, dtype=float) / np.maximum(np.array(sizes, dtype=float), 1.0), 0.0, 1.0)
     return [np.clip(1.0 - inside / np.maximum(size, 1.0), 0.0, 1.0) for inside, size in zip(internal, sizes, strict=True)]
@@ -273,7 +282,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
 
     def stack(values) -> np.ndarray:
         if not shape:  # scalar workload: a plain float array is ~10x cheaper than broadcasting each value
-            return np.array([float(value) for value in values])
+            return np.array(values, dtype=float)
         stacked = np.empty((len(values), *shape))
         for row, value in enumerate(values):
             stacked[row] = value  # assignment broadcasts a row's scalar or array to the sweep's shape
@@ -286,9 +295,15 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     if len(kept_shares):
         bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
-    peaks = stack([compute_rate_flops_per_s(hardware, parameters, c.engine, c.peak_dtype, op.kind)
-                   for c, op in zip(costs, graph.ops, strict=True)])
+    # Rates and efficiencies depend on (engine, dtype, kind) only: looked up once per distinct key.
+    rates: dict[tuple[str, str, str], Any] = {}
+    for c, op in zip(costs, graph.ops, strict=True):
+        key = (c.engine, c.peak_dtype, op.kind)
+        if key not in rates:
+            rates[key] = compute_rate_flops_per_s(hardware, parameters, *key)
+    peaks = stack([rates[(c.engine, c.peak_dtype, op.kind)] for c, op in zip(costs, graph.ops, strict=True)])
     latency = stack([parameters.compute_latency_s.get(op.kind, 0.0) for op in graph.ops])
+    kinds = sorted({op.kind for op in graph.ops})
     compute_s = compute_time_s(executed, peaks, latency)
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
@@ -298,9 +313,12 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
             for c, op in zip(costs, graph.ops, strict=True)])
         compute_s = np.maximum(compute_s, side_s)
     # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
+    def efficiencies(level: str) -> np.ndarray:
+        by_kind = {kind: parameters.memory(level, kind) for kind in kinds}
+        return stack([by_kind[op.kind] for op in graph.ops])
+
     memory_s = np.stack([memory_time_s(bytes_by_level[index], _as_float(level.bandwidth_bytes_per_s),
-                                       stack([parameters.memory(level.name, op.kind) for op in graph.ops]),
-                                       parameters.memory_latency(level.name))
+                                       efficiencies(level.name), parameters.memory_latency(level.name))
                          for index, level in enumerate(levels)])
     link_s = np.zeros_like(compute_s)
     for position, cost in enumerate(costs):

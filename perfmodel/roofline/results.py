@@ -54,8 +54,10 @@ class OpTiming:
     kernel_shape: str = ""        # the matmul kernel the engine chose among its candidates
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "bytes", MappingProxyType(dict(self.bytes)))
-        object.__setattr__(self, "memory_s", MappingProxyType(dict(self.memory_s)))
+        for name in ("bytes", "memory_s"):
+            value = getattr(self, name)
+            if type(value) is not MappingProxyType:  # to_evaluation passes its own read-only copies
+                object.__setattr__(self, name, MappingProxyType(dict(value)))
 
     @property
     def padding_ratio(self) -> float:
@@ -167,21 +169,24 @@ def to_evaluation(graph: Graph, arrays: ArrayEvaluation, parameters_name: str) -
     levels = arrays.level_names
     labels = bound_labels(levels)
     timings = []
+    # Python floats for every op at once (one conversion per array, not one per value).
+    flops, executed, compute_s, link_s, scheduling_s, total_s, fixed_s, bound_index = (
+        values.tolist() for values in (arrays.flops, arrays.executed_flops, arrays.compute_s, arrays.link_s,
+                                       arrays.scheduling_s, arrays.total_s, arrays.fixed_s, arrays.bound_index))
+    bytes_by_op = [MappingProxyType(dict(zip(levels, values, strict=True))) for values in arrays.bytes_by_level.T.tolist()]
+    memory_by_op = [MappingProxyType(dict(zip(levels, values, strict=True))) for values in arrays.memory_s.T.tolist()]
     for position, (op, cost) in enumerate(zip(graph.ops, arrays.costs, strict=True)):
-        label = labels[int(arrays.bound_index[position])]
+        label = labels[int(bound_index[position])]
         if label == "link":
             label = f"link:{cost.link}"
         anchor = graph.ops[arrays.fusion.group_of[position]].name
         timings.append(OpTiming(
             name=op.name, kind=op.kind, module=op.module, count=op.count, engine=cost.engine, dtype=cost.peak_dtype,
-            flops=float(arrays.flops[position]), executed_flops=float(arrays.executed_flops[position]),
-            bytes={level: float(arrays.bytes_by_level[index, position]) for index, level in enumerate(levels)},
-            compute_s=float(arrays.compute_s[position]),
-            memory_s={level: float(arrays.memory_s[index, position]) for index, level in enumerate(levels)},
-            link_s=float(arrays.link_s[position]), scheduling_s=float(arrays.scheduling_s[position]),
-            total_s=float(arrays.total_s[position]), bound=label, kernel=anchor,
+            flops=flops[position], executed_flops=executed[position], bytes=bytes_by_op[position],
+            compute_s=compute_s[position], memory_s=memory_by_op[position], link_s=link_s[position],
+            scheduling_s=scheduling_s[position], total_s=total_s[position], bound=label, kernel=anchor,
             launches=float(cost.launches * op.count * (anchor == op.name)), estimated=cost.estimated,
-            fixed_s=float(arrays.fixed_s[position]), kernel_shape=str(cost.kernel or "")))
+            fixed_s=fixed_s[position], kernel_shape=str(cost.kernel or "")))
     program_s = float(np.asarray(arrays.program_s))
     if program_s > 0:
         timings.append(OpTiming(
