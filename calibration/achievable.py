@@ -247,6 +247,12 @@ def main(argv=None) -> int:
         if args.reports:
             write_text_atomically(args.reports / f"{overlay}-achievable.txt", report + "\n")
         print(report.split("\n\nmeasurement")[0])
+    if args.write:
+        from perfmodel.hardware import compiled
+
+        shipped = compiled.shipped_directory().resolve()
+        if args.write.resolve().is_relative_to(shipped):  # the stored catalog must follow the shipped specs
+            print(f"wrote {compiled.write_catalog()}")
     return 0
 
 

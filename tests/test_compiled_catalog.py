@@ -14,10 +14,10 @@ REGENERATE = "the stored catalog is out of date: run `python -m perfmodel.hardwa
 
 
 def test_the_committed_catalog_is_current_and_equal_to_fresh_loads():
-    payload = compiled._read(compiled._shipped_directory() / compiled.FILE_NAME)
+    payload = compiled._read(compiled.shipped_directory() / compiled.FILE_NAME)
     assert payload is not None, REGENERATE
     shipped = {name: path for name, path in loader.catalog_index().items()
-               if path.resolve().is_relative_to(compiled._shipped_directory().resolve())}
+               if path.resolve().is_relative_to(compiled.shipped_directory().resolve())}
     assert set(payload["specs"]) == set(shipped), REGENERATE
     for name, path in shipped.items():
         fresh = loader.full_load(path)

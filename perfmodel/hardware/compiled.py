@@ -54,13 +54,13 @@ def _digest(files: list[Path], root: Path) -> str:
     return digest.hexdigest()
 
 
-def _shipped_directory() -> Path:
+def shipped_directory() -> Path:
     return data_directory("hardware_specs")
 
 
 def catalog_digest() -> str:
     """Every shipped spec file, by relative path and content (added, removed or edited: a new digest)."""
-    root = _shipped_directory()
+    root = shipped_directory()
     return _digest(sorted(root.rglob("*.yaml")), root)
 
 
@@ -91,7 +91,7 @@ def compile_catalog() -> bytes:
     """Every shipped spec loaded through the full loader, pickled with the digests that keep it honest."""
     from perfmodel.hardware import loader
 
-    root = _shipped_directory()
+    root = shipped_directory()
     index = {name: path for name, path in loader.catalog_index().items() if path.resolve().is_relative_to(root.resolve())}
     records = {name: loader.full_load(path) for name, path in index.items()}
     payload = {"format": FORMAT, "python": sys.version_info[:2], "catalog": catalog_digest(), "code": code_digest(),
@@ -104,7 +104,7 @@ def compile_catalog() -> bytes:
 def write_catalog(path: Path | None = None) -> Path:
     from perfmodel.yaml_source import write_bytes_atomically
 
-    target = path or _shipped_directory() / FILE_NAME
+    target = path or shipped_directory() / FILE_NAME
     write_bytes_atomically(target, compile_catalog())
     return target
 
@@ -130,7 +130,7 @@ def _current() -> dict | None:
 
 @lru_cache(maxsize=1)
 def _verified() -> dict | None:
-    return _read(_shipped_directory() / FILE_NAME)
+    return _read(shipped_directory() / FILE_NAME)
 
 
 def stored_names() -> frozenset[str] | None:
@@ -152,7 +152,7 @@ def _with_origin(name: str) -> Hardware | None:
     record = None if payload is None else payload["specs"].get(name)
     if record is None:
         return None
-    return replace(record, origin=str(_shipped_directory() / record.origin))
+    return replace(record, origin=str(shipped_directory() / record.origin))
 
 
 def main() -> int:

@@ -226,9 +226,10 @@ def _kept_shares(graph: Graph, plan: FusionPlan) -> list | np.ndarray:
     """Each op's share of its tensors' bytes that leaves its fused group (1: all of it)."""
     internal = [inside + outside for inside, outside in zip(plan.internal_input_bytes, plan.internal_output_bytes,
                                                               strict=True)]
-    if not any(np.any(inside) if isinstance(inside, np.ndarray) else inside for inside in internal):
-        # Nothing fused: every byte leaves its op.
-        return np.ones(len(graph.ops))
+    fused = any(np.any(inside) if isinstance(inside, np.ndarray) else inside for inside in internal)
+    if not fused and not any(isinstance(dim, np.ndarray) for op in graph.ops for tensor in (*op.inputs, *op.outputs)
+                             for dim in tensor.shape):
+        return np.ones(len(graph.ops))  # nothing fused and no sweep among the tensors: every byte leaves its op
     sizes = [op.input_bytes + op.output_bytes for op in graph.ops]
     if not _sweep_shape(sizes, internal):  # a scalar graph: one array operation for all ops
         return np.clip(1.0 - np.array(internal, dtype=float) / np.maximum(np.array(sizes, dtype=float), 1.0), 0.0, 1.0)
