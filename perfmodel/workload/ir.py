@@ -57,7 +57,7 @@ class TensorSpec:
         # Asked for many times per evaluation (traffic rules, fusion, residency): a scalar size is
         # computed once per tensor (the spec is frozen); a sweep's array is not kept, so that no
         # caller can change it in place.
-        cached = self.__dict__.get("_bytes")
+        cached: SIValue | None = self.__dict__.get("_bytes")
         if cached is not None:
             return cached
         size = self.numel * get_dtype(self.dtype).bytes_per_element
