@@ -4,7 +4,9 @@ Parameters (all fitted in log space, so they stay positive):
 * a compute efficiency per (op kind, engine, dtype) that binds at least ``MIN_RECORDS_PER_PARAMETER``
   measurements; kinds of work with fewer share one efficiency (``*``: the family's shared parameter);
 * a bandwidth efficiency per memory level (per op kind at the outermost level where the data are
-  plentiful; the most measured kind's then also serves the kinds never measured there), and a
+  plentiful; the most measured kind's then also serves the kinds never measured there; where both
+  vector work and matrix work bind the outermost level, the kinds without their own efficiency share
+  their class's, ``vector:<level>`` or ``matrix:<level>``, written for each kind of the class), and a
   latency per level (``memory_latency``: the saturating efficiency in transfer size,
   ``latency + bytes / (bandwidth x e)``) where transfers spanning a decade of sizes bind it (a kind
   with its own efficiency whose transfers span less takes no part in it);
@@ -25,8 +27,10 @@ Which parameters exist is judged from the records' components: a kind of work ge
 efficiency where compute binds at least ``BINDING_SHARE`` of the busy time, for vector kinds judged at
 the lowest starting efficiency (``COMPUTE_STARTS``: element-wise, norm and softmax kernels reach a
 small share of a SIMD unit's FMA peak, so at the datasheet's 1 their compute looks hidden under memory
-time). Bottlenecks combine by a maximum, so the optimizer is started from several such compute
-efficiencies and keeps the least-cost solution (cost on the training data and priors only). Latencies
+time). Bottlenecks combine as the evaluation combines them (a maximum; compute plus the slowest data
+movement for a vector kernel on an engine that does not hide memory, ``vector_kernels_hide_memory``),
+so the optimizer is started from several such compute efficiencies and keeps the least-cost solution
+(cost on the training data and priors only). Latencies
 have a one-sided prior (``_latency_prior``): free below a physical scale (a start-up latency below the
 mode's launch cost, a memory latency below the level's datasheet access latency, or 1 us where the
 spec gives none), a factor 10 above
@@ -48,14 +52,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from perfmodel.costs.rules import kernel_busy_s
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
 from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters
-from perfmodel.roofline.arrays import evaluate_arrays
+from perfmodel.roofline.arrays import evaluate_arrays, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
-from perfmodel.workload.op_kinds import OP_KIND_TABLE
+from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
 
 MIN_RECORDS_PER_PARAMETER = 3
+
+
+def kind_classes(vector: np.ndarray) -> tuple[tuple[str, np.ndarray], ...]:
+    """The classes of op kinds that share a memory efficiency at the outermost level, as masks."""
+    return (("vector", vector), ("matrix", ~vector))
 BINDING_SHARE = 0.3  # a component "binds" a record when its time is at least this share of the busy time
 EFFICIENCY_BOUNDS = (1e-3, 4.0)
 LAUNCH_BOUNDS_S = (1e-8, 1e-2)
@@ -98,6 +108,7 @@ class Components:
     records: int
     link_s: np.ndarray | None = None      # datasheet link time (bytes / bandwidth + per-step latency)
     link_names: tuple[str, ...] = ()      # the link each op uses ("" for none)
+    serial: np.ndarray | None = None      # vector kernels whose compute and data movement add up (the engine's)
 
     @property
     def link_time(self) -> np.ndarray:
@@ -151,6 +162,13 @@ class FitResult:
         for level, measured_kind in self.level_defaults:  # kinds never measured at a level: its most measured kind's
             if f"memory:{measured_kind}:{level}" in values:
                 values.setdefault(f"memory:{level}", values[f"memory:{measured_kind}:{level}"])
+        for key in [key for key in values if key.startswith(("memory:vector:", "memory:matrix:"))]:
+            # A class's efficiency is written for each kind of the class (the spec looks kinds up, not classes).
+            label, level = key.split(":")[1:]
+            for kind in OP_KIND_TABLE:
+                if is_vector_kind(kind) == (label == "vector"):
+                    values.setdefault(f"memory:{kind}:{level}", values[key])
+            del values[key]
         compute = group("compute:")
         # A kind of work measured in some dtypes (matmul in bf16 and tf32) gets a kind-level entry, the
         # geometric mean of its fitted efficiencies, for the dtypes no measurement covers (fp8, say):
@@ -181,7 +199,8 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
                       level_latency_s=tuple(level.latency_s for level in hardware.memory),
                       execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
                       records=len(records), link_s=arrays.link_s,
-                      link_names=tuple(cost.link or "" for cost in arrays.costs))
+                      link_names=tuple(cost.link or "" for cost in arrays.costs),
+                      serial=serial_vector_kernels(hardware, arrays.costs, merged.ops))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -237,8 +256,11 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     stacked = np.vstack([compute[None], memory, link[None]])
     if smooth:
         busy = np.sum(stacked ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
-    else:
-        busy = stacked.max(axis=0)
+        if parts.serial is not None and parts.serial.any():
+            moving = np.sum(stacked[1:] ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
+            busy = np.where(parts.serial, compute + moving, busy)
+    else:  # the evaluation's own rule (serial vector kernels included)
+        busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial)
     busy = busy + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
@@ -256,12 +278,6 @@ def _covered(groups, size: int) -> np.ndarray:
     return covered
 
 
-def _vector_kind(kind: str) -> bool:
-    """Whether the op-kind table runs ``kind`` on a vector engine (element-wise, reductions, norms...)."""
-    entry = OP_KIND_TABLE.get(kind)
-    return entry is None or entry.engine == "vector"
-
-
 def _design(parts: Components, subset: np.ndarray) -> Design:
     """Which parameters the records in ``subset`` can identify (see the module docstring)."""
     in_subset = np.isin(parts.record_of_op, subset)
@@ -273,7 +289,7 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     # efficiency the fit starts from: such kernels reach a small share of the engine's FMA peak (a
     # softmax's exp, a norm's two passes), so at the datasheet's 1 their compute would look hidden
     # under memory time in records where it binds.
-    vector = np.asarray([_vector_kind(kind) for kind in kinds])
+    vector = np.asarray([is_vector_kind(kind) for kind in kinds])
     reach = np.where(vector, parts.compute_s / min(COMPUTE_STARTS), parts.compute_s)
     compute_binding = in_subset & (reach >= BINDING_SHARE * np.maximum(busy, reach)) & (parts.compute_s > 0)
     # Sparse keys fall back along the lookup chain of Parameters.compute: "kind:engine:dtype", then
@@ -316,6 +332,16 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
             sizes = parts.memory_s[index][binding & mask]
             if sizes.max() <= 10 * sizes.min():
                 narrow |= mask
+        vector = np.asarray([is_vector_kind(kind) for kind in kinds], dtype=bool)
+        if index == outermost and (binding & ~covered & vector).any() and (binding & ~covered & ~vector).any():
+            # Where both classes bind the level, kinds without their own efficiency share their class's
+            # (vector work streams; matrix work re-packs its operands: a CPU GEMV reads its weights at
+            # 40% of a sum's rate) before the level's. One class alone keeps the level's efficiency.
+            for label, members in kind_classes(vector):
+                mask = members & ~covered
+                if _records_where(parts, binding & mask) >= MIN_RECORDS_PER_PARAMETER:
+                    memory_groups.append((f"{label}:{name}", index, mask))
+                    covered |= mask
         rest = binding & ~covered
         if _records_where(parts, rest) >= MIN_RECORDS_PER_PARAMETER:
             memory_groups.append((name, index, ~covered))
@@ -415,7 +441,7 @@ def _solve_design(parts: Components, measured: np.ndarray, subset: np.ndarray, w
     # those from lower efficiencies and keeps the solution of least cost (training data and priors).
     kinds = np.asarray(parts.kinds)
     vector = [index for index, (_key, mask) in enumerate(design.compute)
-              if all(_vector_kind(kind) for kind in set(kinds[mask]))]
+              if all(is_vector_kind(kind) for kind in set(kinds[mask]))]
     for start in COMPUTE_STARTS if vector else COMPUTE_STARTS[:1]:
         x0 = _initial(parts, design)
         x0[vector] = math.log(start)

@@ -26,7 +26,7 @@ from perfmodel.hardware.loader import load_hardware
 from perfmodel.roofline import evaluate
 from perfmodel.workload import builders
 from perfmodel.workload.io import dumps
-from perfmodel.workload.ir import Graph
+from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -246,7 +246,6 @@ def test_bench_quick_subset_runs(tmp_path):
 
 # ------------------------------------------------------------------- vector kernels in the fit (issue 12)
 def _row_op(kind: str, rows: int, cols: int, weights: int = 0) -> Graph:
-    from perfmodel.workload.ir import Op, TensorSpec
 
     def tensor(*shape, role="activation"):
         return TensorSpec(shape=shape, dtype="fp32", role=role)
@@ -314,3 +313,57 @@ def test_a_slow_vector_kernel_hidden_under_memory_at_the_datasheet_is_found_not_
     measured = np.asarray([record.duration_s for record in records])
     errors = heldout_errors(parts, measured, train, np.asarray(held), spread_weights(records))
     assert np.all(np.abs(errors) < 0.5), errors  # (a few-us start-up the held-out sizes alone would show)
+
+
+def test_vector_and_matrix_work_at_dram_get_their_own_class_efficiencies():
+    """GEMVs and streams both bind DRAM, no vector kind with enough records of its own: each class
+    recovers its own efficiency (a GEMV reading its weights slower than a stream), and the written
+    parameters give it to every kind of the class."""
+    spec = load_hardware("epyc-zen4-2vcpu")
+    from perfmodel.hardware.model import Parameters
+    from perfmodel.workload.ir import Op, TensorSpec
+
+    truth = Parameters(name="truth", memory_efficiency={"matmul:dram": 0.4, "elementwise:dram": 0.9,
+                                                        "norm:dram": 0.9})
+    graphs = [("matmul", builders.gemm_sweep(sizes=(size,), dtype="fp32")) for size in (64, 128, 256)]
+    graphs += [("elementwise", builders.elementwise_chain(elements=elements, length=1, dtype="fp32"))
+               for elements in (1_000, 30_000_000, 80_000_000)]
+    for rows in (8192, 16384):  # RMS norms over 128 and 256 MiB
+        tensor = TensorSpec(shape=(rows, 4096), dtype="fp32")
+        graphs.append(("norm", Graph(name="norm", ops=[Op(name="norm", kind="norm", inputs=(tensor,), outputs=(tensor,),
+                                                           attrs={"norm": "rms"})])))
+    graphs += [("matmul", Graph(name="gemv", ops=[builders.linear("gemv", rows, 4096, 4096, "fp32")]))
+               for rows in (1, 2, 4, 8)]
+    rng = np.random.default_rng(3)
+    records = []
+    for index, (op_class, graph) in enumerate(graphs):
+        graph = dataclasses.replace(graph, name=f"{op_class}{index}")
+        seconds = evaluate(graph, spec, parameters=truth, fuse=False).total_s
+        records.append(_record(graph, seconds * math.exp(rng.normal(0, 0.02)), op_class))
+    result = fit(records, spec)
+    assert result.params["memory:matrix:dram"][0] == pytest.approx(0.4, rel=0.15)
+    assert result.params["memory:vector:dram"][0] == pytest.approx(0.9, rel=0.15)
+    written = result.parameters("fitted")
+    assert written.memory("dram", "matmul") == pytest.approx(result.params["memory:matrix:dram"][0])
+    assert written.memory("dram", "softmax") == pytest.approx(result.params["memory:vector:dram"][0])
+    assert "vector:dram" not in written.memory_efficiency
+
+
+def test_a_cpu_vector_kernel_adds_its_compute_to_its_data_movement():
+    """``vector_kernels_hide_memory: false`` (the CPU spec): a vector op takes compute + memory, a
+    matmul on the same engine still the larger of the two; a GPU's vector ops keep the maximum."""
+    cpu = load_hardware("epyc-zen4-2vcpu")
+    hiding = load_hardware("epyc-zen4-2vcpu", {"compute.simd.vector_kernels_hide_memory": "true"})
+    assert not cpu.compute["simd"].vector_kernels_hide_memory and hiding.compute["simd"].vector_kernels_hide_memory
+    gelu = Graph(name="gelu", ops=[Op(name="gelu", kind="elementwise", inputs=(TensorSpec(shape=(8_000_000,),
+                                      dtype="fp32"),), outputs=(TensorSpec(shape=(8_000_000,), dtype="fp32"),),
+                                      attrs={"flops_per_element": 12})])
+    serial, overlapped = evaluate(gelu, cpu, fuse=False).ops[0], evaluate(gelu, hiding, fuse=False).ops[0]
+    busy = serial.total_s - serial.scheduling_s
+    assert busy == pytest.approx(serial.compute_s + max(serial.memory_s.values()), rel=1e-9)
+    assert overlapped.total_s - overlapped.scheduling_s == pytest.approx(
+        max(overlapped.compute_s, *overlapped.memory_s.values()), rel=1e-9)
+    gemm = builders.gemm_sweep(sizes=(1024,), dtype="fp32")
+    assert evaluate(gemm, cpu).total_s == pytest.approx(evaluate(gemm, hiding).total_s, rel=1e-12)
+    h100 = load_hardware("h100-sxm")
+    assert all(engine.vector_kernels_hide_memory for engine in h100.compute.values())

@@ -343,16 +343,26 @@ def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficien
 
 
 @overload
-def kernel_busy_s(components: np.ndarray, overlap: str) -> np.ndarray: ...
+def kernel_busy_s(components: np.ndarray, overlap: str, serial: Any = False) -> np.ndarray: ...
 @overload
-def kernel_busy_s(components: Sequence[float], overlap: str) -> float: ...
-def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str) -> SIValue:
-    """A kernel's busy time from its bottleneck times (stacked on the first axis of an array): the
-    slowest where they overlap ('max'), their sum where they do not ('sum')."""
+def kernel_busy_s(components: Sequence[float], overlap: str, serial: Any = False) -> float: ...
+def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial: Any = False) -> SIValue:
+    """A kernel's busy time from its bottleneck times (compute first, then memory levels and link;
+    stacked on the first axis of an array): the slowest where they overlap ('max'), their sum where
+    they do not ('sum'). Where ``serial`` (a vector kernel on an engine that does not hide memory
+    behind its math, ``ComputeEngine.vector_kernels_hide_memory``), compute adds to the slowest of the
+    data movements."""
     if isinstance(components, np.ndarray):
-        busy: np.ndarray = components.max(axis=0) if overlap == "max" else components.sum(axis=0)
+        if overlap != "max":
+            total: np.ndarray = components.sum(axis=0)
+            return total
+        busy: np.ndarray = components.max(axis=0)
+        if np.any(serial):
+            busy = np.where(serial, components[0] + components[1:].max(axis=0), busy)
         return busy
-    return max(components) if overlap == "max" else sum(components)
+    if overlap != "max":
+        return sum(components)
+    return components[0] + max(components[1:]) if serial else max(components)
 
 
 def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtype: str, m: RuleDimension,

@@ -529,7 +529,8 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
                         for kernel_name, kernel in engine.kernels.items())
         compute[name] = model.ComputeEngine(name=name, kind=engine.kind, units=engine.units,
                                             peak_flops_per_s=engine.peak, clock_hz=engine.clock, tile=tile,
-                                            kernels=kernels, kernel_fixed_s=engine.kernel_fixed_time or 0.0)
+                                            kernels=kernels, kernel_fixed_s=engine.kernel_fixed_time or 0.0,
+                                            vector_kernels_hide_memory=engine.vector_kernels_hide_memory)
     memory = []
     for name, level in spec.memory.items():
         _collect_field_sources(f"memory.{name}", level, field_sources)

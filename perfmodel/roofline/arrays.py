@@ -6,6 +6,9 @@ For each op (or fused kernel) on a device with parameters p::
     memory_s[L]  = bytes[L] / (bandwidth[L] * memory_efficiency[L])          for every level L
     link_s       = link_bytes / link_bandwidth + steps * link_latency         (collectives)
     busy_s       = max(compute_s, memory_s..., link_s)    overlap "max"   (or their sum: "sum")
+                 = compute_s + max(memory_s..., link_s)   a vector kernel on an engine whose streaming
+                                                          loops wait for their data (a CPU core:
+                                                          ``vector_kernels_hide_memory: false``)
 
 Every kernel (a fused group counts once) also pays its engine's device-side fixed time
 ``kernel_fixed_s`` (start-up and tail; spec ``kernel_fixed_time``), added to ``busy_s``, whoever
@@ -29,7 +32,7 @@ The program-level costs appear as one extra row named ``<program launch>`` (kind
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Literal, Sequence
 
 import numpy as np
 
@@ -47,7 +50,8 @@ from perfmodel.costs.rules import (
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import MODE_FIELDS, Hardware, Parameters
-from perfmodel.workload.ir import Graph
+from perfmodel.workload.ir import Graph, Op
+from perfmodel.workload.op_kinds import is_vector_kind
 
 Overlap = Literal["max", "sum"]
 PROGRAM_LAUNCH_NAME = "<program launch>"
@@ -236,6 +240,15 @@ def _kept_shares(graph: Graph, plan: FusionPlan) -> list | np.ndarray:
     return [np.clip(1.0 - inside / np.maximum(size, 1.0), 0.0, 1.0) for inside, size in zip(internal, sizes, strict=True)]
 
 
+def serial_vector_kernels(hardware: Hardware, costs: Sequence[OpCost], ops: Sequence[Op]) -> np.ndarray:
+    """Per op: a vector kernel on an engine that does not hide its memory traffic behind its math
+    (``ComputeEngine.vector_kernels_hide_memory``), whose compute and data movement add up."""
+    engines = {name for name, engine in hardware.compute.items() if not engine.vector_kernels_hide_memory}
+    if not engines:
+        return np.zeros(len(ops), dtype=bool)
+    return np.asarray([cost.engine in engines and is_vector_kind(op.kind) for cost, op in zip(costs, ops, strict=True)])
+
+
 def weight_bytes(graph: Graph):
     return sum(tensor.bytes * op.count for op in graph.ops for tensor in op.inputs if tensor.role == "weight")
 
@@ -356,7 +369,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
                               * scale, compute_s.shape).copy()
 
     components = np.concatenate([compute_s[None], memory_s, link_s[None]])
-    busy = kernel_busy_s(components, overlap) + fixed_s
+    busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
+        count_column.shape)) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial and np.any(np.asarray(stream_items) > 1):

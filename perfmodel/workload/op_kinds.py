@@ -136,6 +136,13 @@ def op_kind(name: str) -> OpKind | None:
     return OP_KIND_TABLE.get(name)
 
 
+def is_vector_kind(name: str) -> bool:
+    """Whether ``name`` is vector work (element-wise, reductions, norms, softmax: the table's vector
+    engine), or a kind the table does not know (priced as vector work too)."""
+    entry = OP_KIND_TABLE.get(name)
+    return entry is None or entry.engine == "vector"
+
+
 def matmul_flops(m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
     """Useful FLOPs of ``batch`` (m x k) @ (k x n) products: 2 per multiply-add, as every vendor peak
     and ``torch.utils.flop_counter`` count them. Dimensions are ints or arrays (sweeps); so is the result."""
