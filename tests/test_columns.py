@@ -202,3 +202,19 @@ def test_a_prediction_that_is_not_a_finite_time_is_an_error_not_an_output():
 
     with pytest.raises(FloatingPointError, match="not a finite time"), np.errstate(divide="ignore", invalid="ignore"):
         llm_predict(architecture, hardware, Scenario(batch=1, prompt_tokens=16, generated_tokens=4), graphs=broken)
+
+
+def test_split_costs_are_whole_records():
+    """``columns._split`` fills each op's OpCost field by field without its __init__: valid only while the
+    record has no __post_init__ and no slots; the split records equal ones built by __init__."""
+    from perfmodel.costs.columns import _split
+    from perfmodel.costs.rules import OpCost
+
+    assert not hasattr(OpCost, "__post_init__") and not hasattr(OpCost, "__slots__")
+    stacked = OpCost(flops=np.array([1.0, 2.0]), executed_flops=np.array([1.0, 2.0]), engine="simd",
+                     peak_dtype="fp32", bytes_by_level=(np.array([3.0, 4.0]), 5.0))
+    first, second = _split(stacked, 2)
+    assert first == OpCost(flops=1.0, executed_flops=1.0, engine="simd", peak_dtype="fp32", bytes_by_level=(3.0, 5.0))
+    assert second == OpCost(flops=2.0, executed_flops=2.0, engine="simd", peak_dtype="fp32", bytes_by_level=(4.0, 5.0))
+    assert hash(first) == hash(OpCost(flops=1.0, executed_flops=1.0, engine="simd", peak_dtype="fp32",
+                                      bytes_by_level=(3.0, 5.0)))
