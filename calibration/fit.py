@@ -61,11 +61,6 @@ from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
 
 MIN_RECORDS_PER_PARAMETER = 3
-
-
-def kind_classes(vector: np.ndarray) -> tuple[tuple[str, np.ndarray], ...]:
-    """The classes of op kinds that share a memory efficiency at the outermost level, as masks."""
-    return (("vector", vector), ("matrix", ~vector))
 BINDING_SHARE = 0.3  # a component "binds" a record when its time is at least this share of the busy time
 EFFICIENCY_BOUNDS = (1e-3, 4.0)
 LAUNCH_BOUNDS_S = (1e-8, 1e-2)
@@ -289,7 +284,7 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     # efficiency the fit starts from: such kernels reach a small share of the engine's FMA peak (a
     # softmax's exp, a norm's two passes), so at the datasheet's 1 their compute would look hidden
     # under memory time in records where it binds.
-    vector = np.asarray([is_vector_kind(kind) for kind in kinds])
+    vector = np.asarray([is_vector_kind(kind) for kind in kinds], dtype=bool)
     reach = np.where(vector, parts.compute_s / min(COMPUTE_STARTS), parts.compute_s)
     compute_binding = in_subset & (reach >= BINDING_SHARE * np.maximum(busy, reach)) & (parts.compute_s > 0)
     # Sparse keys fall back along the lookup chain of Parameters.compute: "kind:engine:dtype", then
@@ -332,12 +327,11 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
             sizes = parts.memory_s[index][binding & mask]
             if sizes.max() <= 10 * sizes.min():
                 narrow |= mask
-        vector = np.asarray([is_vector_kind(kind) for kind in kinds], dtype=bool)
         if index == outermost and (binding & ~covered & vector).any() and (binding & ~covered & ~vector).any():
             # Where both classes bind the level, kinds without their own efficiency share their class's
             # (vector work streams; matrix work re-packs its operands: a CPU GEMV reads its weights at
             # 40% of a sum's rate) before the level's. One class alone keeps the level's efficiency.
-            for label, members in kind_classes(vector):
+            for label, members in (("vector", vector), ("matrix", ~vector)):
                 mask = members & ~covered
                 if _records_where(parts, binding & mask) >= MIN_RECORDS_PER_PARAMETER:
                     memory_groups.append((f"{label}:{name}", index, mask))

@@ -15,7 +15,8 @@ and only when ``$PERFMODEL_SPEC_PATH`` adds no directory (a spec there could tak
 Anything else (an edited spec, an edited loader, a missing, truncated or foreign pickle, overrides,
 a path) goes through the full loader, so the pickle can make a load faster but never different;
 ``tests/test_compiled_catalog.py`` checks that the committed pickle is current and equal record for
-record to a fresh load.
+record to a fresh load. Unpickling can run code, so the catalog is read only from the package's own
+spec directory (as trusted as the package's modules), never from a path a user gives.
 """
 
 from __future__ import annotations
