@@ -367,3 +367,19 @@ def test_a_cpu_vector_kernel_adds_its_compute_to_its_data_movement():
     assert evaluate(gemm, cpu).total_s == pytest.approx(evaluate(gemm, hiding).total_s, rel=1e-12)
     h100 = load_hardware("h100-sxm")
     assert all(engine.vector_kernels_hide_memory for engine in h100.compute.values())
+
+
+def test_a_causal_attention_wastes_half_of_its_engines_key_block_per_row():
+    """A flash kernel skips only key blocks masked whole: PyTorch's CPU kernel blocks keys by 512
+    (``attention_kv_block`` in the CPU spec), a GPU's FlashAttention-2 by 128 (the default)."""
+    op = Op(name="sdpa", kind="attention", inputs=(TensorSpec(shape=(1, 8, 1024, 64), dtype="fp32"),),
+            outputs=(TensorSpec(shape=(1, 8, 1024, 64), dtype="fp32"),),
+            attrs={"batch": 1, "heads": 8, "seq_q": 1024, "seq_kv": 1024, "head_dim": 64, "causal": True})
+    per_pair = 8 * (4 * 64 + 5)  # heads x (QK^T and PV FLOPs per pair + the softmax's)
+    attended = 1024 * 1025 / 2
+    cpu, h100 = load_hardware("epyc-zen4-2vcpu"), load_hardware("h100-sxm")
+    assert cpu.compute["simd"].attention_kv_block == 512
+    cpu_executed = evaluate(Graph(name="a", ops=[op]), cpu).ops[0].executed_flops
+    assert cpu_executed == pytest.approx(per_pair * (attended + 1024 * 511 / 2))
+    gpu_executed = evaluate(Graph(name="a", ops=[op]), h100).ops[0].executed_flops
+    assert gpu_executed == pytest.approx(per_pair * (attended + 1024 * 127 / 2))

@@ -42,8 +42,8 @@ ATTENTION_BACKWARD_EXECUTED = 2.5
 ATTENTION_BACKWARD_TRAFFIC = 2.0
 DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8}
 # Flash-style kernels skip fully masked (block x block) tiles: with n blocks along the sequence they
-# compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size
-# (a documented convention for every device).
+# compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size,
+# the default for an engine whose spec gives no ``attention_kv_block`` (PyTorch's CPU kernel: 512).
 FLASH_ATTENTION_BLOCK = 128
 # A tiled matmul keeps a b x b output block resident and streams one column of A and one row of B
 # past it (b*b + 2*b <= S): the block takes essentially all of the inner memory, b = sqrt(S), which

@@ -553,8 +553,10 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     masked = causal or window is not None
     # A flash kernel skips only whole masked blocks: a diagonal block of B keys computes B*B pairs of
     # which B(B+1)/2 are attended, so each query row wastes (B-1)/2 pairs on average; over a causal
-    # square of n blocks that is exactly the documented n(n+1)/2 blocks.
-    executed_pairs = np.minimum(full_pairs, pairs + np.asarray(seq_q, dtype=float) * (C.FLASH_ATTENTION_BLOCK - 1) / 2) \
+    # square of n blocks that is exactly the documented n(n+1)/2 blocks. B is the engine's key block
+    # (PyTorch's CPU kernel: 512 keys against query blocks of 32-256, which wastes the same (B-1)/2).
+    block = engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK
+    executed_pairs = np.minimum(full_pairs, pairs + np.asarray(seq_q, dtype=float) * (block - 1) / 2) \
         if flash and masked else full_pairs
     scale = np.asarray(batch, dtype=float) * heads
     useful = scale * pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)

@@ -98,7 +98,8 @@ class ComputeEngine:
     that the slower of the two sets its time (True, the roofline), or computes and waits for its data in
     turn, so that they add up (False: a CPU core's streaming loop, measured on this project's CPU: a
     layer norm of 128 MiB takes its in-cache time plus the DRAM stream, 338 ns per 1,000 elements
-    against 155 + 146).
+    against 155 + 146). ``attention_kv_block``: the keys a flash-style attention kernel on this engine
+    processes as one block, skipping only blocks that are masked whole (None: FlashAttention-2's 128).
     """
 
     name: str
@@ -110,6 +111,7 @@ class ComputeEngine:
     kernels: tuple[KernelShape, ...] = ()
     kernel_fixed_s: float = 0.0
     vector_kernels_hide_memory: bool = True
+    attention_kv_block: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", _frozen_mapping(self.peak_flops_per_s))

@@ -207,6 +207,9 @@ class EngineSpec(Sourced):
     # Whether a vector kernel's memory traffic proceeds under its arithmetic (the roofline's maximum)
     # or waits for it (their sum): false for a CPU core, whose streaming loops stall on their loads.
     vector_kernels_hide_memory: bool = True
+    # The key block a flash-style attention kernel on this engine skips whole (masked blocks only):
+    # FlashAttention-2's 128 when not given (costs.conventions.FLASH_ATTENTION_BLOCK).
+    attention_kv_block: Count | None = None
 
     @model_validator(mode="after")
     def _kernels_on_matrix_engines(self):
