@@ -43,6 +43,10 @@ def probe() -> dict:
                         f"sum_read_bytes_per_s_{label}": ARRAY_BYTES / sum_s, f"sum_iqr_s_{label}": sum_iqr})
     small_a, small_b = torch.ones(1024), torch.ones(1024)
     add_s, add_iqr = _median_s("torch.add(a, b)", torch=torch, a=small_a, b=small_b)
+    # Exact gelu on a dense fp32 CPU tensor goes through oneDNN (aten gelu_out_cpu -> ideep eltwise): the
+    # extra cost of that library call is gelu's time minus a plain add's, at 1,000 elements (1 thread).
+    gelu_s, gelu_iqr = _median_s("torch.nn.functional.gelu(a)", torch=torch, a=small_a[:1000].clone())
+    add_1000_s, _ = _median_s("torch.add(a, a)", torch=torch, a=small_a[:1000].clone())
 
     def chain(x):
         return torch.relu(x + 1) * 2
@@ -54,6 +58,7 @@ def probe() -> dict:
     return {
         "torch": torch.__version__, "python": platform.python_version(), "all_threads": every,
         **streams, "eager_add_1024_s": add_s, "eager_add_iqr_s": add_iqr,  # dispatch cost: one thread
+        "gelu_1000_s": gelu_s, "gelu_1000_iqr_s": gelu_iqr, "gelu_library_call_s": gelu_s - add_1000_s,
         "compiled_call_s": compiled_s, "compiled_call_iqr_s": compiled_iqr,
     }
 
@@ -68,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'copy (read+write), ' + threads:<36} {result[f'copy_read_write_bytes_per_s_{label}'] / 1e9:>10.1f} GB/s")
         print(f"{'sum (read), ' + threads:<36} {result[f'sum_read_bytes_per_s_{label}'] / 1e9:>10.1f} GB/s")
     print(f"{'eager torch.add, 1024 elements':<36} {result['eager_add_1024_s'] * 1e6:>10.2f} us")
+    print(f"{'gelu minus add, 1000 elements':<36} {result['gelu_library_call_s'] * 1e6:>10.2f} us")
     print(f"{'torch.compile call, 3 ops':<36} {result['compiled_call_s'] * 1e6:>10.2f} us")
     write_text_atomically(args.json, json.dumps(result, indent=2))
     return 0

@@ -56,7 +56,7 @@ from perfmodel.costs.rules import kernel_busy_s
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
 from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters
-from perfmodel.roofline.arrays import evaluate_arrays, serial_vector_kernels
+from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
 
@@ -104,6 +104,7 @@ class Components:
     link_s: np.ndarray | None = None      # datasheet link time (bytes / bandwidth + per-step latency)
     link_names: tuple[str, ...] = ()      # the link each op uses ("" for none)
     serial: np.ndarray | None = None      # vector kernels whose compute and data movement add up (the engine's)
+    library_s: np.ndarray | None = None   # host cost of library calls (the mode's table), not scaled with the launch cost
 
     @property
     def link_time(self) -> np.ndarray:
@@ -187,8 +188,12 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
     arrays = evaluate_arrays(merged, hardware, mode=mode, fuse=False, parameters=Parameters(name="datasheet"))
     execution, model = hardware.scheduling.modes[arrays.mode], execution_model(arrays.mode)
     keys = tuple(f"{op.kind}:{cost.engine}:{cost.peak_dtype}" for op, cost in zip(merged.ops, arrays.costs, strict=True))
+    library = library_dispatch_s(execution, merged.ops)
+    library = None if library is None else library * arrays.counts
+    # The launch cost the fit rescales is the mode's per-kernel dispatch; a library call's cost is the spec's.
+    scheduling = arrays.scheduling_s if library is None else arrays.scheduling_s - library
     return Components(record_of_op=np.asarray(owner), compute_s=arrays.compute_s, memory_s=arrays.memory_s,
-                      scheduling_s=arrays.scheduling_s, fixed_s=arrays.fixed_s,
+                      scheduling_s=scheduling, fixed_s=arrays.fixed_s, library_s=library,
                       compute_keys=keys, kinds=tuple(op.kind for op in merged.ops),
                       counts=arrays.counts, level_names=arrays.level_names,
                       level_latency_s=tuple(level.latency_s for level in hardware.memory),
@@ -257,7 +262,7 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     else:  # the evaluation's own rule (serial vector kernels included)
         busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial)
     busy = busy + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
-    scheduling = parts.scheduling_s * launch_scale
+    scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
 

@@ -383,3 +383,27 @@ def test_a_causal_attention_wastes_half_of_its_engines_key_block_per_row():
     assert cpu_executed == pytest.approx(per_pair * (attended + 1024 * 511 / 2))
     gpu_executed = evaluate(Graph(name="a", ops=[op]), h100).ops[0].executed_flops
     assert gpu_executed == pytest.approx(per_pair * (attended + 1024 * 127 / 2))
+
+
+def test_a_library_dispatched_op_pays_the_modes_call_cost():
+    """PyTorch hands exact gelu on a CPU to oneDNN: the CPU spec's eager mode charges that call
+    (``library_dispatch``) on top of the dispatch every op pays; an add does not, nor a compiled program;
+    and the fit predicts what the evaluation does (the call cost is the spec's, not rescaled)."""
+    cpu = load_hardware("epyc-zen4-2vcpu")
+    call = cpu.scheduling.modes["dynamic"].library_dispatch_s["gelu"]
+    assert call == pytest.approx(4.4e-6)
+
+    def tensor():
+        return TensorSpec(shape=(1000,), dtype="fp32")
+
+    gelu = Op(name="gelu", kind="elementwise", provenance="aten.gelu", inputs=(tensor(),), outputs=(tensor(),),
+              attrs={"flops_per_element": 12})
+    add = dataclasses.replace(gelu, name="add", provenance="aten.add", attrs={})
+    eager = {op.name: evaluate(Graph(name="g", ops=[op]), cpu, fuse=False).ops[0] for op in (gelu, add)}
+    assert eager["gelu"].scheduling_s == pytest.approx(eager["add"].scheduling_s + call)
+    compiled = evaluate(Graph(name="g", ops=[gelu]), cpu, mode="graph").ops[0]
+    assert compiled.scheduling_s < eager["add"].scheduling_s  # no per-op dispatch, no library call
+    records = [_record(Graph(name=f"gelu{index}", ops=[gelu]), eager["gelu"].total_s, "elementwise")
+               for index in range(4)]
+    result = fit(records, cpu)
+    assert result.predicted_s[0] == pytest.approx(eager["gelu"].total_s, rel=0.02)

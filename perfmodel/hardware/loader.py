@@ -551,7 +551,7 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
     for name, mode in spec.scheduling.modes.items():
         _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)
         modes[name] = model.ExecutionMode(
-            name=name, host_overlap=mode.host_overlap,
+            name=name, host_overlap=mode.host_overlap, library_dispatch_s=dict(mode.library_dispatch),
             **{attribute: getattr(mode, field) or 0.0 for field, attribute in model.MODE_FIELDS.items()})
     _collect_field_sources("power", spec.power, field_sources)
     price = None

@@ -194,7 +194,9 @@ class ExecutionMode:
     * ``fabric_hop_s``: latency of one hop of the on-device mesh between neighbouring cores (spatial
       dataflow: an op's input is broadcast across its region and partial sums are reduced back);
     * ``host_overlap``: whether host dispatch overlaps device work (a GPU: yes; a CPU running its
-      own kernels on the dispatching thread: no, so dispatch and work add up).
+      own kernels on the dispatching thread: no, so dispatch and work add up);
+    * ``library_dispatch_s``: extra host cost per call of the ATen ops (by name, ``gelu`` for
+      ``aten.gelu``) that the framework hands to a library (PyTorch's exact gelu on a CPU: oneDNN).
     """
 
     name: str  # a registered execution model (hardware.execution_models)
@@ -206,6 +208,10 @@ class ExecutionMode:
     host_op_s: SIValue = 0.0
     fabric_hop_s: SIValue = 0.0
     host_overlap: bool = True
+    library_dispatch_s: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "library_dispatch_s", _frozen_mapping(self.library_dispatch_s))
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -194,6 +194,7 @@ class KernelSpec(Strict):
 
 
 KernelName = Annotated[str, Field(strict=True, pattern=r"^[a-z0-9][a-z0-9_]*$")]
+AtenOpName = Annotated[str, Field(strict=True, pattern=r"^[a-z_][a-z0-9_]*$")]  # 'gelu' for aten.gelu
 
 
 class EngineSpec(Sourced):
@@ -267,6 +268,9 @@ class ModeSpec(Sourced):
     sync: Overhead | None = None
     host_op: Overhead | None = None  # every overhead field is in hardware.model.MODE_FIELDS (a test checks)
     fabric_hop: Overhead | None = None
+    # Extra host cost of the ops the framework hands to a library call (oneDNN's eltwise for PyTorch's exact
+    # gelu on a CPU), by ATen op name: a per-op table, not one of the mode's overheads.
+    library_dispatch: dict[AtenOpName, Overhead] = {}
 
 
 class SchedulingSpec(Strict):

@@ -18,7 +18,8 @@ name), priced by its registered behaviour (``hardware.execution_models``):
 * ``dynamic`` (GPU eager, CPU): the host dispatches every kernel, overlapping device work, so an op
   takes ``max(busy_s, launches * kernel_launch_s)``: a stream of small kernels is host-bound. Where
   the spec says the host does not overlap (``host_overlap: false``: a CPU dispatches and computes
-  on the same thread) the two add up instead.
+  on the same thread) the two add up instead. An op the framework hands to a library pays the mode's
+  ``library_dispatch`` cost for its ATen op on top (PyTorch's exact gelu on a CPU goes to oneDNN).
 * ``graph`` (CUDA graphs, torch.compile, XLA): chains are fused; the program pays one
   ``program_launch_s``, and each kernel ``per_node_s`` of device-side gap: ``busy_s + per_node_s``.
 * ``static`` (Groq, Cerebras, Spyre): the compiler fixed the schedule and fused the chains; no
@@ -49,7 +50,7 @@ from perfmodel.costs.rules import (
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
-from perfmodel.hardware.model import MODE_FIELDS, Hardware, Parameters
+from perfmodel.hardware.model import MODE_FIELDS, ExecutionMode, Hardware, Parameters
 from perfmodel.workload.ir import Graph, Op
 from perfmodel.workload.op_kinds import is_vector_kind
 
@@ -249,6 +250,15 @@ def serial_vector_kernels(hardware: Hardware, costs: Sequence[OpCost], ops: Sequ
     return np.asarray([cost.engine in engines and is_vector_kind(op.kind) for cost, op in zip(costs, ops, strict=True)])
 
 
+def library_dispatch_s(execution: ExecutionMode, ops: Sequence[Op]) -> np.ndarray | None:
+    """Per op, the mode's extra host cost of handing it to a library (``ExecutionMode.library_dispatch_s``,
+    by ATen op name from the op's provenance); None when the mode has none."""
+    table = execution.library_dispatch_s
+    if not table:
+        return None
+    return np.asarray([table.get(op.provenance.removeprefix("aten."), 0.0) for op in ops], dtype=float)
+
+
 def weight_bytes(graph: Graph):
     return sum(tensor.bytes * op.count for op in graph.ops for tensor in op.inputs if tensor.role == "weight")
 
@@ -362,6 +372,9 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     synchronization = barriers * execution.sync_s * scale
     scheduling_s = (launches * model.per_kernel_s(execution) + host_calls * model.per_host_op_s(execution)) * scale \
         + synchronization + fabric_s
+    library = library_dispatch_s(execution, graph.ops)
+    if library is not None:
+        scheduling_s = scheduling_s + library.reshape(count_column.shape) * scale
     scheduling_s = np.broadcast_to(scheduling_s, compute_s.shape).copy()
 
     # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.
