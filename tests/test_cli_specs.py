@@ -105,3 +105,12 @@ def test_models_and_workloads_list_and_names_in_any_case(capsys):
     assert "required" in capsys.readouterr().err
     assert load_architecture("Llama-2-7B").name == "llama-2-7b"
     assert load_hardware("H100-SXM").name == "h100-sxm"
+
+
+def test_show_lists_the_cpu_execution_details(capsys):
+    """The CPU spec's attention block, serial vector kernels and oneDNN call cost appear in 'specs show'."""
+    code, out, _ = run(capsys, "specs", "show", "epyc-zen4-2vcpu")
+    assert code == 0
+    assert "compute.simd.attention_kv_block" in out and "512 keys" in out
+    assert "compute.simd.vector_kernels_hide_memory" in out
+    assert "scheduling.modes.dynamic.library_dispatch.gelu  4.4 us" in out

@@ -89,6 +89,10 @@ def _show(args) -> int:
         add(f"compute.{name}.units", str(engine.units))
         for dtype, rate in engine.peak_flops_per_s.items():
             add(f"compute.{name}.peak.{dtype}", format_quantity(rate, "flops_per_s"))
+        if engine.attention_kv_block is not None:
+            add(f"compute.{name}.attention_kv_block", f"{engine.attention_kv_block} keys")
+        if not engine.vector_kernels_hide_memory:
+            add(f"compute.{name}.vector_kernels_hide_memory", "false (compute and data movement add up)")
     for level in hardware.memory:
         prefix = f"memory.{level.name}"
         add(f"{prefix}.capacity", f"{format_quantity(level.capacity_bytes, 'bytes')} x {level.instances} "
@@ -103,6 +107,8 @@ def _show(args) -> int:
             value = getattr(mode, attribute)
             if value:
                 add(f"scheduling.modes.{name}.{field}", format_quantity(value, "seconds"))
+        for op_name, seconds in mode.library_dispatch_s.items():
+            add(f"scheduling.modes.{name}.library_dispatch.{op_name}", format_quantity(seconds, "seconds"))
     add("power.tdp", format_quantity(hardware.power.tdp_watts, "watts"))
     print(format_table(["field", "value", "source"], rows))
     print("\nsources:")
