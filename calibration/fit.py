@@ -509,9 +509,9 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
         worst = max(classes_error, key=classes_error.get)
         others.append((other, median, worst, classes_error[worst]))
     low_bounds, high_bounds = _bounds(design)
-    # Within 10% of a bound (log space): a latency that ends at 1.07 ns has run into its 1 ns floor.
     unidentified = tuple(name for name, free in zip(names, unbound, strict=True) if free)
-    # An unidentified parameter's value is wherever the optimizer left it (a bound on one CPU, inside on
+    # Within 10% of a bound (log space): a latency that ends at 1.07 ns has run into its 1 ns floor. An
+    # unidentified parameter's value is wherever the optimizer left it (a bound on one CPU, inside on
     # another): it is reported as unidentified only.
     at_bounds = tuple(names[index] for index, value in enumerate(solution.x) if names[index] not in unidentified
                       and min(value - low_bounds[index], high_bounds[index] - value) < BOUND_TOLERANCE)

@@ -327,7 +327,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
             rates[key] = compute_rate_flops_per_s(hardware, parameters, *key)
     peaks = stack([rates[(c.engine, c.peak_dtype, op.kind)] for c, op in zip(costs, graph.ops, strict=True)])
     latency = stack([parameters.compute_latency_s.get(op.kind, 0.0) for op in graph.ops])
-    kinds = sorted({op.kind for op in graph.ops})
+    kinds = {op.kind for op in graph.ops}
     compute_s = compute_time_s(executed, peaks, latency)
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
