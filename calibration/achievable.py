@@ -34,6 +34,7 @@ back to back, so the host's launch cost and the CUDA-graph node gap are not char
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,14 @@ from perfmodel.workload.ir import Graph, Op, TensorSpec
 from perfmodel.workload.op_kinds import matmul_flops
 
 OVERLAYS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
+TPU_OVERLAYS = ("tpu-v5e", "tpu-v6e", "tpu-v5p")
+# A device no published kernel measurement covers, whose matrix units are the design of a measured
+# sibling's: its overlay takes the sibling's fitted compute efficiencies (an estimate, named as such in
+# the overlay's source), and keeps the datasheet for memory, links and latencies, which depend on its
+# own memory system and package. v5p's TensorCores carry four 128x128 MXUs each, as v5e's one does
+# (JAX's tpu_info table, the scaling book); no v5p matmul, HBM or ICI figure is published
+# (data/published/TPU_SEARCH.md).
+SIBLING_ESTIMATES = {"tpu-v5p": "tpu-v5e"}
 # H100 SXM and H200 are the same GH100 die at the same clocks (H200 changes only the HBM): on-die
 # measurements (matmul, attention, L2 streams) of either serve both, as the family's shared data;
 # HBM streams and collectives (which depend on the memory and the system) stay per device. (The H800
@@ -60,6 +69,11 @@ BUS_FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (
 # device is kept only when that floor is under 2.5% of its time, so what is fitted is the device's
 # work, not the dispatch (a fixed cost fitted from it would charge every TPU op ~0.1 ms).
 HOST_TIMED_MIN_S = 40 * 119e-6
+# That floor, measured per device (tpu-perf-model's 8x8x8 dot in the same runs, README.md), is taken off
+# a host-timed row's time: what is left is the device's work. A fitted per-kernel latency then stands for
+# the device alone (with the floor left in, v5e's nine rows fitted a 171 us "latency" that the overlay
+# would have charged every TPU matmul).
+HOST_DISPATCH_FLOOR_S = {"tpu-v5e": 105.56e-6, "tpu-v6e": 118.73e-6}
 ATTENTION_FORWARD_MATMULS = 4  # FlashAttention's benchmark counts 4 * b * s^2 * h * d for the forward
 
 
@@ -165,9 +179,11 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
             supported = any(row["dtype"] in engine.peak_flops_per_s for engine in hardware.compute.values())
             record = _matmul(row, row["device"]) if supported else None
             host_timed = row["device"].startswith("tpu") and "device-timed" not in row["conditions"]
-            if record is not None and host_timed and record.duration_s < HOST_TIMED_MIN_S:
-                keep(None, "host-timed rows under 40x the host's dispatch floor")
-                continue
+            if record is not None and host_timed:
+                if record.duration_s < HOST_TIMED_MIN_S:
+                    keep(None, "host-timed rows under 40x the host's dispatch floor")
+                    continue
+                record = dataclasses.replace(record, duration_s=record.duration_s - HOST_DISPATCH_FLOOR_S[row["device"]])
             keep(record, f"matmul dtype {row['dtype']} has no peak")
     for row in load_published("memory_bandwidth"):
         if row["device"] == overlay or (row["device"] in die and row["level"] != "hbm"):
@@ -205,17 +221,51 @@ def fit_overlay(overlay: str, *, seed: int = 0):
     return result, rows.records, spec, rows.skipped
 
 
+def _sibling_estimate(result, sibling: Hardware, own: Hardware):
+    """The sibling's fit reduced to its compute efficiencies on engines ``own`` has in the same design
+    (``compute:<kind>:<engine>:<dtype>``), and kind-wide ones (``compute:<kind>``)."""
+    import dataclasses
+
+    def carried(name: str) -> bool:
+        pieces = name.split(":")
+        if pieces[0] != "compute":
+            return False
+        if len(pieces) < 4:
+            return True
+        engine, measured = own.compute.get(pieces[2]), sibling.compute[pieces[2]]
+        # The same design: the same kind of engine with the same native tile, running this dtype.
+        return (engine is not None and (engine.kind, engine.tile) == (measured.kind, measured.tile)
+                and pieces[3] in engine.peak_flops_per_s)
+
+    params = {name: value for name, value in result.params.items() if carried(name)}
+    return dataclasses.replace(result, params=params, at_bounds=(), unidentified=(),
+                               flags=tuple(flag for flag in result.flags if flag.split(" ")[0] in params))
+
+
 def write_overlay(overlay: str, directory: Path, *, seed: int = 0) -> tuple[Path, str]:
     """Write ``<overlay>-achievable.yaml`` into ``directory``; return its path and the fit report."""
     from calibration.report import fitted_spec_yaml, text_report
     from perfmodel.hardware.loader import load_hardware
     from perfmodel.yaml_source import write_text_atomically
 
-    result, records, spec, skipped = fit_overlay(overlay, seed=seed)
+    sibling = SIBLING_ESTIMATES.get(overlay)
+    result, records, spec, skipped = fit_overlay(sibling or overlay, seed=seed)
     name = f"{overlay}-achievable"
     output = directory / f"{name}.yaml"
     data_directory = Path(__file__).resolve().parent / "data" / "published"
-    text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name, kind="achievable")
+    provenance = description = None
+    if sibling:
+        own = load_hardware(overlay)
+        result = _sibling_estimate(result, spec, own)
+        kept = ", ".join(f"{key} {value:.3g}" for key, value in result.identified().items())
+        provenance = {"kind": "estimate", "note": (
+            f"no published kernel measurement of {overlay}; its matrix units are {sibling}'s design, so {sibling}'s "
+            f"fitted compute efficiencies are taken ({kept}; {len(records)} {sibling} measurements, held-out median "
+            f"|error| {100 * (result.heldout_median_abs_error or 0):.1f}%): calibration.achievable.SIBLING_ESTIMATES")}
+        description = f"{own.description} (achievable: compute estimated from {sibling}'s measurements)"
+        spec = own
+    text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name, kind="achievable",
+                            provenance=provenance, description=description)
     write_text_atomically(output, text)
     load_hardware(output)  # the overlay must load like any spec
     report = text_report(result, records, spec)
@@ -229,7 +279,7 @@ def main(argv=None) -> int:
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m calibration.achievable", description=main.__doc__)
-    parser.add_argument("overlays", nargs="*", default=list(OVERLAYS))
+    parser.add_argument("overlays", nargs="*", default=[*OVERLAYS, *TPU_OVERLAYS])
     parser.add_argument("--write", type=Path, help="directory for the <name>-achievable.yaml overlays")
     parser.add_argument("--reports", type=Path, help="directory for the fit reports (<name>-achievable.txt)")
     args = parser.parse_args(argv)

@@ -271,6 +271,11 @@ def _records_where(parts: Components, mask: np.ndarray) -> int:
     return len(set(parts.record_of_op[mask]))
 
 
+def _spans_a_decade(times: np.ndarray) -> bool:
+    """Whether ``times`` differ enough (more than 10x) to tell a fixed latency from a rate."""
+    return bool(times.size) and float(times.max()) > 10 * float(times.min())
+
+
 def _covered(groups, size: int) -> np.ndarray:
     covered = np.zeros(size, dtype=bool)
     for _label, mask in groups:
@@ -329,8 +334,7 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
             # A kind with its own efficiency whose transfers span less than a decade cannot tell a
             # latency from its efficiency: it takes no part in the level's latency (decode-attention
             # rows, all near one size, pulled a 12 us latency into every stream kernel).
-            sizes = parts.memory_s[index][binding & mask]
-            if sizes.max() <= 10 * sizes.min():
+            if not _spans_a_decade(parts.memory_s[index][binding & mask]):
                 narrow |= mask
         if index == outermost and (binding & ~covered & vector).any() and (binding & ~covered & ~vector).any():
             # Where both classes bind the level, kinds without their own efficiency share their class's
@@ -347,14 +351,18 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
         shared = binding & ~narrow
         sizes = parts.memory_s[index][shared]
         # A latency needs transfers of different sizes (otherwise it cannot be told from the efficiency).
-        if _records_where(parts, shared) >= 2 * MIN_RECORDS_PER_PARAMETER and sizes.size and sizes.max() > 10 * sizes.min():
+        if _records_where(parts, shared) >= 2 * MIN_RECORDS_PER_PARAMETER and _spans_a_decade(sizes):
             memory_latency.append((name, index, ~narrow))
     # Kinds with a start-up latency (the op-kind table's ``startup_latency``). Element-wise ops get none:
     # with one launch each, theirs would be the launch cost itself, which they identify. A start-up
     # latency adds to a kernel's compute time, so only records whose compute binds can measure it (on
     # memory-bound records, such as decode attention, it would stand in for a bandwidth as a floor).
+    # Like a memory latency, it needs compute times spanning more than a decade, or it cannot be told
+    # from the efficiency (v5e's nine matmuls, 6 to 47 ms, fitted 66 +- 86 us that would have charged
+    # every TPU matmul).
     latency_kinds = tuple(kind for kind, entry in OP_KIND_TABLE.items() if entry.startup_latency
-                          if _records_where(parts, compute_binding & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY)
+                          if _records_where(parts, compute_binding & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY
+                          and _spans_a_decade(parts.compute_s[compute_binding & (kinds == kind)]))
     links = np.asarray(parts.links)
     link_names = tuple(name for name in sorted(set(links[in_subset])) if name
                        and _records_where(parts, in_subset & (links == name)) >= 2 * MIN_RECORDS_PER_PARAMETER)

@@ -117,8 +117,12 @@ def save_residual_chart(result: FitResult, path: str | Path) -> None:
 
 
 def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements: Path, output: Path,
-                     records, *, name: str | None = None, kind: str = "calibrated") -> str:
-    """A spec that extends ``base`` (a catalog name, or a file in the output's directory)."""
+                     records, *, name: str | None = None, kind: str = "calibrated",
+                     provenance: dict | None = None, description: str | None = None) -> str:
+    """A spec that extends ``base`` (a catalog name, or a file in the output's directory).
+
+    ``provenance`` replaces the ``calibration`` source entry (kind and note) and ``description`` the
+    spec's description, for parameters that were not fitted to ``spec`` itself (a sibling's estimate)."""
     from perfmodel.hardware.loader import catalog_index
 
     if base not in catalog_index():
@@ -138,15 +142,15 @@ def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements:
         "schema_version": 1,
         "name": parameters.name,
         "extends": base,
-        "description": f"{spec.description} ({kind}: {len(records)} measurements)",
-        "sources": {"calibration": {
-            "url": url, "kind": "measured",
+        "description": description or f"{spec.description} ({kind}: {len(records)} measurements)",
+        "sources": {"calibration": {"url": url, **(provenance or {
+            "kind": "measured",
             "note": (f"fitted by perfmodel on {len(records)} measurements ({records[0].tool_version}); "
                      f"held-out median |error| {100 * (result.heldout_median_abs_error or 0):.1f}%"
                      + (f"; not identified by these data, so left at the datasheet: {', '.join(result.unidentified)}"
                         if result.unidentified else "")
                      + (f"; at a bound of the fit, so not written: {', '.join(result.at_bounds)}"
-                        if result.at_bounds else ""))}},
+                        if result.at_bounds else ""))})}},
     }
     identified = result.identified()
     if "kernel_launch_s" in identified:

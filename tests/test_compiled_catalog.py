@@ -73,3 +73,18 @@ def test_an_extra_spec_directory_turns_the_catalog_off(tmp_path, monkeypatch):
     monkeypatch.setenv("PERFMODEL_SPEC_PATH", str(tmp_path))
     assert compiled.stored_hardware("h100-sxm") is None and compiled.stored_names() is None
     assert loader.load_hardware("h100-sxm").name == "h100-sxm"  # from its file
+
+
+def test_the_catalog_is_compiled_from_the_files_as_they_are_now(monkeypatch):
+    """A process that read the catalog and then wrote or removed spec files (``calibration.achievable
+    --write``) compiles the files as they are, not its cached index (a new overlay was left out)."""
+    every = loader.spec_files()
+    assert "tpu-v5p-achievable" in loader.catalog_index()  # the index is cached now
+    monkeypatch.setattr(loader, "spec_files", lambda: [path for path in every if path.stem != "tpu-v5p-achievable"])
+    import pickle
+
+    payload = pickle.loads(compiled.compile_catalog())
+    assert "tpu-v5p-achievable" not in payload["specs"] and "tpu-v5p" in payload["specs"]
+    monkeypatch.undo()
+    loader.forget_spec_files()
+    assert "tpu-v5p-achievable" in loader.catalog_index()

@@ -430,6 +430,31 @@ def test_an_output_stays_on_chip_only_if_fused_consumers_read_all_of_it():
     assert shared.internal_input_bytes[1] == 2048
 
 
+def test_an_op_listed_between_a_producer_and_its_consumer_does_not_split_their_kernel():
+    """A chain fuses on the dataflow graph, not on list order: an unrelated op listed between a conv and
+    its point-wise consumer leaves the consumer in the conv's kernel, and its reduction outside it (the
+    case hypothesis found: with the old list-order rule, the inserted op split conv + add and fused
+    add + reduction instead, so adding an op made the graph faster)."""
+    from perfmodel.costs.fusion import plan_fusion
+
+    conv = Op(name="conv", kind="conv", attrs={"m": 64, "n": 64, "k": 64},
+              inputs=(_t((1, 64, 64), "bf16"), _t((64, 64), "bf16", "weight")), outputs=(_t((1, 64, 64), "bf16"),))
+    add = Op(name="add", kind="elementwise", inputs=(_t((1, 64, 64), "bf16"),), outputs=(_t((1, 64, 64), "bf16"),))
+    total_op = Op(name="sum", kind="reduction", inputs=(_t((1, 64, 64), "bf16"),), outputs=(_t((1,), "bf16"),))
+    other = Op(name="other", kind="matmul", attrs={"m": 1, "n": 1, "k": 1},
+               inputs=(_t((1, 1), "bf16"), _t((1, 1), "bf16", "weight")), outputs=(_t((1, 1), "bf16"),))
+    edges = [("conv", "add"), ("add", "sum")]
+    chain = plan_fusion(Graph(name="g", ops=[conv, add, total_op], edges=edges))
+    between = plan_fusion(Graph(name="g", ops=[conv, other, add, total_op], edges=edges))
+    assert chain.group_of == (0, 0, 2) and between.group_of == (0, 1, 0, 3)
+    assert between.internal_input_bytes == (0.0, 0.0, *chain.internal_input_bytes[1:])
+    assert between.internal_output_bytes == (chain.internal_output_bytes[0], 0.0, *chain.internal_output_bytes[1:])
+    # A producer whose group has moved on (another consumer joined it) starts no second branch.
+    second = Op(name="scale", kind="elementwise", inputs=(_t((1, 64, 64), "bf16"),), outputs=(_t((1, 64, 64), "bf16"),))
+    branched = plan_fusion(Graph(name="g", ops=[conv, add, second], edges=[("conv", "add"), ("conv", "scale")]))
+    assert branched.group_of == (0, 0, 2)
+
+
 @pytest.mark.parametrize("spec, mode", PAIRS)
 @fast(10)
 @given(data=st.data())

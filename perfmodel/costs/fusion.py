@@ -1,7 +1,8 @@
 """Fusion as a compiler does it (XLA, torch.compile/Inductor, Spyre's and Groq's compilers).
 
 Fusible ops (the op-kind table's ``fusible``: element-wise, normalization, softmax, reduction and
-copy) that consume the output of the previous op of their group join that group (chains); after a
+copy) that consume the output of the last op of a group join that group (chains; ops listed in
+between that they do not read from do not matter); after a
 matrix op (matmul, conv, attention) only point-wise ops join, as its epilogue (``epilogue``): no
 compiler fuses a norm, softmax or reduction into a GEMM (``benchmarks/inductor_kernels.py``
 measured Inductor's CPU kernels). Any other op starts a group.
@@ -55,14 +56,19 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         producers[index[consumer]].append(index[producer])
         consumers[index[producer]].append(index[consumer])
     group_of: list[int] = []
+    last_of_group: dict[int, int] = {}  # anchor -> the group's latest member (a group is a chain)
     for position, op in enumerate(graph.ops):
-        previous = position - 1
         kind = OP_KIND_TABLE[op.kind]
-        anchor = graph.ops[group_of[previous]] if position > 0 else op
-        after_matrix_op = OP_KIND_TABLE[anchor.kind].engine == "matrix"
-        joins = (position > 0 and kind.fusible and (kind.epilogue or not after_matrix_op)
-                 and previous in producers[position] and op.count == graph.ops[previous].count)
-        group_of.append(group_of[previous] if joins else position)
+        # An op continues the chain of its latest producer when that producer still ends its group: ops
+        # listed in between that it does not read from do not split the chain (a compiler fuses on the
+        # dataflow graph, and an unrelated op added to a graph must not change its kernels).
+        latest = max(producers[position], default=None)
+        group = group_of[latest] if latest is not None else position
+        after_matrix_op = OP_KIND_TABLE[graph.ops[group].kind].engine == "matrix"
+        joins = (latest is not None and kind.fusible and (kind.epilogue or not after_matrix_op)
+                 and last_of_group[group] == latest and op.count == graph.ops[latest].count)
+        group_of.append(group if joins else position)
+        last_of_group[group_of[-1]] = position
     # What consumer c can read of producer p's output: at most that output, and at most c's inputs
     # that an op can produce (weights are never another op's output). The graph does not say which of
     # c's tensors p wrote, so this is the most it can be, and what an exact fit (the usual chain) reads.

@@ -92,6 +92,9 @@ def compile_catalog() -> bytes:
     """Every shipped spec loaded through the full loader, pickled with the digests that keep it honest."""
     from perfmodel.hardware import loader
 
+    # The files as they are now: a process that wrote specs (calibration.achievable --write) has read
+    # the catalog before, and its index would miss an added overlay and keep an edited one's old record.
+    loader.forget_spec_files()
     root = shipped_directory()
     index = {name: path for name, path in loader.catalog_index().items() if path.resolve().is_relative_to(root.resolve())}
     records = {name: loader.full_load(path) for name, path in index.items()}
@@ -107,6 +110,8 @@ def write_catalog(path: Path | None = None) -> Path:
 
     target = path or shipped_directory() / FILE_NAME
     write_bytes_atomically(target, compile_catalog())
+    _verified.cache_clear()  # read the written catalog, not the one this process trusted before
+    _with_origin.cache_clear()
     return target
 
 

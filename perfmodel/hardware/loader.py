@@ -65,6 +65,13 @@ def spec_files() -> list[Path]:
     return files
 
 
+def forget_spec_files() -> None:
+    """Drop what this process has read of the spec files (the catalog's index, each file's record): for
+    code that has just written spec files and reads them back (``compiled.compile_catalog``)."""
+    catalog_index.cache_clear()
+    _load_cached.cache_clear()
+
+
 @lru_cache(maxsize=1)
 def catalog_index() -> dict[str, Path]:
     index: dict[str, Path] = {}
