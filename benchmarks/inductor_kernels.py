@@ -203,8 +203,9 @@ WORKLOADS = (
         lambda: (LlamaBlock(BLOCK["seq"], BLOCK["hidden"], BLOCK["heads"], BLOCK["ffn"]),
                  (torch.randn(BLOCK["batch"], BLOCK["seq"], BLOCK["hidden"]),)),
         lambda: builders.transformer_block(dtype="fp32", **BLOCK),
-        "builder 11 vs captured 10: the builder lists rope after v_proj, so the previous-op rule cannot join it "
-        "to q_proj (in the capture it follows q_proj). perfmodel puts only point-wise ops after a GEMM into "
+        "builder and capture both 10: the builder lists rope after v_proj, the capture right after "
+        "q_proj; fusion follows the dataflow graph, so rope joins q_proj either way. perfmodel puts only "
+        "point-wise ops after a GEMM into "
         "its kernel (rope into q_proj, the residual and the norm's square into o_proj, SiLU into gate_proj, "
         "the gate multiply into up_proj, the residual into down_proj); norms start their own kernel, as in "
         "Inductor: it equals Inductor with GEMM templates (10). Inductor (default, freezing) runs the 7 "

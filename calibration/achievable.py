@@ -53,7 +53,8 @@ TPU_OVERLAYS = ("tpu-v5e", "tpu-v6e", "tpu-v5p")
 # the overlay's source), and keeps the datasheet for memory, links and latencies, which depend on its
 # own memory system and package. v5p's TensorCores carry four 128x128 MXUs each, as v5e's one does
 # (JAX's tpu_info table, the scaling book); no v5p matmul, HBM or ICI figure is published
-# (data/published/TPU_SEARCH.md).
+# (data/published/TPU_SEARCH.md). TPU v4 also has 128x128 MXUs but is an earlier generation (its
+# MXU pipeline and compiler differ): it stays at the datasheet rather than borrow a v5 figure.
 SIBLING_ESTIMATES = {"tpu-v5p": "tpu-v5e"}
 # H100 SXM and H200 are the same GH100 die at the same clocks (H200 changes only the HBM): on-die
 # measurements (matmul, attention, L2 streams) of either serve both, as the family's shared data;

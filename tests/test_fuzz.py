@@ -288,6 +288,11 @@ def test_roofline_measured_points_are_finite(tmp_path, capsys):
     (["bench", "--rounds", "0", "-o", "bench.csv"], "--rounds must be at least 1, got 0"),
     (["capture", "model.txt:build", "--input-shape", "1x8", "-o", "graph.yaml"], "model.txt does not end in .py"),
     (["capture", "model.py:build", "--input-shape", "1x8", "-o", "graph.txt"], "unknown extension '.txt'"),
+    # The benchmark's fuzzer found a batch of 10^24 sequences overflowing a tensor size (exit 70).
+    (["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--condensed", "--chips", "2", "--batch",
+      "999999999999999999999999", "--activations", "tf32"], "is more than 2,147,483,647 sequences"),
+    (["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--batch", "1,2147483648"],
+     "batch 2147483648 is more than 2,147,483,647 sequences"),
 ])
 def test_bad_outputs_and_numbers_exit_2_before_any_work(argv, expected, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)

@@ -4,22 +4,23 @@ hypothesis over generated workloads on every shipped spec, in every execution mo
 Each hypothesis example holds ``POINTS`` sweep points: op dimensions are numpy arrays, so one call
 of ``evaluate_arrays`` prices all of them (README, "sweeps"), and spec fields are scaled with a
 different factor at each point (``hardware_with`` takes arrays). Cases checked, counted as
-(spec, mode, workload point, property variant) once each; ``PAIRS`` = 35 (spec, mode) pairs today
+(spec, mode, workload point, property variant) once each; ``PAIRS`` = 37 (spec, mode) pairs today
 (``PERFMODEL_COUNT_CASES=1 pytest -s tests/test_properties.py`` prints the count of a run):
 
-* ``test_single_op_properties``: 35 pairs x 12 examples x 16 points x (1 sanity + ~10 scaled fields
-  on average) ~ 74,000;
-* ``test_chain_properties``: 35 x 6 x 16 x ~11 ~ 37,000; ``test_builder_chain_properties``: 35 x 2 x 8
-  x ~11 ~ 6,000;
-* ``test_adding_an_op_never_makes_a_graph_faster``: 35 x 10 x 16 x ~2.7 placements (4 in the 12 non-fusing
-  pairs, the 2 unconnected ones in fusing modes) ~ 15,000;
-* ``test_flops_never_fall_with_a_larger_dimension``: 35 x 10 x 16 ~ 5,600;
-* ``test_decode_time_is_non_decreasing_in_context``: 35 x 2 models x (64 contexts + 4 prompts) ~ 4,800;
+* ``test_single_op_properties``: 37 pairs x 12 examples x 16 points x (1 sanity + ~10 scaled fields
+  on average) ~ 78,000;
+* ``test_chain_properties``: 37 x 6 x 16 x ~11 ~ 39,000; ``test_builder_chain_properties``: 37 x 2 x 8
+  x ~11 ~ 6,500;
+* ``test_adding_an_op_never_makes_a_graph_faster``: 37 x 10 x 16 x ~2.6 placements (4 in the 12 non-fusing
+  pairs, the 2 unconnected ones in fusing modes) ~ 15,700;
+* ``test_flops_never_fall_with_a_larger_dimension``: 37 x 10 x 16 = 5,920;
+* ``test_decode_time_is_non_decreasing_in_context``: 37 x 2 models x (64 contexts + 4 prompts) ~ 5,000;
 * ``test_setting_a_field_to_its_current_value_changes_nothing``: every numeric field of every spec
-  (~950) plus all of a spec's fields at once (19), each compared in every mode.
+  (~1,000) plus all of a spec's fields at once (23), each compared in every mode.
 
-A measured run: 165,528 checks (80,496 sanity checks of evaluated points, 60,096 faster-hardware,
-14,080 added-op, 5,440 FLOPs, 4,012 decode-context, 1,404 --set evaluations), 43 s on one CPU core.
+A measured run (2026-12-01): 245,808 checks (122,882 sanity checks of evaluated points, 95,360
+faster-hardware, 15,680 added-op, 5,920 FLOPs, 4,366 decode-context, 1,600 --set evaluations), about
+30 s on one CPU core (six runs in a row, each with new random examples, all passed).
 Matrix ops on engines that choose among kernels (GPUs) get every check too: a kernel is chosen by the
 time it is charged (``costs.rules.select_kernel``), so faster hardware never picks a slower one.
 """

@@ -20,7 +20,7 @@ import numpy as np
 
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
-from perfmodel.llm.architecture import Architecture
+from perfmodel.llm.architecture import MAX_CONFIG_SIZE, Architecture
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 from perfmodel.workload.op_kinds import activation_flops_per_element
 
@@ -50,6 +50,11 @@ class Parallelism:
         return self.tp * self.pp
 
 
+# The most sequences a scenario may batch: orders of magnitude beyond any deployment, and the size
+# of a config field (``MAX_CONFIG_SIZE``), so that tensor sizes built from it stay in range.
+MAX_SEQUENCES = MAX_CONFIG_SIZE
+
+
 def check(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> None:
     """Raise a clear error for a scenario or a parallelism the model cannot run."""
     problems = []
@@ -57,6 +62,8 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
                                                            scenario.generated_tokens))
     if np.any(batch < 1) or np.any(prompt < 1) or np.any(gen < 1):
         problems.append("batch, prompt and generated tokens must each be at least 1")
+    elif np.any(batch > MAX_SEQUENCES):
+        problems.append(f"batch {np.max(batch)} is more than {MAX_SEQUENCES:,} sequences: a typo, not a deployment")
     total = int(np.max(prompt + gen))
     if total > architecture.max_positions:
         problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
