@@ -16,6 +16,7 @@ from perfmodel.cli.overrides import (
     add_mode_argument,
     add_set_argument,
     parse_overrides,
+    spec_names,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import mode_choices, mode_help
@@ -66,7 +67,8 @@ def register(commands) -> None:
                     "share: rate / replicas, or users / replicas) and adds replicas until every target holds.",
         epilog=SIZE_EPILOG, formatter_class=_SizeHelpFormatter)
     size.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
-    size.add_argument("--on", default=DEFAULT_SYSTEMS, help=f"specs, comma-separated (default {DEFAULT_SYSTEMS})")
+    size.add_argument("--on", default=spec_names(DEFAULT_SYSTEMS), type=spec_names,
+                      help=f"specs, comma-separated (default {DEFAULT_SYSTEMS})")
     size.add_argument("--rate", help="open loop: Poisson arrivals of all replicas together, e.g. 10/s or 600/min")
     size.add_argument("--users", type=int, help="closed loop: users in all, each waiting for its answer and then "
                                                 "thinking --think before the next request")
@@ -85,7 +87,7 @@ def register(commands) -> None:
     size.add_argument("--output-dist", help="output tokens, as --prompt-dist")
     size.add_argument("--requests", type=int, default=DEFAULT_SIZE_REQUESTS,
                       help=f"requests per simulation (default {DEFAULT_SIZE_REQUESTS})")
-    size.add_argument("--seed", type=int, default=0, help="seed of the simulated arrivals and lengths (default 0)")
+    size.add_argument("--seed", type=_seed, default=0, help="seed of the simulated arrivals and lengths (default 0)")
     size.add_argument("--price", metavar="USD|SPEC=USD,...",
                       help="price per chip-hour in USD, one number for every system or per spec "
                            "(h100-sxm=2.5,tpu-v5e=1.2); overrides the spec's price; without one, cost is n/a")
@@ -223,6 +225,17 @@ def _llm(args) -> int:
     return 0
 
 
+def _seed(text: str) -> int:
+    """A random seed: a whole number, 0 or more, as numpy's generators take (argparse type)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"the seed must be 0 or more, got {value}")
+    return value
+
+
 def _counts(text: str) -> list[int]:
     """A count or a comma list of counts, each at least 1 (argparse type)."""
     try:
@@ -309,9 +322,7 @@ def _size(args) -> int:
     _check_counts(args, ("prompt", "gen", "users", "requests"))
     targets, load = _size_targets(args), _size_load(args)
     prompt, output = _size_lengths(args)
-    names = [item.strip() for item in args.on.split(",") if item.strip()]
-    if not names:
-        raise PerfmodelError("--on: give at least one spec name, e.g. --on h100-sxm,tpu-v5e")
+    names = args.on
     prices = _prices(args.price, names)
     architecture = load_architecture(args.model)
     _check_lengths(args, architecture, prompt, output)

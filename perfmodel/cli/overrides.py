@@ -1,11 +1,21 @@
-"""Arguments shared by every command that evaluates on a spec: ``--set FIELD=VALUE`` what-ifs, ``--ideal``
-and ``--mode`` (one vocabulary, from the execution-model registry)."""
+"""Arguments shared by every command that evaluates on a spec: ``--on`` lists of specs, ``--set
+FIELD=VALUE`` what-ifs, ``--ideal`` and ``--mode`` (one vocabulary, from the execution-model registry)."""
 
 from __future__ import annotations
+
+import argparse
 
 from perfmodel.errors import PerfmodelError
 
 SET_HELP = "what-if override of a spec field, e.g. memory.hbm.bandwidth=6.4TB/s (repeatable)"
+
+
+def spec_names(text: str) -> list[str]:
+    """``--on a,b,c``: spec names or paths, at least one (argparse type)."""
+    names = [item.strip() for item in text.split(",") if item.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError(f"give at least one spec name or path, e.g. h100-sxm,tpu-v5e; got {text!r}")
+    return names
 
 
 def add_set_argument(parser) -> None:

@@ -6,7 +6,7 @@ import json
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
+from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides, spec_names
 from perfmodel.errors import PerfmodelError
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
@@ -15,7 +15,7 @@ from perfmodel.units import format_quantity, parse_quantity
 def register(commands) -> None:
     predict = commands.add_parser("predict", help="predict a workload on one or more specs")
     predict.add_argument("workload", help="a workload file (YAML/JSON) or a shipped workload name")
-    predict.add_argument("--on", required=True, help="spec names or paths, comma-separated")
+    predict.add_argument("--on", required=True, type=spec_names, help="spec names or paths, comma-separated")
     add_set_argument(predict)
     add_ideal_argument(predict)
     add_mode_argument(predict)
@@ -47,10 +47,10 @@ def _predict(args) -> int:
 
     graph = load_graph(args.workload)
     overrides = parse_overrides(args.set)
-    evaluations = [evaluate(graph, load_for_prediction(name.strip(), overrides=overrides or None, ideal=args.ideal),
+    evaluations = [evaluate(graph, load_for_prediction(name, overrides=overrides or None, ideal=args.ideal),
                             mode=args.mode,
                             overlap=args.overlap, fuse=True if args.compiled else None)
-                   for name in args.on.split(",") if name.strip()]
+                   for name in args.on]
     if args.json:
         data = [evaluation.to_dict() for evaluation in evaluations]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=1))

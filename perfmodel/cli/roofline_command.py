@@ -6,7 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_mode_argument
+from perfmodel.cli.overrides import add_mode_argument, spec_names
 from perfmodel.errors import PerfmodelError
 from perfmodel.yaml_source import check_output_path, csv_failures, open_for_reading
 
@@ -16,7 +16,8 @@ CHART_SUFFIXES = (".png", ".svg", ".pdf")
 def register(commands) -> None:
     roofline = commands.add_parser("roofline", help="draw a roofline chart of a workload on one or more specs")
     roofline.add_argument("workload", help="a workload file or a shipped workload name")
-    roofline.add_argument("--on", required=True, help="spec names, comma-separated (several: side by side)")
+    roofline.add_argument("--on", required=True, type=spec_names,
+                          help="spec names, comma-separated (several: side by side)")
     roofline.add_argument("--kind", choices=["classic", "hierarchical", "scheduling", "breakdown"], default="classic")
     roofline.add_argument("--measured", type=Path, help="CSV of measurements: name, flops, bytes, duration_s")
     roofline.add_argument("--dtype", help="dtype of the compute roof (default: the workload's)")
@@ -68,7 +69,7 @@ def _roofline(args) -> int:
 
     check_output_path(args.output, "-o/--output", CHART_SUFFIXES)
     graph = load_graph(args.workload)
-    specs = [load_hardware(name.strip()) for name in args.on.split(",") if name.strip()]
+    specs = [load_hardware(name) for name in args.on]
     evaluations = [evaluate(graph, hardware, mode=args.mode) for hardware in specs]
     if args.kind == "breakdown":
         plotting.save_figure(plotting.plot_time_breakdown(evaluations), args.output)

@@ -349,6 +349,8 @@ class Server:
         (seeded); ``progress(done)`` is called as requests finish."""
         if requests < 1:
             raise PerfmodelError(f"requests must be at least 1, got {requests}")
+        if seed < 0:  # numpy's generators take only non-negative seeds
+            raise PerfmodelError(f"the seed must be 0 or more, got {seed}")
         rng = np.random.default_rng(seed)
         limit = self.architecture.max_positions
         prompts = np.minimum(prompt.sample(rng, requests), limit - 1)
