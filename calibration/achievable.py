@@ -263,10 +263,11 @@ def write_overlay(overlay: str, directory: Path, *, seed: int = 0) -> tuple[Path
             f"no published kernel measurement of {overlay}; its matrix units are {sibling}'s design, so {sibling}'s "
             f"fitted compute efficiencies are taken ({kept}; {len(records)} {sibling} measurements, held-out median "
             f"|error| {100 * (result.heldout_median_abs_error or 0):.1f}%): calibration.achievable.SIBLING_ESTIMATES")}
-        description = f"{own.description} (achievable: compute estimated from {sibling}'s measurements)"
+        description = f"{own.description} (estimated: compute from {sibling}'s measurements)"
         spec = own
-    text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name, kind="achievable",
-                            provenance=provenance, description=description)
+    text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name,
+                            kind="estimated" if sibling else "achievable", provenance=provenance,
+                            description=description)
     write_text_atomically(output, text)
     load_hardware(output)  # the overlay must load like any spec
     report = text_report(result, records, spec)

@@ -258,6 +258,7 @@ def test_v5p_takes_v5e_s_fitted_mxu_efficiency_as_a_named_estimate():
     source = v5p.source_of("efficiency.compute.matmul")
     assert source.kind == "estimate" and "tpu-v5e" in source.note
     assert load_for_prediction("tpu-v5p").name == "tpu-v5p-achievable"
+    assert v5p.efficiency.kind == "estimated" and v5p.efficiency.label == "estimated (tpu-v5p-achievable)"
 
 
 def test_the_shipped_tpu_overlays_are_what_the_fit_writes(tmp_path):

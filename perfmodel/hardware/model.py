@@ -256,7 +256,9 @@ class Parameters:
     memory_latency_s: Mapping[str, float] = field(default_factory=dict)
     link_efficiency: Mapping[str, float] = field(default_factory=dict)
     collective_latency_s: Mapping[str, float] = field(default_factory=dict)
-    kind: str = "ideal"  # "ideal" (datasheet), "achievable" (fitted to published microbenchmarks), "calibrated"
+    # "ideal" (datasheet), "achievable" (fitted to published microbenchmarks), "estimated" (an achievable
+    # overlay taken from a sibling device's fit), "calibrated" (fitted to measured runs)
+    kind: str = "ideal"
 
     @property
     def label(self) -> str:

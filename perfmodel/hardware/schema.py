@@ -313,7 +313,9 @@ class EfficiencySpec(Sourced):
     """Fitted efficiencies (dimensionless multipliers of the datasheet peaks and bandwidths)."""
 
     name: Text
-    kind: Literal["achievable", "calibrated"] = "calibrated"
+    # achievable: fitted to published microbenchmarks of the device; estimated: an achievable overlay
+    # taken from a sibling's fit where the device has no data of its own; calibrated: fitted to runs.
+    kind: Literal["achievable", "estimated", "calibrated"] = "calibrated"
     compute: dict[str, PositiveFloat] = {}
     memory: dict[str, PositiveFloat] = {}
     scheduling_scale: PositiveFloat | None = None
