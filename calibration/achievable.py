@@ -5,8 +5,10 @@ shape, bandwidth by working set and level, collective bandwidth by message size,
 TFLOP/s). Each row becomes one measurement record whose graph is the one op it measured, so the same
 fit as ``perfmodel calibrate`` (:func:`calibration.fit.fit`: prior toward the datasheet,
 identifiability, held-out error per class) turns them into an overlay spec
-``hardware_specs/gpu/<name>-achievable.yaml`` that ``extends`` the datasheet spec. Predictions use the
-overlay by default where one ships (``--ideal`` gives the datasheet roofline).
+``hardware_specs/<family>/<name>-achievable.yaml`` that ``extends`` the datasheet spec. Predictions use
+the overlay by default where one ships (``--ideal`` gives the datasheet roofline). A device with no
+published measurement of its own may take a sibling's compute efficiencies (``SIBLING_ESTIMATES``):
+its overlay is then of kind ``estimated``, and says so in every output.
 
 Only microbenchmarks are used here; end-to-end application rows (LLM throughput, latency) are for
 validation only and never fit anything.
@@ -212,20 +214,24 @@ def device_time_hardware(hardware: Hardware) -> Hardware:
 
 
 def fit_overlay(overlay: str, *, seed: int = 0):
-    """Fit ``overlay``'s achievable parameters; returns (FitResult, records, datasheet spec, skipped)."""
+    """Fit ``overlay``'s achievable parameters; returns (FitResult, records, spec, skipped). For a device in
+    ``SIBLING_ESTIMATES`` the records are its sibling's, and the result keeps only what carries over."""
     from calibration.fit import fit
     from perfmodel.hardware.loader import load_hardware
 
-    spec = load_hardware(overlay)
-    rows = published_records(overlay, spec)
-    result = fit(rows.records, device_time_hardware(spec), mode="graph", seed=seed)
-    return result, rows.records, spec, rows.skipped
+    sibling = SIBLING_ESTIMATES.get(overlay)
+    measured = load_hardware(sibling or overlay)
+    rows = published_records(sibling or overlay, measured)
+    result = fit(rows.records, device_time_hardware(measured), mode="graph", seed=seed)
+    if sibling:
+        own = load_hardware(overlay)
+        return _sibling_estimate(result, measured, own), rows.records, own, rows.skipped
+    return result, rows.records, measured, rows.skipped
 
 
 def _sibling_estimate(result, sibling: Hardware, own: Hardware):
     """The sibling's fit reduced to its compute efficiencies on engines ``own`` has in the same design
     (``compute:<kind>:<engine>:<dtype>``), and kind-wide ones (``compute:<kind>``)."""
-    import dataclasses
 
     def carried(name: str) -> bool:
         pieces = name.split(":")
@@ -243,45 +249,55 @@ def _sibling_estimate(result, sibling: Hardware, own: Hardware):
                                flags=tuple(flag for flag in result.flags if flag.split(" ")[0] in params))
 
 
+def _report(overlay: str, result, records, spec: Hardware) -> str:
+    from calibration.report import text_report
+
+    report = text_report(result, records, spec)
+    sibling = SIBLING_ESTIMATES.get(overlay)
+    if sibling:
+        report = (f"{overlay}: estimated from {sibling}'s fit (SIBLING_ESTIMATES); only its compute efficiencies "
+                  f"carry over\n{report}")
+    return report
+
+
 def write_overlay(overlay: str, directory: Path, *, seed: int = 0) -> tuple[Path, str]:
     """Write ``<overlay>-achievable.yaml`` into ``directory``; return its path and the fit report."""
-    from calibration.report import fitted_spec_yaml, text_report
+    from calibration.report import fitted_spec_yaml
     from perfmodel.hardware.loader import load_hardware
     from perfmodel.yaml_source import write_text_atomically
 
     sibling = SIBLING_ESTIMATES.get(overlay)
-    result, records, spec, skipped = fit_overlay(sibling or overlay, seed=seed)
+    result, records, spec, skipped = fit_overlay(overlay, seed=seed)
     name = f"{overlay}-achievable"
     output = directory / f"{name}.yaml"
     data_directory = Path(__file__).resolve().parent / "data" / "published"
     provenance = description = None
     if sibling:
-        own = load_hardware(overlay)
-        result = _sibling_estimate(result, spec, own)
         kept = ", ".join(f"{key} {value:.3g}" for key, value in result.identified().items())
         provenance = {"kind": "estimate", "note": (
             f"no published kernel measurement of {overlay}; its matrix units are {sibling}'s design, so {sibling}'s "
             f"fitted compute efficiencies are taken ({kept}; {len(records)} {sibling} measurements, held-out median "
             f"|error| {100 * (result.heldout_median_abs_error or 0):.1f}%): calibration.achievable.SIBLING_ESTIMATES")}
-        description = f"{own.description} (estimated: compute from {sibling}'s measurements)"
-        spec = own
+        description = f"{spec.description} (estimated: compute from {sibling}'s measurements)"
     text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name,
                             kind="estimated" if sibling else "achievable", provenance=provenance,
                             description=description)
     write_text_atomically(output, text)
     load_hardware(output)  # the overlay must load like any spec
-    report = text_report(result, records, spec)
+    report = _report(overlay, result, records, spec)
     if skipped:
         report += "\nskipped rows: " + ", ".join(f"{count} x {reason}" for reason, count in skipped.items())
     return output, report
 
 
 def main(argv=None) -> int:
-    """``python -m calibration.achievable [--write DIR] [OVERLAY ...]``: fit and print the reports."""
+    """``python -m calibration.achievable [--write DIR] [OVERLAY ...]``: fit and print the reports. The
+    default is the GPU overlays (``--write hardware_specs/gpu``); the TPU ones (``TPU_OVERLAYS``) are named
+    with ``--write hardware_specs/tpu``."""
     import argparse
 
     parser = argparse.ArgumentParser(prog="python -m calibration.achievable", description=main.__doc__)
-    parser.add_argument("overlays", nargs="*", default=[*OVERLAYS, *TPU_OVERLAYS])
+    parser.add_argument("overlays", nargs="*", default=list(OVERLAYS))
     parser.add_argument("--write", type=Path, help="directory for the <name>-achievable.yaml overlays")
     parser.add_argument("--reports", type=Path, help="directory for the fit reports (<name>-achievable.txt)")
     args = parser.parse_args(argv)
@@ -293,9 +309,7 @@ def main(argv=None) -> int:
             print(f"wrote {path}")
         else:
             result, records, spec, _ = fit_overlay(overlay)
-            from calibration.report import text_report
-
-            report = text_report(result, records, spec)
+            report = _report(overlay, result, records, spec)
         if args.reports:
             write_text_atomically(args.reports / f"{overlay}-achievable.txt", report + "\n")
         print(report.split("\n\nmeasurement")[0])

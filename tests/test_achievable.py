@@ -8,7 +8,7 @@ import re
 import numpy as np
 import pytest
 
-from calibration.achievable import OVERLAYS, published_records, write_overlay
+from calibration.achievable import OVERLAYS, TPU_OVERLAYS, published_records, write_overlay
 from calibration.fit import fit
 from calibration.records import MeasurementRecord
 from perfmodel.cli import main
@@ -262,7 +262,15 @@ def test_v5p_takes_v5e_s_fitted_mxu_efficiency_as_a_named_estimate():
 
 
 def test_the_shipped_tpu_overlays_are_what_the_fit_writes(tmp_path):
-    for device in ("tpu-v5e", "tpu-v6e", "tpu-v5p"):
+    for device in TPU_OVERLAYS:
         path, _ = write_overlay(device, tmp_path)
         shipped = load_hardware(f"{device}-achievable")
         assert _same_up_to_float_noise(path.read_text(), open(str(shipped.origin)).read()), device
+
+
+def test_the_report_of_a_sibling_estimate_says_so(capsys):
+    from calibration.achievable import main as achievable_main
+
+    assert achievable_main(["tpu-v5p"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("tpu-v5p: estimated from tpu-v5e's fit") and "compute:matmul:mxu:bf16" in printed
