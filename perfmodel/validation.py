@@ -423,15 +423,18 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
         how = f"; expert axis ({folded}) folded into fsdp"
     layout = Layout(tp=tp, fsdp=fsdp, dp=dp, pp=pp, micro_batch=global_batch // (fsdp * dp))  # no accumulation
     master = "bf16" if recipe["weights_dtype"] == "bfloat16" else "fp32"
+    capacity = recipe["moe_capacity_factor"]  # empty: a dropless MoE, or no experts
     setup = TrainingSetup(global_batch=global_batch, seq_len=int(recipe["seq_len"]), master_dtype=master,
                           recompute=recipe["remat"] or "none", kept=tuple(recipe["kept_matmuls"].split()) or None,
-                          offload=recipe["offload"] == "yes")
+                          offload=recipe["offload"] == "yes", moe_capacity_factor=float(capacity) if capacity else None)
     result = train_predict(architecture, hardware, setup, layout, domain_chips=layout.chips // slices)
     if not result.fits:  # the run did fit: say by how much the memory estimate overshoots, and predict
         how += (f"; memory estimate {result.memory.total / 2**30:.0f} GiB per chip exceeds "
                 f"{result.capacity_bytes / 2**30:.0f} GiB")
     policy = setup.recompute + (f" keeping {'/'.join(setup.kept)}" if setup.kept else "") + \
         (" offloaded to the host" if setup.offload else "")
+    if setup.moe_capacity_factor is not None:
+        how += f"; token-dropping MoE, capacity factor {setup.moe_capacity_factor:g}"
     how = (f"{architecture.name}, {layout.label()}, recompute {policy}, {slices} slice(s), global batch "
            f"{global_batch} x {setup.seq_len}; MFU {100 * result.mfu:.1f}%" + how)
     metric = row["metric"].lower()

@@ -344,3 +344,61 @@ def test_train_runs_or_explains_on_every_bundled_spec(capsys):
             assert data["step_s"] > 0 and 0 < data["mfu"] <= 1, name
         else:
             assert name in captured.err or "--" in captured.err, captured.err
+
+
+# ---------------------------------------------------------------------------- token-dropping MoE
+def test_expert_capacity_is_maxtexts():
+    """``generate_masks``: int(max(ceil(seq * top_k / experts) * capacity_factor, capacity_factor))."""
+    from perfmodel.llm.graphs import expert_capacity
+
+    mixtral = load_architecture("mixtral-8x7b")  # 8 experts, top 2
+    assert expert_capacity(mixtral, 4096, 1.25) == 1280
+    assert expert_capacity(mixtral, 4095, 1.25) == 1280  # ceil(1023.75) = 1024
+    assert expert_capacity(mixtral, 1, 1.25) == 1  # ceil(0.25) * 1.25 = 1.25 -> 1
+    assert expert_capacity(mixtral, 3, 2.0) == 2
+    assert list(expert_capacity(mixtral, np.array([4096, 8]), 1.0)) == [1024, 2]
+
+
+def test_a_token_dropping_moe_prices_dispatch_combine_and_whole_buffers(h100):
+    """Per layer and sequence: router, dispatch and combine einsums of 2 x S x E x C x M FLOPs each, and
+    the experts' three matmuls over E x C rows (empty slots included) instead of the k x S routed
+    tokens. Its backward skips the boolean dispatch mask's gradient (1x) and keeps both of combine's."""
+    mixtral = load_architecture("mixtral-8x7b")
+    seq, batch, factor = 1024, 2, 1.25
+    setup = TrainingSetup(global_batch=batch, seq_len=seq, moe_capacity_factor=factor)
+    layout = Layout(micro_batch=batch)
+    graph = forward_graph(mixtral, setup, layout)
+    flops = dict(zip((op.name for op in graph.ops), evaluate_arrays(graph, h100).flops.tolist(), strict=True))
+    e, k, m, f, layers = mixtral.experts, mixtral.experts_per_token, mixtral.hidden, mixtral.intermediate, mixtral.layers
+    capacity = math.ceil(seq * k / e) * factor  # 320 slots per expert
+    einsum = 2 * batch * seq * e * capacity * m * layers
+    assert flops["layers.moe.dispatch_einsum"] == pytest.approx(einsum)
+    assert flops["layers.moe.combine_einsum"] == pytest.approx(einsum)
+    experts = flops["layers.moe.experts.gate_up"] + flops["layers.moe.experts.down"]
+    assert experts == pytest.approx(2 * batch * e * capacity * 3 * m * f * layers)
+    dropless = forward_graph(mixtral, replace(setup, moe_capacity_factor=None), layout)
+    routed = evaluate_arrays(dropless, h100).flops
+    routed_experts = sum(float(value) for op, value in zip(dropless.ops, routed, strict=True) if ".experts." in op.name
+                         and op.kind == "matmul")
+    assert experts == pytest.approx(routed_experts * factor)  # the padding: capacity factor x the routed work
+    backward = {op.name: op for op in backward_graph(graph).ops}
+    assert "backward.layers.moe.dispatch_einsum.wgrad" in backward
+    assert "backward.layers.moe.dispatch_einsum.dgrad" not in backward
+    assert {"backward.layers.moe.combine_einsum.dgrad", "backward.layers.moe.combine_einsum.wgrad"} <= set(backward)
+    # MFU counts the routed tokens' work only: the same model FLOPs either way.
+    assert model_flops_per_sequence(mixtral, h100, setup) == model_flops_per_sequence(
+        mixtral, h100, replace(setup, moe_capacity_factor=None))
+    slower = train_predict(mixtral, h100, setup, layout).step_s
+    assert slower > train_predict(mixtral, h100, replace(setup, moe_capacity_factor=None), layout).step_s
+
+
+@pytest.mark.parametrize("model, factor, layout, expected", [
+    ("llama-2-7b", 1.25, Layout(), "needs a MoE model"),
+    ("mixtral-8x7b", 0.0, Layout(), "must be a number more than 0"),
+    ("mixtral-8x7b", float("inf"), Layout(), "must be a number more than 0"),
+    ("mixtral-8x7b", 1.25, Layout(tp=8, ep=2), "with expert parallelism (ep > 1) is not modeled"),
+])
+def test_a_moe_capacity_factor_is_checked(model, factor, layout, expected, h100):
+    setup = TrainingSetup(global_batch=8, seq_len=512, moe_capacity_factor=factor)
+    with pytest.raises(PerfmodelError, match=expected.replace("(", r"\(").replace(")", r"\)")):
+        train_predict(load_architecture(model), h100, setup, replace(layout, micro_batch=8))

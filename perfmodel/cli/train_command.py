@@ -36,6 +36,10 @@ def register(commands) -> None:
     train.add_argument("--virtual-stages", type=_count, default=1, help="interleaved 1F1B chunks per chip (pp > 1)")
     train.add_argument("--recompute", choices=["none", "selective", "full"],
                        help="activation recomputation (default none; --search tries all three unless given)")
+    train.add_argument("--moe-capacity-factor", type=float, metavar="F",
+                       help="MoE models: price MaxText's token-dropping MoE (one-hot dispatch and combine einsums, "
+                            "experts computing buffers of ceil(seq x top-k / experts) x F slots) instead of dropless "
+                            "grouped matmuls")
     train.add_argument("--compute-dtype", default="bf16", help="matmul and activation dtype (default bf16)")
     train.add_argument("--master-dtype", default="fp32",
                        help="master weights, AdamW moments and reduced gradients (default fp32; a spec without an "
@@ -89,7 +93,8 @@ def _train(args) -> int:
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
-                          master_dtype=args.master_dtype, recompute=args.recompute or "none")
+                          master_dtype=args.master_dtype, recompute=args.recompute or "none",
+                          moe_capacity_factor=args.moe_capacity_factor)
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")

@@ -115,8 +115,45 @@ def _collective(name, collective, payload_bytes, group, dtype, count) -> Op:
               attrs={"collective": collective, "bytes": payload_bytes, "group_size": group, "dtype": dtype})
 
 
+def expert_capacity(architecture: Architecture, seq, capacity_factor: float):
+    """Tokens each expert takes from one sequence in a token-dropping MoE: MaxText's
+    ``generate_masks``, ``int(max(ceil(seq * top_k / experts) * capacity_factor, capacity_factor))``."""
+    routed = np.ceil(np.asarray(seq) * architecture.experts_per_token / architecture.experts)
+    capacity = np.maximum(routed * capacity_factor, capacity_factor).astype(np.int64)
+    return capacity if np.ndim(capacity) else int(capacity)
+
+
+def _dropping_moe(a: Architecture, s: Scenario, batch, seq, width: int, layers: int,
+                  capacity_factor: float) -> list[Op]:
+    """A token-dropping MoE as MaxText's ``dense_matmul`` runs it (``capacity_factor`` > 0, no sparse
+    kernels; GShard's formulation): one-hot einsums route each sequence's tokens into per-expert
+    buffers of ``expert_capacity`` slots and back, and every expert computes its whole buffer, empty
+    slots included. Dispatch ``BSM,BSEC -> EBCM`` (the mask, boolean, takes no gradient), the expert
+    matmuls over ``(E, B*C)`` rows, combine ``EBCM,BSEC -> BSM`` (its weights come from the router,
+    so both operands take gradients)."""
+    act, hidden = s.activation_dtype, a.hidden
+    capacity = expert_capacity(a, seq, capacity_factor)
+    slots = a.experts * capacity  # one sequence's buffer rows, over all experts
+    dispatch = Op(name="layers.moe.dispatch_einsum", kind="matmul", count=layers, provenance="jnp.einsum",
+                  inputs=(_t((batch, slots, seq), act), _t((batch, seq, hidden), act)),
+                  outputs=(_t((batch, slots, hidden), act),),
+                  attrs={"m": slots, "n": hidden, "k": seq, "batch": batch, "dtype": act, "first_operand_is_mask": True})
+    combine = Op(name="layers.moe.combine_einsum", kind="matmul", count=layers, provenance="jnp.einsum",
+                 inputs=(_t((batch, seq, slots), act), _t((batch, slots, hidden), act)),
+                 outputs=(_t((batch, seq, hidden), act),),
+                 attrs={"m": seq, "n": hidden, "k": slots, "batch": batch, "dtype": act})
+    rows = batch * capacity  # each expert's buffer rows over the micro-batch
+    return [dispatch,
+            _linear("layers.moe.experts.gate_up", rows, hidden, 2 * width, s, layers, batch=a.experts),
+            _elementwise("layers.moe.experts.act", rows * a.experts, width, act, layers, inputs=2,
+                         flops_per_element=activation_flops_per_element(a.activation, gated=True)),
+            _linear("layers.moe.experts.down", rows, width, hidden, s, layers, batch=a.experts),
+            combine]
+
+
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
-                context, context_shards: int = 1, sequence_parallel: bool = False) -> Graph:
+                context, context_shards: int = 1, sequence_parallel: bool = False,
+                moe_capacity_factor: float | None = None) -> Graph:
     """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
     token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
     step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
@@ -130,7 +167,10 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     ``sequence_parallel`` (train, ``tp`` > 1; Megatron-LM's sequence parallelism, Korthikanti et al.
     2022, which MaxText's sharding of activations over the tensor axis matches): the norms and
     residual adds work on ``tokens / tp`` rows, and each tensor-parallel all-reduce becomes an
-    all-gather before the block and a reduce-scatter after it (the same bytes on the wire)."""
+    all-gather before the block and a reduce-scatter after it (the same bytes on the wire).
+
+    ``moe_capacity_factor``: None prices a MoE layer's experts on the tokens routed to them (a dropless
+    grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``)."""
     a, s, p = architecture, scenario, parallelism
     training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
@@ -179,7 +219,11 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
             _elementwise("layers.post_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms")]
     if sharded:
         ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
-    if a.experts > 1:
+    if a.experts > 1 and moe_capacity_factor is not None:
+        width = a.intermediate // p.tp
+        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, layers))
+        ops += _dropping_moe(a, s, batch, seq, width, layers, moe_capacity_factor)
+    elif a.experts > 1:
         local_experts = a.experts // p.ep
         routed = tokens * a.experts_per_token / p.ep
         touched = np.minimum(local_experts, np.maximum(routed, 1))

@@ -3,7 +3,9 @@
 One rule per op kind, applied to a forward :class:`Graph` in reverse order:
 
 * matmul ``Y[m,n] = X[m,k] W[k,n]``: two matmuls of the same FLOPs, ``dX = dY W^T`` (m x k x n,
-  "dgrad") and ``dW = X^T dY`` (k x n x m, "wgrad"); the backward is twice the forward.
+  "dgrad") and ``dW = X^T dY`` (k x n x m, "wgrad"); the backward is twice the forward. Where ``X``
+  is a routing mask (``first_operand_is_mask``: a token-dropping MoE's boolean dispatch mask), only
+  ``dW`` is computed.
 * attention: one gradient kernel (the op with ``backward``; priced by the attention rule).
 * collectives: the conjugate collective (an all-reduce's is an all-reduce, as Megatron's f/g pair;
   all-gather <-> reduce-scatter; all-to-all and send are their own).
@@ -52,12 +54,11 @@ def gradient_ops(op: Op) -> list[Op]:
         dy = _gradient(op.outputs[0])
         m, n, k = op.attrs["m"], op.attrs["n"], op.attrs["k"]
         common = {key: value for key, value in op.attrs.items() if key not in ("m", "n", "k")}
-        return [
-            replace(op, name=name + ".dgrad", inputs=(dy, _transposed(w)), outputs=(_gradient(x),),
-                    attrs={**common, "m": m, "n": k, "k": n}),
-            replace(op, name=name + ".wgrad", inputs=(_transposed(x), dy), outputs=(_gradient(w, dy.dtype),),
-                    attrs={**common, "m": k, "n": n, "k": m}),
-        ]
+        dgrad = replace(op, name=name + ".dgrad", inputs=(dy, _transposed(w)), outputs=(_gradient(x),),
+                        attrs={**common, "m": m, "n": k, "k": n})
+        wgrad = replace(op, name=name + ".wgrad", inputs=(_transposed(x), dy), outputs=(_gradient(w, dy.dtype),),
+                        attrs={**common, "m": k, "n": n, "k": m})
+        return [wgrad] if op.attrs.get("first_operand_is_mask") else [dgrad, wgrad]
     if op.kind == "attention":
         q, key, value = op.inputs[:3]
         o = op.outputs[0]

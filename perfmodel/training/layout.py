@@ -49,6 +49,10 @@ class TrainingSetup:
     kept: tuple[str, ...] | None = None
     offload: bool = False
     optimizer: str = "adamw"
+    # None: a MoE layer's experts compute only the tokens routed to them (dropless grouped matmuls);
+    # a factor: MaxText's token-dropping MoE (GShard one-hot dispatch and combine einsums, experts
+    # computing buffers of ``llm.graphs.expert_capacity`` slots per sequence).
+    moe_capacity_factor: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +122,16 @@ def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chip
         problems.append(f"recompute {setup.recompute!r} is unknown; allowed: {', '.join(RECOMPUTE_POLICIES)}")
     if setup.optimizer != "adamw":
         problems.append(f"optimizer {setup.optimizer!r} is not modeled; allowed: adamw")
+    factor = setup.moe_capacity_factor
+    if factor is not None:
+        if a.experts <= 1:
+            problems.append(f"a MoE capacity factor needs a MoE model; {a.name} has no experts")
+        elif not (isinstance(factor, (int, float)) and math.isfinite(factor) and 0 < factor <= a.experts):
+            problems.append(f"MoE capacity factor {factor!r} must be a number more than 0 and at most the "
+                            f"{a.experts} experts")
+        elif layout.ep > 1:
+            problems.append("a token-dropping MoE (capacity factor) with expert parallelism (ep > 1) is not modeled; "
+                            "use ep 1 or the dropless MoE")
     degrees = {axis: getattr(layout, axis) for axis in (*AXES, "ep", "micro_batch", "virtual_stages")}
     small = [f"{axis}={value}" for axis, value in degrees.items() if value < 1]
     if small:

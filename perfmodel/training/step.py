@@ -150,7 +150,8 @@ def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layo
     """One chip's forward pass of one micro-batch (its pipeline stage, tensor and context shards)."""
     return stage_graph(architecture, _scenario(setup, layout.micro_batch if micro_batch is None else micro_batch),
                        Parallelism(tp=layout.tp, pp=layout.pp, ep=layout.ep), phase="train", context=setup.seq_len,
-                       context_shards=layout.cp, sequence_parallel=layout.sequence_parallel)
+                       context_shards=layout.cp, sequence_parallel=layout.sequence_parallel,
+                       moe_capacity_factor=setup.moe_capacity_factor)
 
 
 # ------------------------------------------------------------------------------------------ links
@@ -289,7 +290,9 @@ def micro_batch_costs(architecture: Architecture, hardware: Hardware, setup: Tra
 
 def model_flops_per_sequence(architecture: Architecture, hardware: Hardware, setup: TrainingSetup) -> float:
     """The model's FLOPs to train on one sequence: 3x the forward's useful FLOPs (the backward is
-    twice the forward), attention causal, the embedding lookup free, the LM head counted."""
+    twice the forward), attention causal, the embedding lookup free, the LM head counted; a MoE layer
+    counts its routed tokens' expert work only (a token-dropping MoE's dispatch, combine and empty
+    buffer slots are hardware FLOPs, not model FLOPs)."""
     whole = stage_graph(architecture, _scenario(setup, 1), Parallelism(), phase="train", context=setup.seq_len)
     return 3 * float(evaluate_arrays(whole, hardware).flops.sum())
 
