@@ -294,9 +294,9 @@ def test_roofline_measured_points_are_finite(tmp_path, capsys):
     (["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--batch", "1,2147483648"],
      "batch 2147483648 is more than 2,147,483,647 sequences"),
     (["size", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--mode", "graph", "--rate", "2/s", "--ttft-p99", "1s",
-      "--requests", "6", "--json", "--seed", "-1"], "the seed must be 0 or more, got -1"),
+      "--requests", "6", "--json", "--seed", "-1"], "the seed must be at least 0, got -1"),
     (["serve", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--rate", "2/s", "--requests", "6", "--seed", "-1"],
-     "the seed must be 0 or more, got -1"),
+     "the seed must be at least 0, got -1"),
     (["roofline", "attention_naive", "--on", "", "-o", "chart.svg"], "argument --on: give at least one spec name"),
     (["predict", "attention_naive", "--on", ","], "argument --on: give at least one spec name"),
 ])

@@ -17,6 +17,7 @@ from perfmodel.cli.overrides import (
     add_set_argument,
     parse_overrides,
     spec_names,
+    whole_number,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import mode_choices, mode_help
@@ -225,15 +226,7 @@ def _llm(args) -> int:
     return 0
 
 
-def _seed(text: str) -> int:
-    """A random seed: a whole number, 0 or more, as numpy's generators take (argparse type)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"the seed must be 0 or more, got {value}")
-    return value
+_seed = whole_number(0, "the seed must be")  # numpy's generators take only non-negative seeds
 
 
 def _counts(text: str) -> list[int]:

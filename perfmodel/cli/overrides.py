@@ -10,6 +10,22 @@ from perfmodel.errors import PerfmodelError
 SET_HELP = "what-if override of a spec field, e.g. memory.hbm.bandwidth=6.4TB/s (repeatable)"
 
 
+def whole_number(minimum: int, what: str = "must be"):
+    """An argparse type: a whole number of at least ``minimum`` (``what`` starts the error, e.g. "the
+    seed must be")."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{what} at least {minimum}, got {value}")
+        return value
+
+    return parse
+
+
 def spec_names(text: str) -> list[str]:
     """``--on a,b,c``: spec names or paths, at least one (argparse type)."""
     names = [item.strip() for item in text.split(",") if item.strip()]

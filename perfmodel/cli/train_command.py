@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides
+from perfmodel.cli.overrides import (
+    add_ideal_argument,
+    add_mode_argument,
+    add_set_argument,
+    parse_overrides,
+    whole_number,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity
@@ -58,14 +63,7 @@ def register(commands) -> None:
     train.set_defaults(handler=_train)
 
 
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {text!r}")
-    return value
+_count = whole_number(1)
 
 
 def _layout(args):

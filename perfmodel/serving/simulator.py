@@ -350,7 +350,7 @@ class Server:
         if requests < 1:
             raise PerfmodelError(f"requests must be at least 1, got {requests}")
         if seed < 0:  # numpy's generators take only non-negative seeds
-            raise PerfmodelError(f"the seed must be 0 or more, got {seed}")
+            raise PerfmodelError(f"the seed must be at least 0, got {seed}")
         rng = np.random.default_rng(seed)
         limit = self.architecture.max_positions
         prompts = np.minimum(prompt.sample(rng, requests), limit - 1)
