@@ -402,3 +402,32 @@ def test_a_moe_capacity_factor_is_checked(model, factor, layout, expected, h100)
     setup = TrainingSetup(global_batch=8, seq_len=512, moe_capacity_factor=factor)
     with pytest.raises(PerfmodelError, match=expected.replace("(", r"\(").replace(")", r"\)")):
         train_predict(load_architecture(model), h100, setup, replace(layout, micro_batch=8))
+
+
+def test_the_train_command_reproduces_a_validation_row(capsys):
+    """Row 78 (v6e Mixtral-8x7B, the tpu-recipes configuration): the command with the recipe's flags
+    prints what ``perfmodel validate`` predicts for it."""
+    import csv
+
+    from perfmodel.validation import default_csv, validate_row
+
+    with default_csv().open(newline="", encoding="utf-8") as stream:
+        row = next(row for line, row in enumerate(csv.DictReader(stream), start=2) if line == 78)
+    expected = validate_row(78, row)
+    assert expected.predicted is not None and "token-dropping MoE" in expected.how
+    argv = ["train", "--model", "mixtral-8x7b", "--on", "tpu-v6e", "--chips", "256", "--fsdp", "256", "--micro-batch",
+            "12", "--global-batch", "3072", "--seq", "4096", "--recompute", "selective", "--keep",
+            "q_proj,k_proj,v_proj,o_proj", "--offload", "--moe-capacity-factor", "1.25", "--json"]
+    assert main(argv) == 0
+    assert json.loads(capsys.readouterr().out)["tokens_per_s_per_chip"] == pytest.approx(expected.predicted, rel=1e-9)
+
+
+@pytest.mark.parametrize("extra, expected", [
+    (["--keep", "q_proj,bogus", "--recompute", "selective"], "kept 'bogus': not a matmul of a mixtral-8x7b layer"),
+    (["--keep", "q_proj"], "--keep narrows selective recomputation"),
+    (["--keep", ","], "give at least one name"),
+])
+def test_kept_matmul_names_are_checked(extra, expected, capsys):
+    argv = ["train", "--model", "mixtral-8x7b", "--on", "tpu-v6e", "--chips", "8", "--global-batch", "8", "--seq", "256"]
+    assert main(argv + extra) == 2
+    assert expected in capsys.readouterr().err

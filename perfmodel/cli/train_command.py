@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -41,6 +42,11 @@ def register(commands) -> None:
     train.add_argument("--virtual-stages", type=_count, default=1, help="interleaved 1F1B chunks per chip (pp > 1)")
     train.add_argument("--recompute", choices=["none", "selective", "full"],
                        help="activation recomputation (default none; --search tries all three unless given)")
+    train.add_argument("--keep", type=_names, metavar="NAMES",
+                       help="with --recompute selective: keep only these layer matmuls' outputs, comma-separated "
+                            "(e.g. q_proj,k_proj,v_proj,o_proj; MaxText's named remat policies), recompute the rest")
+    train.add_argument("--offload", action="store_true",
+                       help="move the kept tensors to host memory after each layer's forward and back for its backward")
     train.add_argument("--moe-capacity-factor", type=float, metavar="F",
                        help="MoE models: price MaxText's token-dropping MoE (one-hot dispatch and combine einsums, "
                             "experts computing buffers of ceil(seq x top-k / experts) x F slots) instead of dropless "
@@ -66,6 +72,14 @@ def register(commands) -> None:
 _count = whole_number(1)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    """A comma list of names, at least one (argparse type)."""
+    names = tuple(item.strip() for item in text.split(",") if item.strip())
+    if not names:
+        raise argparse.ArgumentTypeError(f"give at least one name, e.g. q_proj,k_proj; got {text!r}")
+    return names
+
+
 def _layout(args):
     from perfmodel.training import Layout
 
@@ -88,11 +102,13 @@ def _train(args) -> int:
 
     if args.chart is not None:
         check_output_path(args.chart, "--chart", (".png", ".svg", ".pdf"))
+    if args.keep and args.recompute != "selective":
+        raise PerfmodelError("--keep narrows selective recomputation: add --recompute selective")
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
-                          master_dtype=args.master_dtype, recompute=args.recompute or "none",
-                          moe_capacity_factor=args.moe_capacity_factor)
+                          master_dtype=args.master_dtype, recompute=args.recompute or "none", kept=args.keep,
+                          offload=args.offload, moe_capacity_factor=args.moe_capacity_factor)
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
+from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
 PIPELINE_SCHEDULES = ("1f1b", "interleaved")
@@ -106,6 +108,16 @@ def accumulation_steps(setup: TrainingSetup, layout: Layout) -> int:
     return setup.global_batch // (layout.data_shards * layout.micro_batch)
 
 
+@lru_cache(maxsize=32)
+def layer_matmul_names(architecture: Architecture, token_dropping: bool = False) -> tuple[str, ...]:
+    """The names ``TrainingSetup.kept`` can give: the last part of each matmul's name in a layer of
+    ``architecture``'s training graph (q_proj, ..., down_proj; a MoE's router, experts and einsums)."""
+    graph = stage_graph(architecture, Scenario(batch=1, prompt_tokens=1, generated_tokens=1), Parallelism(),
+                        phase="train", context=1, moe_capacity_factor=1.0 if token_dropping else None)
+    return tuple(dict.fromkeys(op.name.rpartition(".")[2] for op in graph.ops
+                               if op.kind == "matmul" and op.name.startswith("layers.")))
+
+
 def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chips: int | None = None) -> None:
     """Raise one clear error naming every constraint the layout breaks."""
     problems = []
@@ -122,6 +134,14 @@ def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chip
         problems.append(f"recompute {setup.recompute!r} is unknown; allowed: {', '.join(RECOMPUTE_POLICIES)}")
     if setup.optimizer != "adamw":
         problems.append(f"optimizer {setup.optimizer!r} is not modeled; allowed: adamw")
+    if setup.kept is not None:
+        names = layer_matmul_names(a, setup.moe_capacity_factor is not None and a.experts > 1)
+        unknown = [name for name in setup.kept if name not in names]
+        if setup.recompute != "selective":
+            problems.append(f"kept matmuls narrow selective recomputation; recompute is {setup.recompute!r}")
+        elif unknown:
+            problems.append(f"kept {', '.join(map(repr, unknown))}: not a matmul of a {a.name} layer; "
+                            f"choose from {', '.join(names)}")
     factor = setup.moe_capacity_factor
     if factor is not None:
         if a.experts <= 1:
