@@ -3,13 +3,13 @@ perfmodel itself never imports calibration)."""
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import sys
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.jsonable import json_text
 
 DEFAULT_CPU_SPEC = "epyc-zen4-2vcpu"
 UNMAPPED_SHOWN = 10  # unmapped entries printed in the text report (--json lists them all)
@@ -252,7 +252,7 @@ def _calibrate(args) -> int:
         data.update(explained)
         data.update({"fitted_spec": str(args.output), "chart": str(chart), "route": loaded[0].route,
                      "noise": {"median_spread": spread, "limit": NOISE_LIMIT, "forced": spread > NOISE_LIMIT}})
-        print(json.dumps(data, indent=1))
+        print(json_text(data, indent=1))
     else:
         print(report)
         print(f"\nwrote {args.output} and {chart}")

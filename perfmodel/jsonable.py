@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections.abc import Mapping
 
@@ -20,3 +21,9 @@ def to_jsonable(value):
     if hasattr(value, "item") and callable(value.item):  # numpy scalars
         return to_jsonable(value.item())
     return value
+
+
+def json_text(value, *, indent: int | None = 1) -> str:
+    """What a command prints for ``--json``: strict JSON (``to_jsonable``: no NaN or Infinity; a
+    quantity that is not a finite number, such as an unidentified parameter's standard error, is null)."""
+    return json.dumps(to_jsonable(value), indent=indent, allow_nan=False)

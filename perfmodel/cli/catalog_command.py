@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import json
-
+from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 
 
@@ -32,7 +31,7 @@ def _models(args) -> int:
                      "experts_per_token": a.experts_per_token, "max_positions": a.max_positions,
                      "sliding_window": a.sliding_window})
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json_text(rows, indent=1))
         return 0
     print(format_table(["model", "parameters", "layers", "hidden", "heads / kv", "experts", "context"],
                        [[row["name"], f"{row['parameters'] / 1e9:.2f} B", row["layers"], row["hidden"],
@@ -52,7 +51,7 @@ def _workloads(args) -> int:
         kinds = sorted({op.kind for op in graph.ops})
         rows.append({"name": path.stem, "ops": len(graph.ops), "kinds": kinds})
     if args.json:
-        print(json.dumps(rows, indent=1))
+        print(json_text(rows, indent=1))
         return 0
     print(format_table(["workload", "ops", "op kinds"], [[row["name"], row["ops"], ", ".join(row["kinds"])]
                                                           for row in rows]))

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import re
 import sys
@@ -21,6 +20,7 @@ from perfmodel.cli.overrides import (
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import mode_choices, mode_help
+from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
@@ -192,7 +192,7 @@ def _llm(args) -> int:
             architecture, hardware, scenario, parallelism, args.concurrency, mode=args.mode,
             max_tokens_per_step=args.max_tokens_per_step, graphs=graphs)}
     if args.json:
-        print(json.dumps(data, indent=1))
+        print(json_text(data, indent=1))
         return 0
     mib = {key: format_quantity(value, "bytes", binary=True) for key, value in data["memory_bytes"].items()}
     rows = [
@@ -262,7 +262,7 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
         graphs=graphs)  # one evaluation per phase for every scenario (the condensed graphs take arrays)
     results = [swept.at(index) for index in range(len(scenarios))]
     if args.json:
-        print(json.dumps([result.to_dict() for result in results], indent=1))
+        print(json_text([result.to_dict() for result in results], indent=1))
         return 0
     rows = [[result.scenario.batch, result.scenario.prompt_tokens, result.scenario.generated_tokens,
              format_quantity(result.ttft_s, "seconds"), format_quantity(result.tpot_s, "seconds"),
@@ -308,7 +308,6 @@ def _check_counts(args, names: tuple[str, ...]) -> None:
 def _size(args) -> int:
     from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.hardware.loader import load_for_prediction
-    from perfmodel.jsonable import to_jsonable
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.serving.sizing import SystemSizing, parameter_set, rank, size_deployment
 
@@ -350,7 +349,7 @@ def _size(args) -> int:
                                      "targets": [target.to_dict() for target in targets],
                                      **({"unavailable": unavailable[sizing.hardware]}
                                         if sizing.hardware in unavailable else {})}
-        print(json.dumps(to_jsonable(data), indent=1, allow_nan=False))
+        print(json_text(data, indent=1))
         return 0
     _print_sizing(args, architecture, targets, load, prompt, output, ranked)
     return 0

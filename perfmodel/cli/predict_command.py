@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 
 from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides, spec_names
 from perfmodel.errors import PerfmodelError
+from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
@@ -53,7 +53,7 @@ def _predict(args) -> int:
                    for name in args.on]
     if args.json:
         data = [evaluation.to_dict() for evaluation in evaluations]
-        print(json.dumps(data[0] if len(data) == 1 else data, indent=1))
+        print(json_text(data[0] if len(data) == 1 else data, indent=1))
         return 0
     if args.csv:
         import pandas as pd

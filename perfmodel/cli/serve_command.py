@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -16,6 +15,7 @@ from perfmodel.cli.overrides import (
     parse_overrides,
 )
 from perfmodel.errors import PerfmodelError
+from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
@@ -212,7 +212,7 @@ def _serve(args) -> int:
 
             save_figure(plot_serving_rates(rates, results, knee=knee, ttft_slo_s=ttft_slo), args.chart)
         if args.json:
-            print(json.dumps({"rates": rates, "knee_rate_per_s": knee,
+            print(json_text({"rates": rates, "knee_rate_per_s": knee,
                               "results": [result.to_dict(per_request=False) for result in results]}, indent=1))
             return 0
         print(header)
@@ -236,7 +236,7 @@ def _serve(args) -> int:
 
         save_figure(plot_serving_latency(result), args.chart)
     if args.json:
-        print(json.dumps(result.to_dict(), indent=1))
+        print(json_text(result.to_dict(), indent=1))
         return 0
     print(header)
     print(f"{result.workload}, {result.requests} requests" + ("" if trace is not None else f", seed {result.seed}"))
@@ -287,7 +287,7 @@ def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo,
     limits = " and ".join(f"{name} p99 <= {text}" for name, text in (("TTFT", args.ttft_slo), ("TPOT", args.tpot_slo))
                           if text is not None)
     if args.json:
-        print(json.dumps({"scenario": "server", "rate_per_s": found.rate_per_s, "constraints": limits,
+        print(json_text({"scenario": "server", "rate_per_s": found.rate_per_s, "constraints": limits,
                           "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
                           "tried": [{"rate_per_s": rate, "met": met} for rate, met in found.tried],
                           "offline": found.offline.to_dict(per_request=False),

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError, SpecError
-from perfmodel.jsonable import to_jsonable
+from perfmodel.jsonable import json_text, to_jsonable
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity
 
@@ -56,7 +55,7 @@ def _list(args) -> int:
     if args.family and not entries:
         raise PerfmodelError(f"no spec of family {args.family!r}; families: gpu, tpu, wafer, lpu, spyre, cpu")
     if args.json:
-        print(json.dumps([{"name": e.name, "family": e.family, "vendor": e.vendor, "description": e.description,
+        print(json_text([{"name": e.name, "family": e.family, "vendor": e.vendor, "description": e.description,
                            "path": str(e.path)} for e in entries], indent=2))
         return 0
     print(format_table(["name", "family", "vendor", "description"],
@@ -75,7 +74,7 @@ def _show(args) -> int:
 
     hardware = load_hardware(args.name)
     if args.json:
-        print(json.dumps(hardware_to_dict(hardware), indent=2))
+        print(json_text(hardware_to_dict(hardware), indent=2))
         return 0
     print(f"{hardware.name}: {hardware.description}  [{hardware.family}, {hardware.vendor}]")
     rows = []
@@ -127,7 +126,7 @@ def _validate(args) -> int:
 
     results = [(path, validate_spec_file(path)) for path in args.paths]
     if args.json:
-        print(json.dumps([{"path": str(path), "valid": not problems,
+        print(json_text([{"path": str(path), "valid": not problems,
                            "problems": [asdict(problem) for problem in problems]} for path, problems in results],
                          indent=2))
     else:
@@ -143,7 +142,7 @@ def _detect(args) -> int:
 
     facts = read_cpu_facts()
     if args.json:
-        print(json.dumps(detected_spec(facts, args.name), indent=2))
+        print(json_text(detected_spec(facts, args.name), indent=2))
         return 0
     text = detected_spec_yaml(facts, args.name)
     if args.output is None:
@@ -176,7 +175,7 @@ def _compare(args) -> int:
                      f"{mode.name} {format_quantity(overhead, 'seconds')}",
                      format_quantity(hardware.power.tdp_watts, "watts")])
     if args.json:
-        print(json.dumps(records, indent=2))
+        print(json_text(records, indent=2))
     else:
         print(format_table(["spec", "family", "peak", "memory bandwidth", "capacity", "ridge FLOP/B",
                             "launch (default mode)", "power"], rows))

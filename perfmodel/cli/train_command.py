@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 from perfmodel.cli.overrides import (
@@ -14,6 +13,7 @@ from perfmodel.cli.overrides import (
     whole_number,
 )
 from perfmodel.errors import PerfmodelError
+from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity
 
@@ -130,7 +130,7 @@ def _train(args) -> int:
 
         save_figure(plot_training_breakdown(results), args.chart)
     if args.json:
-        print(json.dumps([result.to_dict() for result in results] if args.search else results[0].to_dict(), indent=1))
+        print(json_text([result.to_dict() for result in results] if args.search else results[0].to_dict(), indent=1))
         return 0
     first = results[0]
     print(f"{header} ({first.mode} mode; parameters: {first.parameters}); global batch {args.global_batch} x "

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from perfmodel.cli.overrides import add_ideal_argument
-from perfmodel.jsonable import to_jsonable
+from perfmodel.jsonable import json_text, to_jsonable
 from perfmodel.tables import format_table
 
 
@@ -29,8 +28,7 @@ def _validate(args) -> int:
     rows = validate(args.csv, ideal=args.ideal)
     totals = summary(rows)
     if args.json:
-        print(json.dumps({"rows": [{**to_jsonable(row), "error": row.error} for row in rows], "summary": totals},
-                         indent=1))
+        print(json_text({"rows": [{**to_jsonable(row), "error": row.error} for row in rows], "summary": totals}))
         return 0
     predicted = [row for row in rows if row.predicted is not None]
     table = [[row.line, row.group, row.hardware, _short(row.workload, 34), _short(row.metric, 28),
