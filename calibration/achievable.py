@@ -71,12 +71,12 @@ BUS_FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (
 # and 119 us (v6e) for an 8x8x8 matmul in the same tpu-perf-model run. A TPU row not timed on the
 # device is kept only when that floor is under 2.5% of its time, so what is fitted is the device's
 # work, not the dispatch (a fixed cost fitted from it would charge every TPU op ~0.1 ms).
-HOST_TIMED_MIN_S = 40 * 119e-6
-# That floor, measured per device (tpu-perf-model's 8x8x8 dot in the same runs, README.md), is taken off
-# a host-timed row's time: what is left is the device's work. A fitted per-kernel latency then stands for
-# the device alone (with the floor left in, v5e's nine rows fitted a 171 us "latency" that the overlay
+# That floor, measured per device (tpu-perf-model's 8x8x8 dot in the same runs, README.md), is also taken
+# off a host-timed row's time: what is left is the device's work. A fitted per-kernel latency then stands
+# for the device alone (with the floor left in, v5e's nine rows fitted a 171 us "latency" that the overlay
 # would have charged every TPU matmul).
 HOST_DISPATCH_FLOOR_S = {"tpu-v5e": 105.56e-6, "tpu-v6e": 118.73e-6}
+HOST_TIMED_MIN_S = 40 * max(HOST_DISPATCH_FLOOR_S.values())
 ATTENTION_FORWARD_MATMULS = 4  # FlashAttention's benchmark counts 4 * b * s^2 * h * d for the forward
 
 
@@ -205,8 +205,6 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
 
 def device_time_hardware(hardware: Hardware) -> Hardware:
     """The spec with no host cost in graph mode: published kernel tables time the kernels alone."""
-    import dataclasses
-
     execution = hardware.scheduling.modes["graph"]
     device_only = dataclasses.replace(execution, program_launch_s=0.0, per_node_s=0.0)
     scheduling = dataclasses.replace(hardware.scheduling, modes={**hardware.scheduling.modes, "graph": device_only})

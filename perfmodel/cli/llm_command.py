@@ -6,6 +6,7 @@ import argparse
 import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
@@ -68,7 +69,7 @@ def register(commands) -> None:
                     "share: rate / replicas, or users / replicas) and adds replicas until every target holds.",
         epilog=SIZE_EPILOG, formatter_class=_SizeHelpFormatter)
     size.add_argument("--model", required=True, help="a shipped model (perfmodel models list) or a config.json path")
-    size.add_argument("--on", default=spec_names(DEFAULT_SYSTEMS), type=spec_names,
+    size.add_argument("--on", default=DEFAULT_SYSTEMS, type=spec_names,
                       help=f"specs, comma-separated (default {DEFAULT_SYSTEMS})")
     size.add_argument("--rate", help="open loop: Poisson arrivals of all replicas together, e.g. 10/s or 600/min")
     size.add_argument("--users", type=int, help="closed loop: users in all, each waiting for its answer and then "
@@ -467,7 +468,7 @@ def _check_lengths(args, architecture, prompt, output) -> None:
                              "use shorter prompts or outputs")
 
 
-def _prices(text: str | None, names: list[str]) -> dict[str, float]:
+def _prices(text: str | None, names: Sequence[str]) -> dict[str, float]:
     """``--price``: one number for every system (key "") or SPEC=USD pairs naming systems of --on."""
     if text is None:
         return {}

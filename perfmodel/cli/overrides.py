@@ -26,12 +26,19 @@ def whole_number(minimum: int, what: str = "must be"):
     return parse
 
 
-def spec_names(text: str) -> list[str]:
-    """``--on a,b,c``: spec names or paths, at least one (argparse type)."""
-    names = [item.strip() for item in text.split(",") if item.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError(f"give at least one spec name or path, e.g. h100-sxm,tpu-v5e; got {text!r}")
-    return names
+def comma_names(what: str, example: str):
+    """An argparse type: a comma list of names, at least one (``what`` and ``example`` word the error)."""
+
+    def parse(text: str) -> tuple[str, ...]:
+        names = tuple(item.strip() for item in text.split(",") if item.strip())
+        if not names:
+            raise argparse.ArgumentTypeError(f"give at least one {what}, e.g. {example}; got {text!r}")
+        return names
+
+    return parse
+
+
+spec_names = comma_names("spec name or path", "h100-sxm,tpu-v5e")  # ``--on a,b,c``
 
 
 def add_set_argument(parser) -> None:

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
 from perfmodel.cli.overrides import (
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
+    comma_names,
     parse_overrides,
     whole_number,
 )
@@ -72,12 +72,7 @@ def register(commands) -> None:
 _count = whole_number(1)
 
 
-def _names(text: str) -> tuple[str, ...]:
-    """A comma list of names, at least one (argparse type)."""
-    names = tuple(item.strip() for item in text.split(",") if item.strip())
-    if not names:
-        raise argparse.ArgumentTypeError(f"give at least one name, e.g. q_proj,k_proj; got {text!r}")
-    return names
+_names = comma_names("name", "q_proj,k_proj")
 
 
 def _layout(args):

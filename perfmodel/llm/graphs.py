@@ -219,17 +219,16 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
             _elementwise("layers.post_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms")]
     if sharded:
         ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
-    if a.experts > 1 and moe_capacity_factor is not None:
-        width = a.intermediate // p.tp
+    if a.experts > 1:
         ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, layers))
-        ops += _dropping_moe(a, s, batch, seq, width, layers, moe_capacity_factor)
+    if a.experts > 1 and moe_capacity_factor is not None:
+        ops += _dropping_moe(a, s, batch, seq, a.intermediate // p.tp, layers, moe_capacity_factor)
     elif a.experts > 1:
         local_experts = a.experts // p.ep
         routed = tokens * a.experts_per_token / p.ep
         touched = np.minimum(local_experts, np.maximum(routed, 1))
         per_expert = np.maximum(np.ceil(routed / touched), 1).astype(np.int64)
         width = a.intermediate // (p.tp // p.ep)
-        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, layers))
         if p.ep > 1:
             ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
         touched = touched.astype(np.int64) if isinstance(touched, np.ndarray) else int(touched)

@@ -92,9 +92,14 @@ def backward_graph(forward: Graph) -> Graph:
     return _chained(f"{forward.name}.backward", ops)
 
 
+def kept_name(op: Op) -> str:
+    """How ``TrainingSetup.kept`` names an op: the last part of its name (q_proj, down_proj...)."""
+    return op.name.rpartition(".")[2]
+
+
 def _kept(op: Op, kept: tuple[str, ...] | None) -> bool:
     """Whether selective recomputation keeps this op's output: every matmul, or those named in ``kept``."""
-    return op.kind == "matmul" and (kept is None or op.name.rpartition(".")[2] in kept)
+    return op.kind == "matmul" and (kept is None or kept_name(op) in kept)
 
 
 def recomputed_ops(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> list[Op]:

@@ -21,6 +21,7 @@ from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
+from perfmodel.training.backward import kept_name
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
 PIPELINE_SCHEDULES = ("1f1b", "interleaved")
@@ -114,8 +115,7 @@ def layer_matmul_names(architecture: Architecture, token_dropping: bool = False)
     ``architecture``'s training graph (q_proj, ..., down_proj; a MoE's router, experts and einsums)."""
     graph = stage_graph(architecture, Scenario(batch=1, prompt_tokens=1, generated_tokens=1), Parallelism(),
                         phase="train", context=1, moe_capacity_factor=1.0 if token_dropping else None)
-    return tuple(dict.fromkeys(op.name.rpartition(".")[2] for op in graph.ops
-                               if op.kind == "matmul" and op.name.startswith("layers.")))
+    return tuple(dict.fromkeys(kept_name(op) for op in graph.ops if op.kind == "matmul" and op.name.startswith("layers.")))
 
 
 def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chips: int | None = None) -> None:
