@@ -10,8 +10,12 @@ Measures, on one core, the median of several repetitions of:
 3. one 80-layer transformer decode step (Llama-2-70B shapes; layers as op counts, and unrolled);
 4. a sweep of 10^6 scenario points (batch x context) of a transformer layer;
 5. one LLM scenario through ``llm_predict`` (Llama-2-70B on 8 H100s, condensed graphs), over distinct
-   scenarios so that nothing is reused from one call to the next; and 1,000 distinct scenarios at once
-   (``llm_predict`` over arrays of batch, prompt and generated tokens);
+   scenarios so that no result is reused from one call to the next, after ``WARM_CALLS`` calls of that
+   model/device/layout (so the call replays a compiled trace, ``perfmodel.tracing``); the same with
+   replays turned off (the evaluation),
+   and what compiling one replay costs; 1,000 distinct scenarios at once (``llm_predict`` over arrays
+   of batch, prompt and generated tokens), and as 1,000 calls of one scenario each (replays, their
+   compilation and the calls no replay holds for included);
 6. the cold start of ``perfmodel llm --condensed`` (CPU seconds of a fresh process), beside the CPU
    seconds of ``python -c "import numpy"``, the floor any numpy program pays on this machine.
 
@@ -51,6 +55,7 @@ from perfmodel.workload.ir import Graph, Op, TensorSpec
 from perfmodel.yaml_source import write_text_atomically
 
 LLAMA70B = {"hidden": 8192, "heads": 64, "kv_heads": 8, "ffn": 28672}
+WARM_CALLS = 40  # calls before timing one scenario: more than ``tracing.Replays``' trace_after
 
 
 def _median_s(function, repeats: int) -> float:
@@ -126,7 +131,9 @@ def run() -> list[dict]:
                  "op_evaluations_per_s": 14 * 1e6 / seconds, "points_per_s": 1e6 / seconds,
                  "operations": 14 * 1e6})
     rows.append(_llm_scenario_row())
+    rows += _llm_replay_rows()
     rows.append(_llm_scenarios_row())
+    rows.append(_llm_one_by_one_row())
     rows += _cold_start_rows()
     return rows
 
@@ -139,11 +146,64 @@ def _llm_scenario_row() -> dict:
         llm_predict(architecture, h100, Scenario(batch=8, prompt_tokens=next(prompts), generated_tokens=128),
                     Parallelism(tp=8))
 
-    one()
+    for _ in range(WARM_CALLS):  # the model, device and layout in use (versions that compile one do it here)
+        one()
     seconds = _median_s(one, 40)
     graph_ops = 2 * 17  # a prefill and a decode stage graph (~17 ops each) per scenario
     return {"benchmark": "one llm_predict scenario (70B, 8xH100)", "seconds": seconds,
             "op_evaluations_per_s": graph_ops / seconds, "operations": graph_ops}
+
+
+def _llm_replay_rows() -> list[dict]:
+    """What the replay of row 5 costs and saves (versions with ``perfmodel.tracing`` only): one scenario
+    with replays turned off (the evaluation itself), and compiling one replay (a call that traces
+    ``_point_numbers`` and compiles it, which ``llm_predict`` does after ``trace_after`` evaluated calls
+    of one model/device/layout)."""
+    try:
+        from perfmodel.llm import metrics
+        from perfmodel.tracing import Replays
+    except ImportError:
+        return []
+    architecture, h100 = load_architecture("llama-2-70b"), load_hardware("h100-sxm")
+    prompts = iter(range(1000, 100000))
+
+    def one() -> None:
+        llm_predict(architecture, h100, Scenario(batch=8, prompt_tokens=next(prompts), generated_tokens=128),
+                    Parallelism(tp=8))
+
+    kept = metrics._REPLAYS
+    try:
+        metrics._REPLAYS = Replays(variants=0)
+        evaluated = _median_s(one, 40)
+        compiles = []
+        for _ in range(5):
+            metrics._REPLAYS = Replays(trace_after=1)  # the first call traces
+            compiles.append(_median_s(one, 1))
+    finally:
+        metrics._REPLAYS = kept
+    graph_ops = 2 * 17
+    return [{"benchmark": "one llm_predict scenario, replays off (evaluated)", "seconds": evaluated,
+             "op_evaluations_per_s": graph_ops / evaluated, "operations": graph_ops},
+            {"benchmark": "compiling one replay (trace + compile, once)", "seconds": statistics.median(compiles),
+             "op_evaluations_per_s": float("nan")}]
+
+
+def _llm_one_by_one_row(count: int = 1000) -> dict:
+    """``count`` distinct scenarios as ``count`` calls of one scenario each (what a loop over scenarios
+    pays, replays, their compilation and the calls no replay holds for included)."""
+    architecture, h100 = load_architecture("llama-2-70b"), load_hardware("h100-sxm")
+    rng = np.random.default_rng(1)
+    batch, prompt, gen = rng.integers(1, 129, count), rng.integers(64, 2049, count), rng.integers(16, 1025, count)
+
+    def one_by_one() -> None:
+        for values in zip(batch.tolist(), prompt.tolist(), gen.tolist(), strict=True):
+            llm_predict(architecture, h100, Scenario(batch=values[0], prompt_tokens=values[1],
+                                                     generated_tokens=values[2]), Parallelism(tp=8))
+
+    seconds = _median_s(one_by_one, 1)
+    graph_ops = 2 * 17 * count
+    return {"benchmark": f"{count:,} scenarios, one llm_predict call each", "seconds": seconds,
+            "op_evaluations_per_s": graph_ops / seconds, "operations": graph_ops, "scenarios_per_s": count / seconds}
 
 
 def _llm_scenarios_row(count: int = 1000) -> dict:

@@ -138,12 +138,13 @@ def _scalar_stack(ops: Sequence[Op], numbers: Sequence[str]) -> Op | None:
     for row in values:
         # A sweep's array among the values makes the conversion fail or changes its shape: not scalars.
         try:
-            column = np.array(row, dtype=float)
+            column = np.array(row)
         except (TypeError, ValueError):
             return None
-        if column.shape != (len(ops),) or np.abs(column).max() > EXACT_INTEGER_LIMIT:
+        # Python integers beyond int64 and traced numbers (``tracing``) make an object column.
+        if column.shape != (len(ops),) or column.dtype == object or np.abs(column).max() > EXACT_INTEGER_LIMIT:
             return None
-        columns.append(column)
+        columns.append(column.astype(float))
     attrs = dict(first.attrs)
     attrs.update(zip(numbers, columns[:len(numbers)], strict=True))
     remaining = iter(columns[len(numbers):])

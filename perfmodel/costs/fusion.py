@@ -24,6 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.hardware.execution_models import SIValue
+from perfmodel.tracing import at_least, is_traced, minimum, where
 from perfmodel.workload.ir import Graph
 from perfmodel.workload.op_kinds import OP_KIND_TABLE
 
@@ -75,7 +76,7 @@ def plan_fusion(graph: Graph) -> FusionPlan:
     produced = [sum((t.bytes for t in op.inputs if t.role != "weight"), 0.0) for op in graph.ops]
 
     def read(p: int, c: int) -> SIValue:
-        return np.minimum(graph.ops[p].output_bytes, produced[c])
+        return minimum(graph.ops[p].output_bytes, produced[c])
 
     internal_in: list[SIValue] = []
     internal_out: list[SIValue] = []
@@ -83,14 +84,14 @@ def plan_fusion(graph: Graph) -> FusionPlan:
         group = group_of[position]
         inside = [p for p in producers[position] if group_of[p] == group]
         # What this op reads from producers in its own kernel comes from registers, not memory.
-        internal_in.append(_plain(np.minimum(sum((read(p, position) for p in inside), 0.0), produced[position]))
+        internal_in.append(_plain(minimum(sum((read(p, position) for p in inside), 0.0), produced[position]))
                            if inside else 0.0)
         # Its output stays on chip only if no op outside the kernel reads it and the kernel's
         # consumers read all of it (else the rest is a graph output); otherwise it is written whole.
         users = consumers[position]
         if users and all(group_of[c] == group for c in users):
-            covered = sum((read(position, c) for c in users), 0.0) >= op.output_bytes
-            internal_out.append(_plain(np.where(covered, op.output_bytes, 0.0)))
+            covered = at_least(sum((read(position, c) for c in users), 0.0), op.output_bytes)
+            internal_out.append(_plain(where(covered, op.output_bytes, 0.0)))
         else:
             internal_out.append(0.0)
     return FusionPlan(group_of=tuple(group_of), internal_input_bytes=tuple(internal_in),
@@ -98,5 +99,8 @@ def plan_fusion(graph: Graph) -> FusionPlan:
 
 
 def _plain(value: SIValue) -> SIValue:
-    """A float for a scalar (the evaluator's fast path), the array itself for a sweep."""
+    """A float for a scalar (the evaluator's fast path), the array itself for a sweep (traced numbers
+    as they are)."""
+    if is_traced(value):
+        return value
     return float(value) if np.ndim(value) == 0 else np.asarray(value, dtype=float)

@@ -34,6 +34,7 @@ from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
+from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -133,14 +134,14 @@ def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
     activations = [tensor for tensor in tensors if tensor.role == "activation"]
     if not activations or (held and op.kind not in PER_CHANNEL_WEIGHT_KINDS):
         return cost
-    footprint = np.asarray(sum(tensor.bytes for tensor in activations), dtype=float)
+    footprint = floats(sum(tensor.bytes for tensor in activations))
     levels = context.hardware.memory
     streamed = _tensor_bytes(held, context) if held else (0.0,) * len(levels)
     traffic = list(cost.bytes_by_level)
     for index, level in enumerate(levels):
         if level.kind == "cache" and level.managed == "hardware" and not level.off_device:
-            missing = np.clip(1.0 - level.total_capacity_bytes / np.maximum(footprint, 1.0), 0.0, 1.0)
-            missing = missing if np.ndim(missing) else float(missing)
+            missing: SIValue = clip(1.0 - level.total_capacity_bytes / maximum(footprint, 1.0), 0.0, 1.0)
+            missing = missing if np.ndim(missing) or is_traced(missing) else float(missing)
             for outer in range(index + 1, len(levels)):
                 if not levels[outer].off_device:
                     traffic[outer] = streamed[outer] + (traffic[outer] - streamed[outer]) * missing
@@ -245,7 +246,7 @@ def _tiled_bytes(op: Op, context: CostContext, engine: ComputeEngine, m: RuleDim
             element_bytes = max(a_bytes_per_element, b_bytes_per_element, c_bytes_per_element)
             reads_a, reads_b, writes_c = matmul_elements_moved(m, n, k, capacity / element_bytes)
         if a_compulsory_elements is not None:
-            reads_a = reads_a * (a_compulsory_elements / (np.asarray(m, dtype=float) * k))
+            reads_a = reads_a * (a_compulsory_elements / (floats(m) * k))
         moved = (reads_a * a_bytes_per_element + reads_b * b_bytes_per_element + writes_c * c_bytes_per_element)
         result.append(batch * moved * _granule_factor(hardware, index, k, a_bytes_per_element))
     return tuple(result)
@@ -257,17 +258,17 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim: RuleDimensi
     granule = _granule(hardware, level_index)
     if not granule:
         return 1.0
-    row_bytes = np.asarray(inner_dim, dtype=float) * bytes_per_element
+    row_bytes = floats(inner_dim) * bytes_per_element
     return np.ceil(row_bytes / granule) * granule / row_bytes
 
 
 # -------------------------------------------------------------------------------------- padding
 def _executed_flops(units: int, m: RuleDimension, n: RuleDimension, k: RuleDimension, batch: RuleDimension,
                     tile_m: SIValue, tile_n: SIValue, tile_k: SIValue, split_k: bool | np.ndarray) -> SIValue:
-    tiles_m, tiles_n = np.ceil(np.asarray(m, dtype=float) / tile_m), np.ceil(np.asarray(n, dtype=float) / tile_n)
-    k_blocks = np.ceil(np.asarray(k, dtype=float) / tile_k)
+    tiles_m, tiles_n = np.ceil(floats(m) / tile_m), np.ceil(floats(n) / tile_n)
+    k_blocks = np.ceil(floats(k) / tile_k)
     tiles = batch * tiles_m * tiles_n
-    split = np.where(split_k, np.clip(np.floor(units / tiles), 1.0, k_blocks), 1.0)
+    split = np.where(split_k, clip(np.floor(units / tiles), 1.0, k_blocks), 1.0)
     waves = np.ceil(tiles * split / units)
     return C.FLOPS_PER_FMA * waves * units * tile_m * tile_n * np.ceil(k_blocks / split) * tile_k
 
@@ -283,7 +284,7 @@ def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimens
         candidates = engine.kernel_candidates
         kernel = candidates[0] if candidates else None
     if kernel is None:
-        return C.FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
+        return C.FLOPS_PER_FMA * batch * floats(m) * n * k
     executed = _executed_flops(engine.units, m, n, k, batch, kernel.m, kernel.n, kernel.k, kernel.split_k)
     return executed if np.ndim(executed) else float(executed)
 
@@ -339,7 +340,7 @@ def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficien
                   latency_s: float) -> SIValue:
     """Memory time at a level: bytes at bandwidth x efficiency, plus the level's latency once if the
     kernel touches it."""
-    return moved_bytes / (bandwidth_bytes_per_s * efficiency) + latency_s * (moved_bytes > 0)
+    return moved_bytes / (bandwidth_bytes_per_s * efficiency) + latency_s * greater(moved_bytes, 0)
 
 
 @overload
@@ -356,9 +357,9 @@ def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial
         if overlap != "max":
             total: np.ndarray = components.sum(axis=0)
             return total
-        busy: np.ndarray = components.max(axis=0)
+        busy: np.ndarray = largest(components, axis=0)
         if np.any(serial):
-            busy = np.where(serial, components[0] + components[1:].max(axis=0), busy)
+            busy = np.where(serial, components[0] + largest(components[1:], axis=0), busy)
         return busy
     if overlap != "max":
         return sum(components)
@@ -404,7 +405,7 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     column = (len(candidates),) + (1,) * len(shape)
 
     def per_kernel(values: Sequence[float]) -> np.ndarray:
-        return np.asarray(values, dtype=float).reshape(column)
+        return floats(values).reshape(column)
 
     tile_m, tile_n, tile_k = (per_kernel([getattr(kernel, dim) for kernel in candidates]) for dim in "mnk")
     splits = np.asarray([kernel.split_k for kernel in candidates]).reshape(column)
@@ -412,20 +413,19 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     a_bytes, b_bytes, c_bytes = bytes_per_element
     reads_a, reads_b, writes_c = tile_elements_moved(m, n, k, tile_m, tile_n)
     if a_compulsory_elements is not None:
-        reads_a = reads_a * (a_compulsory_elements / (np.asarray(m, dtype=float) * k))
+        reads_a = reads_a * (a_compulsory_elements / (floats(m) * k))
     inner = batch * (reads_a * a_bytes + reads_b * b_bytes + writes_c * c_bytes) * _granule_factor(
         hardware, 0, k, a_bytes)
     parameters = context.pricing
     rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, op.kind)
-    compute = np.maximum(compute_time_s(executed, rate, parameters.compute_latency_s.get(op.kind, 0.0)),
+    compute = maximum(compute_time_s(executed, rate, parameters.compute_latency_s.get(op.kind, 0.0)),
                          side_compute_s)
     memory = memory_time_s(inner, inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, op.kind),
                            parameters.memory_latency(inner_level.name))
     time = kernel_busy_s(np.stack(np.broadcast_arrays(compute, memory)), context.overlap)
-    best = np.argmin(time, axis=0)[None]
-    chosen_executed = np.take_along_axis(np.broadcast_to(executed, time.shape), best, axis=0)[0]
-    chosen_inner = np.take_along_axis(np.broadcast_to(inner, time.shape), best, axis=0)[0]
-    names = np.asarray([kernel.name for kernel in candidates])[best[0]]
+    best = argmin(time, axis=0)
+    chosen_executed, chosen_inner = pick(executed, best), pick(inner, best)
+    names = np.asarray([kernel.name for kernel in candidates])[peek(best)]
     return chosen_executed, (chosen_inner, *traffic[1:]), names
 
 
@@ -474,7 +474,7 @@ def dequantize_flops(op: Op, weight_elements: ArrayLike) -> SIValue:
     per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight_dtype, 0.0)
     if not per_weight or get_dtype(activation_dtype).kind != "float":
         return 0.0
-    return per_weight * np.asarray(weight_elements, dtype=float)
+    return per_weight * floats(weight_elements)
 
 
 def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
@@ -493,7 +493,7 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = matmul_flops(m, n, k, batch)
-    dequantize = dequantize_flops(op, batch * np.asarray(k, dtype=float) * n)
+    dequantize = dequantize_flops(op, batch * floats(k) * n)
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
     # The dequantizing engine works inside the kernel, so its time bounds every candidate's compute time.
     side_s = 0.0 if vector is None else compute_time_s(dequantize, compute_rate_flops_per_s(
@@ -514,7 +514,7 @@ def conv_cost(op: Op, context: CostContext) -> OpCost:
     """Implicit GEMM: m = batch x output positions, n = out channels, k = in channels/groups x kernel."""
     m, n, k = _attr(op, "m"), _attr(op, "n"), _attr(op, "k")
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
-    input_elements = op.inputs[0].numel if op.inputs else np.asarray(m, dtype=float) * k
+    input_elements = op.inputs[0].numel if op.inputs else floats(m) * k
     flops = matmul_flops(m, n, k)
     executed, traffic, kernel = select_kernel(
         op, context, engine, peak_dtype, m, n, k, 1,
@@ -547,8 +547,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     causal, implementation = op.attrs.get("causal", False), op.attrs.get("implementation", "flash")
     flash = implementation == "flash"
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
-    per_fma_pair = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * np.asarray(head_dim, dtype=float)
-    full_pairs = np.asarray(seq_q, dtype=float) * seq_kv
+    per_fma_pair = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * floats(head_dim)
+    full_pairs = floats(seq_q) * seq_kv
     pairs = attended_pairs(seq_q, seq_kv, causal, window)
     masked = causal or window is not None
     # A flash kernel skips only whole masked blocks: a diagonal block of B keys computes B*B pairs of
@@ -556,37 +556,37 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     # square of n blocks that is exactly the documented n(n+1)/2 blocks. B is the engine's key block
     # (PyTorch's CPU kernel: 512 keys against query blocks of 32-256, which wastes the same (B-1)/2).
     block = engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK
-    executed_pairs = np.minimum(full_pairs, pairs + np.asarray(seq_q, dtype=float) * (block - 1) / 2) \
+    executed_pairs = minimum(full_pairs, pairs + floats(seq_q) * (block - 1) / 2) \
         if flash and masked else full_pairs
-    scale = np.asarray(batch, dtype=float) * heads
+    scale = floats(batch) * heads
     useful = scale * pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
     executed = scale * executed_pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
 
     q_bytes = _bytes_per_element(op, 0)
     kv_bytes = _bytes_per_element(op, 1)
-    group = np.asarray(heads, dtype=float) / kv_heads
+    group = floats(heads) / kv_heads
     # Keys any query sees: a causal window of W reaches back W - 1 keys from the first of seq_q queries.
     if window is None:
-        kv_span = np.asarray(seq_kv, dtype=float)
+        kv_span = floats(seq_kv)
     else:
-        kv_span = np.minimum(seq_kv, np.asarray(window, dtype=float) + (np.asarray(seq_q) - 1 if causal else 0))
-    kv_fraction = executed_pairs / np.maximum(full_pairs, 1.0)
-    q_and_o = 2 * scale * np.asarray(seq_q, dtype=float) * head_dim * q_bytes
-    compulsory = q_and_o + 2 * np.asarray(batch, dtype=float) * kv_heads * kv_span * head_dim * kv_bytes
+        kv_span = minimum(seq_kv, floats(window) + (np.asarray(seq_q) - 1 if causal else 0))
+    kv_fraction = executed_pairs / maximum(full_pairs, 1.0)
+    q_and_o = 2 * scale * floats(seq_q) * head_dim * q_bytes
+    compulsory = q_and_o + 2 * floats(batch) * kv_heads * kv_span * head_dim * kv_bytes
     hardware = context.hardware
-    traffic = []
+    traffic: list[SIValue] = []
     for index, level in enumerate(hardware.memory):
         if level.off_device:
             traffic.append(0.0)
             continue
         capacity = inner_capacity_bytes(hardware, index, engine)
         if flash and capacity is not None:
-            rows = np.asarray(seq_q, dtype=float) * group
+            rows = floats(seq_q) * group
             moved = flash_attention_elements_moved(rows, seq_kv, head_dim, capacity / max(q_bytes, kv_bytes),
                                                    kv_fraction)
-            kv_moved = moved - 2 * rows * np.asarray(head_dim, dtype=float)
+            kv_moved = moved - 2 * rows * floats(head_dim)
             per_kv_head = 2 * rows * head_dim * q_bytes + kv_moved * kv_bytes
-            traffic.append(np.maximum(np.asarray(batch, dtype=float) * kv_heads * per_kv_head, compulsory))
+            traffic.append(maximum(floats(batch) * kv_heads * per_kv_head, compulsory))
         elif flash:
             traffic.append(compulsory)
         else:
@@ -607,9 +607,9 @@ def _vector_cost(op: Op, context: CostContext, flops: SIValue) -> OpCost:
 
 def _output_elements(op: Op) -> np.ndarray:
     if "elements" in op.attrs:
-        return np.asarray(op.attrs["elements"], dtype=float)
+        return floats(op.attrs["elements"])
     tensors = op.outputs or op.inputs
-    return np.asarray(sum(t.numel for t in tensors), dtype=float)
+    return floats(sum(t.numel for t in tensors))
 
 
 @cost_rule("elementwise")
@@ -620,7 +620,7 @@ def elementwise_cost(op: Op, context: CostContext) -> OpCost:
 
 @cost_rule("reduction")
 def reduction_cost(op: Op, context: CostContext) -> OpCost:
-    elements = np.asarray(sum(t.numel for t in op.inputs), dtype=float) if op.inputs else _output_elements(op)
+    elements = floats(sum(t.numel for t in op.inputs)) if op.inputs else _output_elements(op)
     return _vector_cost(op, context, C.FLOPS_PER_REDUCED_ELEMENT * elements)
 
 
@@ -710,7 +710,7 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
     links in use, plus per-step latency (topology-aware); the payload is read and written in memory."""
     collective = op.attrs.get("collective", "all_reduce")
     group = int(_attr(op, "group_size"))
-    payload = np.asarray(op.attrs.get("bytes", op.input_bytes), dtype=float)
+    payload = floats(op.attrs.get("bytes", op.input_bytes))
     link = choose_link(context.hardware, op.attrs.get("link"))
     wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link, collective, group)
     latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)

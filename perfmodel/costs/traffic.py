@@ -23,18 +23,19 @@ from numpy.typing import ArrayLike
 
 from perfmodel.costs.conventions import FLASH_TILES_ON_CHIP, OUTPUT_BLOCK_SHARE
 from perfmodel.hardware.execution_models import SIValue
+from perfmodel.tracing import clip, floats, maximum, minimum
 from perfmodel.workload.ir import Dimension
 
 
 def matmul_elements_moved(m: ArrayLike, n: ArrayLike, k: ArrayLike,
                           capacity_elements: ArrayLike) -> tuple[SIValue, SIValue, SIValue]:
     """Elements (A read, B read, C written) at the outer level by a tiled (m x k)(k x n) product."""
-    m, n, k = (np.asarray(value, dtype=float) for value in (m, n, k))
-    block = np.maximum(np.asarray(capacity_elements, dtype=float) * OUTPUT_BLOCK_SHARE, 1.0)
-    block_m = np.minimum(m, np.sqrt(block))
-    block_n = np.maximum(np.minimum(n, block / block_m), 1.0)
+    m, n, k = (floats(value) for value in (m, n, k))
+    block = maximum(floats(capacity_elements) * OUTPUT_BLOCK_SHARE, 1.0)
+    block_m = minimum(m, np.sqrt(block))
+    block_n = maximum(minimum(n, block / block_m), 1.0)
     reads_a = m * k * np.ceil(n / block_n)
-    reads_b = k * n * np.ceil(m / np.maximum(block_m, 1.0))
+    reads_b = k * n * np.ceil(m / maximum(block_m, 1.0))
     return reads_a, reads_b, m * n
 
 
@@ -42,7 +43,7 @@ def tile_elements_moved(m: ArrayLike, n: ArrayLike, k: ArrayLike, tile_m: SIValu
                         tile_n: SIValue) -> tuple[SIValue, SIValue, SIValue]:
     """Elements (A read, B read, C written) when each unit computes a ``tile_m x tile_n`` output block
     from the level that feeds it: A is re-read once per column of tiles, B once per row of tiles."""
-    m, n, k = (np.asarray(value, dtype=float) for value in (m, n, k))
+    m, n, k = (floats(value) for value in (m, n, k))
     return m * k * np.ceil(n / tile_n), k * n * np.ceil(m / tile_m), m * n
 
 
@@ -55,9 +56,9 @@ def flash_attention_elements_moved(query_rows: ArrayLike, seq_kv: ArrayLike, hea
     move once; K and V once per Q block (a block of rows fills the on-chip tiles), times
     ``kv_fraction``, the share of K/V blocks the kernel visits (causal and sliding-window masks skip
     whole blocks). Decode (a few rows) reads each KV head once."""
-    query_rows, seq_kv, head_dim = (np.asarray(value, dtype=float) for value in (query_rows, seq_kv, head_dim))
-    rows = np.clip(np.asarray(capacity_elements, dtype=float) / (FLASH_TILES_ON_CHIP * head_dim), 1.0, None)
-    q_blocks = np.ceil(query_rows / np.minimum(rows, query_rows))
+    query_rows, seq_kv, head_dim = (floats(value) for value in (query_rows, seq_kv, head_dim))
+    rows = clip(floats(capacity_elements) / (FLASH_TILES_ON_CHIP * head_dim), 1.0, None)
+    q_blocks = np.ceil(query_rows / minimum(rows, query_rows))
     moved: SIValue = 2 * query_rows * head_dim + 2 * seq_kv * head_dim * q_blocks * kv_fraction
     return moved
 
@@ -67,15 +68,15 @@ def attended_pairs(seq_q: ArrayLike, seq_kv: ArrayLike, causal: bool | np.bool_,
     """(query, key) pairs one head scores. Queries are the last ``seq_q`` of ``seq_kv`` positions; a
     causal query at position p sees keys ``max(0, p - window + 1) .. p``; without a mask every query
     sees the last ``window`` keys (all of them without a window)."""
-    seq_q, seq_kv = np.asarray(seq_q, dtype=float), np.asarray(seq_kv, dtype=float)
-    width: SIValue = np.inf if window is None else np.asarray(window, dtype=float)
+    seq_q, seq_kv = floats(seq_q), floats(seq_kv)
+    width: SIValue = np.inf if window is None else floats(window)
     if not causal:
-        pairs: SIValue = seq_q * np.minimum(seq_kv, width)
+        pairs: SIValue = seq_q * minimum(seq_kv, width)
         return pairs
 
     def visible_up_to(n: SIValue) -> SIValue:  # sum_{j=1..n} min(j, window)
-        capped: SIValue = np.minimum(n, width)
-        return capped * (capped + 1) / 2 + np.maximum(n - capped, 0.0) * np.where(np.isinf(width), 0.0, capped)
+        capped: SIValue = minimum(n, width)
+        return capped * (capped + 1) / 2 + maximum(n - capped, 0.0) * np.where(np.isinf(width), 0.0, capped)
 
     return visible_up_to(seq_kv) - visible_up_to(seq_kv - seq_q)
 
@@ -86,8 +87,8 @@ def padded_bytes(shape: Sequence[Dimension], bytes_per_element: float, granule_b
         return bytes_per_element
     rows: SIValue = 1.0  # a float, or an array over sweep points
     for dim in shape[:-1]:
-        rows = rows * np.asarray(dim, dtype=float)
-    row_bytes = np.asarray(shape[-1], dtype=float) * bytes_per_element
+        rows = rows * floats(dim)
+    row_bytes = floats(shape[-1]) * bytes_per_element
     if granule_bytes:
         row_bytes = np.ceil(row_bytes / granule_bytes) * granule_bytes
     return rows * row_bytes

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.tracing import maximum
 
 if TYPE_CHECKING:
     from perfmodel.hardware.model import ExecutionMode, Hardware
@@ -95,7 +96,7 @@ class ExecutionModel:
 
     def combine(self, busy: np.ndarray, scheduling: np.ndarray, execution: ExecutionMode) -> np.ndarray:
         """An op's time from its device-busy time and its scheduling time."""
-        combined: np.ndarray = np.maximum(busy, scheduling) if self.overlapped(execution) else busy + scheduling
+        combined: np.ndarray = maximum(busy, scheduling) if self.overlapped(execution) else busy + scheduling
         return combined
 
     def launch_field(self, execution: ExecutionMode) -> str:

@@ -21,6 +21,7 @@ import numpy as np
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import MAX_CONFIG_SIZE, Architecture
+from perfmodel.tracing import maximum, minimum, whole
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 from perfmodel.workload.op_kinds import activation_flops_per_element
 
@@ -119,8 +120,7 @@ def expert_capacity(architecture: Architecture, seq, capacity_factor: float):
     """Tokens each expert takes from one sequence in a token-dropping MoE: MaxText's
     ``generate_masks``, ``int(max(ceil(seq * top_k / experts) * capacity_factor, capacity_factor))``."""
     routed = np.ceil(np.asarray(seq) * architecture.experts_per_token / architecture.experts)
-    capacity = np.maximum(routed * capacity_factor, capacity_factor).astype(np.int64)
-    return capacity if np.ndim(capacity) else int(capacity)
+    return whole(maximum(routed * capacity_factor, capacity_factor))
 
 
 def _dropping_moe(a: Architecture, s: Scenario, batch, seq, width: int, layers: int,
@@ -226,12 +226,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     elif a.experts > 1:
         local_experts = a.experts // p.ep
         routed = tokens * a.experts_per_token / p.ep
-        touched = np.minimum(local_experts, np.maximum(routed, 1))
-        per_expert = np.maximum(np.ceil(routed / touched), 1).astype(np.int64)
+        touched = minimum(local_experts, maximum(routed, 1))
+        per_expert = whole(maximum(np.ceil(routed / touched), 1))
         width = a.intermediate // (p.tp // p.ep)
         if p.ep > 1:
             ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
-        touched = touched.astype(np.int64) if isinstance(touched, np.ndarray) else int(touched)
+        touched = whole(touched)
         ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, layers, batch=touched),
                 _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, layers, inputs=2,
                              flops_per_element=activation_flops_per_element(a.activation, gated=True)),

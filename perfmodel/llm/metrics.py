@@ -40,6 +40,7 @@ from perfmodel.roofline.arrays import (
     kernels_launched,
     time_by_bound_points,
 )
+from perfmodel.tracing import Replays, all_finite, floats, maximum
 from perfmodel.workload.ir import Graph
 
 # Builds one pipeline stage's graph: (architecture, scenario, parallelism, *, phase, context) -> Graph.
@@ -126,7 +127,10 @@ class LLMResult:
         """Scenario ``index`` of an array result, as ``llm_predict`` of that scenario alone gives it."""
         if self.points is None:
             raise PerfmodelError("at() picks a scenario of an array result; this result holds one scenario")
+        return _named_bounds(self._picked(index))
 
+    def _picked(self, index: int) -> LLMResult:
+        """Scenario ``index``'s numbers, every bound's time kept (``_named_bounds`` names them)."""
         def pick(value: Any) -> Any:
             return value[index].item() if isinstance(value, np.ndarray) and value.ndim else value
 
@@ -139,10 +143,7 @@ class LLMResult:
                                                              "tokens_per_s", "tokens_per_s_per_chip", "fits",
                                                              "weights_streamed")},
             memory_bytes=MemoryPerChip(**{key: pick(value) for key, value in self.memory_bytes.as_dict().items()}),
-            bound_by_phase={phase: str(pick(bound)) for phase, bound in self.bound_by_phase.items()},
-            # A bound that took no time in this scenario (it bound an op in another) is left out.
-            time_by_bound_by_phase={phase: dict(sorted(((name, pick(time)) for name, time in shares.items()
-                                                        if pick(time) > 0), key=lambda item: -item[1]))
+            time_by_bound_by_phase={phase: {name: pick(time) for name, time in shares.items()}
                                     for phase, shares in self.time_by_bound_by_phase.items()})
 
     def to_dict(self) -> dict:
@@ -229,6 +230,10 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     execution = resolve_mode(hardware, mode)
     values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
     if not any(np.ndim(value) for value in values):
+        if graphs is stage_graph and not hardware.is_swept:
+            replayed = _replayed_one(architecture, hardware, scenario, parallelism, execution)
+            if replayed is not None:
+                return replayed
         return _predict_one(architecture, hardware, scenario, parallelism, execution, graphs)
     try:
         points = [np.asarray(value, dtype=np.int64) for value in np.broadcast_arrays(*values)]
@@ -244,6 +249,31 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     return _predict_points(architecture, hardware, swept, parallelism, execution, graphs)
 
 
+# Compiled replays of one scenario's numbers, per model, device, parallelism and mode (``tracing``).
+_REPLAYS = Replays()
+
+
+def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                  execution: str) -> LLMResult | None:
+    """One scenario on the condensed graphs, from a compiled replay of what ``_point_numbers`` computes
+    for it (``tracing``): what ``_predict_one`` gives, to float rounding (``tests/test_tracing.py``),
+    in a small part of its time; None where no replay holds yet (the caller evaluates)."""
+    values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
+    if not all(isinstance(value, (int, np.integer)) for value in values):
+        return None
+    key = (id(architecture), id(hardware), parallelism, execution, scenario.weight_dtype, scenario.kv_dtype,
+           scenario.activation_dtype)
+
+    def numbers(batch: Any, prompt: Any, gen: Any) -> LLMResult:
+        def one(value: Any) -> np.ndarray:
+            return np.asarray([value], dtype=object)
+        points = replace(scenario, batch=one(batch), prompt_tokens=one(prompt), generated_tokens=one(gen))
+        return _point_numbers(architecture, hardware, points, parallelism, execution)._picked(0)
+
+    result = _REPLAYS(key, (architecture, hardware), numbers, [int(value) for value in values])
+    return None if result is None else replace(_named_bounds(result), scenario=scenario)
+
+
 def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
                  execution: str, graphs: StageGraphs) -> LLMResult:
     memory = memory_per_chip(architecture, scenario, parallelism).peak()
@@ -251,8 +281,8 @@ def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scena
     state = placed.other_bytes
     prompt, gen = scenario.prompt_tokens, scenario.generated_tokens
     prefill = graphs(architecture, scenario, parallelism, phase="prefill", context=prompt)
-    send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
-    send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
+    send_prefill = Graph.prechecked("send", [pipeline_send(scenario, architecture, "prefill")])
+    send_decode = Graph.prechecked("send", [pipeline_send(scenario, architecture, "decode")])
     prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state,
                                      stream_items=scenario.batch * prompt)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
@@ -297,7 +327,7 @@ def _spent(shares: Mapping[str, np.ndarray], point: int) -> dict[str, float]:
 
 
 def _refuse_non_finite(architecture: Architecture, hardware: Hardware, ttft, tpot) -> None:
-    if not (np.all(np.isfinite(ttft)) and np.all(np.isfinite(tpot))):  # never print a NaN as a prediction
+    if not (all_finite(ttft) and all_finite(tpot)):  # never print a NaN as a prediction
         raise FloatingPointError(f"the prediction of {architecture.name} on {hardware.name} is not a finite time "
                                  f"(TTFT {ttft}, TPOT {tpot}): an input that no check refused, or a bug")
 
@@ -307,12 +337,10 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
     """``llm_predict`` over the scenarios of ``scenario``'s equal-length arrays."""
     batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
                                                            scenario.generated_tokens))
-    memory = memory_per_chip(architecture, scenario, parallelism)
     placed = placement(architecture, hardware, scenario, parallelism)
     # Residency is one decision per evaluation (it picks how weights are priced): scenarios on either
     # side of it (Cerebras: resident, or streamed from MemoryX) are evaluated apart and merged.
-    resident = np.asarray(placed.weight_bytes) + np.asarray(placed.other_bytes) <= placed.capacity_bytes
-    resident = np.broadcast_to(resident, np.shape(batch))
+    resident = _resident(placed, np.shape(batch))
     if graphs is not stage_graph or (resident.any() and not resident.all()):
         groups = [[index] for index in range(len(batch))] if graphs is not stage_graph else \
             [np.flatnonzero(resident), np.flatnonzero(~resident)]
@@ -327,14 +355,36 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
             else:
                 parts.append((indices, _predict_points(architecture, hardware, part, parallelism, execution, graphs)))
         return _merged(parts, scenario)
+    return _named_bounds(_point_numbers(architecture, hardware, scenario, parallelism, execution))
+
+
+def _resident(placed: Residency, shape: tuple[int, ...]) -> np.ndarray:
+    """Per scenario, whether weights and everything else fit on the chips."""
+    # A decision (a bool array), also where the sizes are traced numbers (``tracing``).
+    fits = np.asarray(np.asarray(placed.weight_bytes) + np.asarray(placed.other_bytes) <= placed.capacity_bytes,
+                      dtype=bool)
+    return np.broadcast_to(fits, shape)
+
+
+def _point_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                   execution: str) -> LLMResult:
+    """``_predict_points`` on the condensed graphs for scenarios on one side of the residency decision,
+    before naming bounds: ``time_by_bound_by_phase`` holds every bound (zero where it binds nothing,
+    ``time_by_bound_points(every_bound=True)``) and ``bound_by_phase`` is empty. Everything here is
+    arithmetic on the scenarios' numbers, which ``tracing`` can record and replay."""
+    batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
+                                                           scenario.generated_tokens))
+    memory = memory_per_chip(architecture, scenario, parallelism)
+    placed = placement(architecture, hardware, scenario, parallelism)
+    resident = _resident(placed, np.shape(batch))
     state = memory.state
     prefill = stage_graph(architecture, scenario, parallelism, phase="prefill", context=prompt)
     prefill_arrays = evaluate_arrays(prefill, hardware, mode=execution, resident_bytes=state,
                                      stream_items=batch * prompt)
-    send_prefill = Graph(name="send", ops=[pipeline_send(scenario, architecture, "prefill")])
-    send_decode = Graph(name="send", ops=[pipeline_send(scenario, architecture, "decode")])
+    send_prefill = Graph.prechecked("send", [pipeline_send(scenario, architecture, "prefill")])
+    send_decode = Graph.prechecked("send", [pipeline_send(scenario, architecture, "decode")])
     ttft = np.broadcast_to(phase_time(prefill_arrays, hardware, parallelism, send_prefill), batch.shape)
-    contexts = np.stack([prompt + 1, prompt + np.maximum(gen // 2, 1), prompt + gen])
+    contexts = np.stack([prompt + 1, prompt + maximum(gen // 2, 1), prompt + gen])
     decode_graph = stage_graph(architecture, scenario, parallelism, phase="decode", context=contexts)
     decode_arrays = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
                                     stream_items=batch)
@@ -342,25 +392,45 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
     tpot = np.tensordot(np.asarray(SIMPSON_WEIGHTS), steps, axes=1)
     _refuse_non_finite(architecture, hardware, ttft, tpot)
     middle = at_first_axis(decode_arrays, 1)
-    by_bound = {"prefill": time_by_bound_points(prefill_arrays), "decode": time_by_bound_points(middle)}
+    by_bound = {"prefill": time_by_bound_points(prefill_arrays, every_bound=True),
+                "decode": time_by_bound_points(middle, every_bound=True)}
     tokens_per_s = batch / tpot
     # Per scenario, as ``costs.residency`` decides for one: streamed where the weights are not resident
     # but everything else fits beside an external store; a group of non-resident scenarios can hold
     # both kinds (a Cerebras batch that streams, and one too large even for that).
-    other = np.broadcast_to(np.asarray(placed.other_bytes, dtype=float), batch.shape)
-    streamed = ~resident & placed.external_store & (other <= placed.capacity_bytes)
+    other = np.broadcast_to(floats(placed.other_bytes), batch.shape)
+    streamed = ~resident & np.asarray(other <= placed.capacity_bytes, dtype=bool) if placed.external_store \
+        else np.zeros_like(resident)
     return LLMResult(
         model=architecture.name, hardware=hardware.name, mode=execution, scenario=scenario, parallelism=parallelism,
         ttft_s=ttft, tpot_s=tpot, e2e_s=ttft + (gen - 1) * tpot, tokens_per_s_per_user=1 / tpot,
         tokens_per_s=tokens_per_s, tokens_per_s_per_chip=tokens_per_s / parallelism.chips,
-        memory_bytes=MemoryPerChip(**{key: np.broadcast_to(np.asarray(value, dtype=float), batch.shape)
+        memory_bytes=MemoryPerChip(**{key: np.broadcast_to(floats(value), batch.shape)
                                       for key, value in memory.as_dict().items()}),
         capacity_bytes=placed.capacity_bytes, fits=resident | streamed, weights_streamed=streamed,
-        bound_by_phase={phase: _largest(shares, batch.shape) for phase, shares in by_bound.items()},
-        time_by_bound_by_phase=by_bound, power_watts=hardware.power.tdp_watts * parallelism.chips,
+        bound_by_phase={}, time_by_bound_by_phase=by_bound, power_watts=hardware.power.tdp_watts * parallelism.chips,
         parameters=decode_arrays.parameters.label, graph="condensed LLM graph",
         ops_per_decode_step=op_counts(decode_graph, kernels_launched(decode_arrays, decode_graph),
                                       math.ceil(architecture.layers / parallelism.pp)))
+
+
+def _named_bounds(result: LLMResult) -> LLMResult:
+    """``result`` with its bounds named from its time by bound: per phase, the bounds that took time
+    (at some scenario of an array result), from the most time (over all scenarios) to the least, and
+    the bound that took the most (at each scenario)."""
+    shape = np.shape(result.tpot_s)
+    # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
+    if not shape:  # one scenario: plain floats (the common case, without numpy's per-call cost)
+        by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if time),
+                                       key=lambda item: -item[1])) or dict(list(shares.items())[:1])
+                    for phase, shares in result.time_by_bound_by_phase.items()}
+        return replace(result, time_by_bound_by_phase=by_bound,
+                       bound_by_phase={phase: next(iter(shares)) for phase, shares in by_bound.items()})
+    by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if np.any(time)),
+                                   key=lambda item: -np.sum(item[1]))) or dict(list(shares.items())[:1])
+                for phase, shares in result.time_by_bound_by_phase.items()}
+    return replace(result, time_by_bound_by_phase=by_bound,
+                   bound_by_phase={phase: _largest(shares, shape) for phase, shares in by_bound.items()})
 
 
 def _largest(shares: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray:

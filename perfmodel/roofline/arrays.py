@@ -51,6 +51,7 @@ from perfmodel.costs.rules import (
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import MODE_FIELDS, ExecutionMode, Hardware, Parameters
+from perfmodel.tracing import argmax, clip, equal, floats, is_traced, largest, maximum, minimum, sqrt, where
 from perfmodel.workload.ir import Graph, Op
 from perfmodel.workload.op_kinds import is_vector_kind
 
@@ -134,11 +135,15 @@ def bound_labels(level_names, link_name: str = "link") -> list[str]:
     return ["compute", *[f"memory:{name}" for name in level_names], link_name, "scheduling"]
 
 
-def time_by_bound_points(evaluation: ArrayEvaluation) -> dict[str, np.ndarray]:
+def time_by_bound_points(evaluation: ArrayEvaluation, *, every_bound: bool = False) -> dict[str, np.ndarray]:
     """Time by bound at each point of a one-axis sweep, as ``Evaluation.time_by_bound`` gives for one
     point (a link bound named after its link; the program launch counted as scheduling), without
     building a report per point. Bounds that bind no op at any point are left out; the dict runs from
-    the most time over all points to the least. An evaluation without a sweep is one point."""
+    the most time over all points to the least. An evaluation without a sweep is one point.
+
+    ``every_bound``: every bound the graph could have (each link its ops use), zero where it binds
+    nothing, in the order of ``bound_labels``: what a traced run (``tracing``) computes, so that which
+    bounds bind stays a number of the replay rather than a decision."""
     if evaluation.total_s.ndim == 1:
         evaluation = replace(evaluation, total_s=evaluation.total_s[:, None],
                              bound_index=evaluation.bound_index[:, None])
@@ -148,21 +153,21 @@ def time_by_bound_points(evaluation: ArrayEvaluation) -> dict[str, np.ndarray]:
     link_index = labels.index("link")
     link_names = np.asarray([f"link:{cost.link}" for cost in evaluation.costs])
     groups: dict[str, np.ndarray] = {}
+    linked = np.asarray([cost.link is not None for cost in evaluation.costs], dtype=bool)
     for index, label in enumerate(labels):
-        bound_here = evaluation.bound_index == index
-        names = sorted(set(link_names[bound_here.any(axis=1)])) if index == link_index else [label]
+        bound_here = equal(evaluation.bound_index, index)
+        if index == link_index:
+            names = sorted(set(link_names[linked if every_bound else bound_here.any(axis=1)]))
+        else:
+            names = [label]
         for name in names:
-            selected = bound_here & (link_names[:, None] == name) if index == link_index else bound_here
-            if selected.any():
-                groups[name] = np.where(selected, evaluation.total_s, 0.0).sum(axis=0)
+            selected = bound_here * (link_names[:, None] == name) if index == link_index else bound_here
+            if every_bound or selected.any():
+                groups[str(name)] = where(selected, evaluation.total_s, 0.0).sum(axis=0)
     program_s = np.broadcast_to(np.asarray(evaluation.program_s, dtype=float), evaluation.total_s.shape[1:])
     if np.any(program_s > 0):
         groups["scheduling"] = groups.get("scheduling", 0.0) + program_s
-    return dict(sorted(groups.items(), key=lambda item: -float(np.sum(item[1]))))
-
-
-def _as_float(value) -> np.ndarray:
-    return np.asarray(value, dtype=float)
+    return groups if every_bound else dict(sorted(groups.items(), key=lambda item: -np.sum(item[1])))
 
 
 def pipelined_totals(per_instance: np.ndarray, count_column: np.ndarray, items: np.ndarray) -> np.ndarray:
@@ -170,9 +175,9 @@ def pipelined_totals(per_instance: np.ndarray, count_column: np.ndarray, items: 
     instances: ``sum_i t_i / items + (items - 1) / items x max_i t_i`` (``t_i``: instance i's time for
     all items together). The first token crosses every stage; the rest leave the slowest stage one
     item-time apart. Each op keeps its share of the first term; the slowest op carries the second."""
-    slowest = np.argmax(per_instance, axis=0)
-    is_slowest = (np.arange(per_instance.shape[0]).reshape((-1,) + (1,) * (per_instance.ndim - 1)) == slowest)
-    return per_instance * count_column / items + np.where(is_slowest, per_instance * (items - 1) / items, 0.0)
+    slowest = argmax(per_instance, axis=0)
+    is_slowest = equal(slowest, np.arange(per_instance.shape[0]).reshape((-1,) + (1,) * (per_instance.ndim - 1)))
+    return per_instance * count_column / items + where(is_slowest, per_instance * (items - 1) / items, 0.0)
 
 
 def spatial_shares(graph: Graph, costs) -> np.ndarray:
@@ -207,12 +212,12 @@ def spatial_regions(allotted: np.ndarray, scaled_s: np.ndarray, unscaled_s: np.n
     program, which only shrinks the others' allotments (``spatial_shares``), never makes one of them
     faster; with whole allotments an op allotted more than ``A*`` got faster when a new region
     squeezed it (its 2 sqrt(A) hops fell more than its work grew), and a graph of small ops with it."""
-    scaled = _as_float(scaled_s) * cores
-    hop, unscaled = _as_float(fabric_hop_s), _as_float(unscaled_s)
+    scaled = floats(scaled_s) * cores
+    hop, unscaled = floats(fabric_hop_s), floats(unscaled_s)
     # No fabric latency (hop 0): nothing limits the width; nothing to divide (s 0): one core.
     widest = np.where(hop > 0, (scaled / np.where(hop > 0, hop, 1.0)) ** (2.0 / 3.0), np.inf)
-    widest = np.minimum(widest, np.where(unscaled > 0, scaled / np.where(unscaled > 0, unscaled, 1.0), np.inf))
-    return np.minimum(allotted, np.maximum(widest, 1.0))
+    widest = minimum(widest, np.where(unscaled > 0, scaled / np.where(unscaled > 0, unscaled, 1.0), np.inf))
+    return minimum(allotted, maximum(widest, 1.0))
 
 
 def _sweep_shape(*groups) -> tuple[int, ...]:
@@ -237,8 +242,8 @@ def _kept_shares(graph: Graph, plan: FusionPlan) -> list | np.ndarray:
         return np.ones(len(graph.ops))  # nothing fused and no sweep among the tensors: every byte leaves its op
     sizes = [op.input_bytes + op.output_bytes for op in graph.ops]
     if not _sweep_shape(sizes, internal):  # a scalar graph: one array operation for all ops
-        return np.clip(1.0 - np.array(internal, dtype=float) / np.maximum(np.array(sizes, dtype=float), 1.0), 0.0, 1.0)
-    return [np.clip(1.0 - inside / np.maximum(size, 1.0), 0.0, 1.0) for inside, size in zip(internal, sizes, strict=True)]
+        return clip(1.0 - np.array(internal, dtype=float) / maximum(np.array(sizes, dtype=float), 1.0), 0.0, 1.0)
+    return [clip(1.0 - inside / maximum(size, 1.0), 0.0, 1.0) for inside, size in zip(internal, sizes, strict=True)]
 
 
 def serial_vector_kernels(hardware: Hardware, costs: Sequence[OpCost], ops: Sequence[Op]) -> np.ndarray:
@@ -291,7 +296,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     plan = plan_fusion(graph) if fused else no_fusion(graph)
 
     levels = hardware.memory
-    counts = _as_float([op.count for op in graph.ops])
+    counts = floats([op.count for op in graph.ops])
     spec_values = [level.bandwidth_bytes_per_s for level in levels]
     spec_values += [rate for engine in hardware.compute.values() for rate in engine.peak_flops_per_s.values()]
     spec_values += [getattr(execution, attribute) for attribute in MODE_FIELDS.values()]
@@ -307,7 +312,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     def stack(values) -> np.ndarray:
         if not shape:  # scalar workload: a plain float array is ~10x cheaper than broadcasting each value
             return np.array(values, dtype=float)
-        stacked = np.empty((len(values), *shape))
+        stacked = np.empty((len(values), *shape), dtype=object if any(map(is_traced, values)) else float)
         for row, value in enumerate(values):
             stacked[row] = value  # assignment broadcasts a row's scalar or array to the sweep's shape
         return stacked
@@ -335,13 +340,13 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         side_s = stack([0.0 if c.side_engine is None else compute_time_s(c.side_flops, compute_rate_flops_per_s(
             hardware, parameters, c.side_engine, c.side_peak_dtype, op.kind), 0.0)
             for c, op in zip(costs, graph.ops, strict=True)])
-        compute_s = np.maximum(compute_s, side_s)
+        compute_s = maximum(compute_s, side_s)
     # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
     def efficiencies(level: str) -> np.ndarray:
         by_kind = {kind: parameters.memory(level, kind) for kind in kinds}
         return stack([by_kind[op.kind] for op in graph.ops])
 
-    memory_s = np.stack([memory_time_s(bytes_by_level[index], _as_float(level.bandwidth_bytes_per_s),
+    memory_s = np.stack([memory_time_s(bytes_by_level[index], floats(level.bandwidth_bytes_per_s),
                                        efficiencies(level.name), parameters.memory_latency(level.name))
                          for index, level in enumerate(levels)])
     link_s = np.zeros_like(compute_s)
@@ -349,25 +354,25 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         if cost.link is not None:
             link = hardware.links[cost.link]
             efficiency, alpha = parameters.link(cost.link)
-            link_s[position] = (_as_float(cost.link_bytes) / (link.bandwidth_bytes_per_s_per_direction * efficiency)
-                                + _as_float(cost.link_latency_s) + alpha)
-    fabric_s = 0.0
+            link_s[position] = (floats(cost.link_bytes) / (link.bandwidth_bytes_per_s_per_direction * efficiency)
+                                + floats(cost.link_latency_s) + alpha)
+    fabric_s: float | np.ndarray = 0.0
     # Layer pipelining needs every region's weights resident; streamed weights run one layer at a time
     # on the whole device (Cerebras weight streaming), as the static mode prices it.
     spatial = model.spatial and resident
     if spatial:
         cores = np.asarray([hardware.compute[c.engine].units for c in costs], dtype=float).reshape(count_column.shape)
-        scaled = compute_s + memory_s.sum(axis=0) if overlap == "sum" else np.maximum(compute_s, memory_s.max(axis=0))
+        scaled = compute_s + memory_s.sum(axis=0) if overlap == "sum" else maximum(compute_s, largest(memory_s, axis=0))
         region = spatial_regions(spatial_shares(graph, costs).reshape(count_column.shape) * cores, scaled,
                                  link_s if overlap == "max" else 0.0, cores, execution.fabric_hop_s)
         compute_s = compute_s * (cores / region)
         memory_s = memory_s * (cores / region)
-        fabric_s = 2.0 * np.sqrt(np.maximum(region, 1.0)) * execution.fabric_hop_s
+        fabric_s = 2.0 * sqrt(maximum(region, 1.0)) * execution.fabric_hop_s
 
-    anchors = _as_float([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
-    launches = _as_float([c.launches for c in costs]).reshape(count_column.shape) * anchors
-    barriers = _as_float([c.barriers for c in costs]).reshape(count_column.shape)
-    host_calls = _as_float([c.host_calls for c in costs]).reshape(count_column.shape)
+    anchors = floats([1.0 if plan.group_of[i] == i else 0.0 for i in range(len(costs))]).reshape(count_column.shape)
+    launches = floats([c.launches for c in costs]).reshape(count_column.shape) * anchors
+    barriers = floats([c.barriers for c in costs]).reshape(count_column.shape)
+    host_calls = floats([c.host_calls for c in costs]).reshape(count_column.shape)
     scale = parameters.scheduling_scale
     synchronization = barriers * execution.sync_s * scale
     scheduling_s = (launches * model.per_kernel_s(execution) + host_calls * model.per_host_op_s(execution)) * scale \
@@ -386,10 +391,10 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         count_column.shape)) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
-    if spatial and np.any(np.asarray(stream_items) > 1):
-        total_s = pipelined_totals(per_instance, count_column, _as_float(stream_items))
+    if spatial:  # one item streams as no pipeline: the formula gives per_instance x count exactly
+        total_s = pipelined_totals(per_instance, count_column, floats(stream_items))
     # Launch/dispatch costs and the kernel's fixed time together are the scheduling bottleneck.
-    bound_index = np.concatenate([components, (scheduling_s + fixed_s)[None]]).argmax(axis=0)
+    bound_index = argmax(np.concatenate([components, (scheduling_s + fixed_s)[None]]), axis=0)
 
     program_s = model.per_program_s(execution) * scale
     return ArrayEvaluation(

@@ -21,6 +21,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from perfmodel.tracing import floats
 from perfmodel.units import FLOPS_PER_FMA
 
 ATTRIBUTE_TYPES = ("dimension", "number", "flag", "text")
@@ -146,7 +147,7 @@ def is_vector_kind(name: str) -> bool:
 def matmul_flops(m: Any, n: Any, k: Any, batch: Any = 1) -> Any:
     """Useful FLOPs of ``batch`` (m x k) @ (k x n) products: 2 per multiply-add, as every vendor peak
     and ``torch.utils.flop_counter`` count them. Dimensions are ints or arrays (sweeps); so is the result."""
-    return FLOPS_PER_FMA * batch * np.asarray(m, dtype=float) * n * k
+    return FLOPS_PER_FMA * batch * floats(m) * n * k
 
 
 # Arithmetic per element of transcendental point-wise functions, counted as the basic operations of

@@ -1,0 +1,606 @@
+"""Record the arithmetic a computation does on a few input numbers; replay it as straight-line Python.
+
+A prediction of one LLM scenario runs hundreds of small numpy calls through generic machinery
+(graph building, cost rules, fusion, the roofline evaluation) whose structure does not depend on the
+scenario's numbers, only its arithmetic does. Run once with ``Traced`` numbers in place of the inputs,
+the computation leaves on a ``Tape`` every operation that involved an input (everything else is
+folded to constants as it runs) and every decision it took on one (a comparison, a truth test,
+a conversion to a plain number). ``Tape.compile`` turns that into one Python function of the inputs
+that redoes the arithmetic and checks each decision; where a decision would come out differently
+(another kernel, another bound, weights that no longer fit) it answers None and the caller runs the
+computation itself. The replay does the same IEEE operations in the same order as the traced run,
+except sums that numpy pairs up on float arrays (it adds object arrays left to right): results agree
+to about 1e-15 relative.
+
+Numbers enter numpy code inside object arrays (``np.asarray`` keeps an object array's dtype, and
+numpy's object loops call the numbers' own operators); ``floats`` is the one place the cost rules turn
+dimensions into float64, and it keeps traced numbers traced. ``Traced`` refuses numpy's ufunc protocol
+(``__array_ufunc__ = None``) so that ``np.float64(2) * traced`` comes back to ``Traced.__rmul__``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import operator
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, cast
+
+import numpy as np
+
+_BINARY: dict[str, Callable[[Any, Any], Any]] = {
+    "add": operator.add, "sub": operator.sub, "mul": operator.mul, "truediv": operator.truediv,
+    "floordiv": operator.floordiv, "mod": operator.mod, "pow": operator.pow,
+}
+_SYMBOLS = {"add": "+", "sub": "-", "mul": "*", "truediv": "/", "floordiv": "//", "mod": "%"}
+_UNARY: dict[str, Callable[[Any], Any]] = {
+    "neg": operator.neg, "abs": abs, "ceil": math.ceil, "floor": math.floor, "sqrt": math.sqrt, "float": float,
+    "trunc": math.trunc,
+}
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "lt": operator.lt, "le": operator.le, "gt": operator.gt, "ge": operator.ge, "eq": operator.eq, "ne": operator.ne,
+}
+_RELATIONS = {"equal": "==", "at_least": ">=", "greater": ">"}  # computed comparisons (not decisions)
+_COMPARISON_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
+_PLAIN = (int, float, np.integer, np.floating)
+# Operand positions where a constant identity leaves the operation's other operand as its value.
+_IDENTITIES = {"mul": (0, 1), "add": (0, 1), "sub": (1,), "truediv": (1,)}
+
+
+def _plain(value: Any) -> int | float:
+    """A constant as the Python number it is (numpy scalars become int or float, exactly)."""
+    return int(value) if isinstance(value, (int, np.integer)) else float(value)
+
+
+class Tape:
+    """The operations and decisions of one traced run: ``nodes[i]`` is (operation, operands), an operand
+    being ("input", position), ("node", index) or ("const", number); ``guards`` are the decisions, as
+    (text of a Python condition over the nodes, its value in the traced run)."""
+
+    def __init__(self) -> None:
+        self.nodes: list[tuple[str, tuple[tuple[str, Any], ...]]] = []
+        self._seen: dict[tuple[str, tuple[tuple[str, Any], ...]], int] = {}
+        self.guards: dict[str, bool] = {}
+        self.inputs = 0
+
+    def input(self, value: int | float) -> Traced:
+        """A new input of the traced computation, with its value in this run."""
+        self.nodes.append(("input", (("input", self.inputs),)))
+        self.inputs += 1
+        return Traced(value, len(self.nodes) - 1, self)
+
+    def record(self, operation: str, operands: Sequence[Any], value: Any) -> Traced:
+        """A new traced number, or one the tape already has: an operation with an identity operand
+        (x * 1, x + 0, x - 0, x / 1) is its other operand, and an operation already recorded on the
+        same operands is that node (the replay computes each once). Both are exact, bar a zero's sign."""
+        parts = tuple(self._operand(item) for item in operands)
+        if len(parts) == 2 and operation in _IDENTITIES:
+            for position in _IDENTITIES[operation]:
+                kind, constant = parts[position]
+                if kind == "const" and constant == (1 if operation in ("mul", "truediv") else 0) \
+                        and isinstance(operands[1 - position], Traced):
+                    return operands[1 - position]
+        key = (operation, parts)
+        index = self._seen.get(key)
+        if index is None:
+            self.nodes.append(key)
+            index = self._seen[key] = len(self.nodes) - 1
+        return Traced(value, index, self)
+
+    def _operand(self, item: Any) -> tuple[str, Any]:
+        if isinstance(item, Traced):
+            if item.tape is not self:
+                raise ValueError("a traced number from another tape")
+            return ("node", item.index)
+        return ("const", _plain(item))
+
+    def decide(self, condition: str, outcome: bool) -> None:
+        self.guards[condition] = outcome
+
+    def text(self, item: Any) -> str:
+        """Python text of an operand (a node's variable or a constant's exact literal)."""
+        if isinstance(item, Traced):
+            return f"v{item.index}"
+        value = _plain(item)
+        if not math.isfinite(value):
+            return f"float({str(value)!r})"
+        return f"({value!r})" if value < 0 else repr(value)  # -2.0 ** x is -(2.0 ** x) in Python
+
+    def compile(self, outputs: Sequence[Any], name: str = "replay") -> Callable[..., tuple | None]:
+        """A function of the inputs giving ``outputs`` (traced numbers or constants), or None where a
+        decision of the traced run comes out differently. Only the nodes the outputs and the decisions
+        need are computed."""
+        needed = self._needed([item.index for item in outputs if isinstance(item, Traced)]
+                              + [index for condition in self.guards for index in _nodes_in(condition)])
+        lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
+        guards_by_node = self._guards_after_nodes()
+        for index in sorted(needed):
+            lines.append(f"    v{index} = {self._expression(index)}")
+            for condition, outcome in guards_by_node.get(index, ()):
+                lines.append(f"    if {'not ' if outcome else ''}({condition}): return None")
+        for condition, outcome in guards_by_node.get(-1, ()):  # decisions on constants only
+            lines.append(f"    if {'not ' if outcome else ''}({condition}): return None")
+        lines.append(f"    return ({''.join(self.text(item) + ', ' for item in outputs)})")
+        namespace: dict[str, Any] = {"_ceil": math.ceil, "_floor": math.floor, "_sqrt": math.sqrt, "_trunc": math.trunc,
+                                     "_isfinite": math.isfinite, "_argmax": _first_largest,
+                                     "_argmin": _first_smallest, "_power": _real_power}
+        exec(compile("\n".join(lines), f"<{name}>", "exec"), namespace)  # noqa: S102 - code built from our own tape
+        function: Callable[..., tuple | None] = namespace[name]
+        return function
+
+    def _needed(self, roots: list[int]) -> set[int]:
+        needed: set[int] = set()
+        stack = list(roots)
+        while stack:
+            index = stack.pop()
+            if index in needed:
+                continue
+            needed.add(index)
+            stack += [value for kind, value in self.nodes[index][1] if kind == "node"]
+        return needed
+
+    def _guards_after_nodes(self) -> dict[int, list[tuple[str, bool]]]:
+        """Each decision checked right after the last node it reads is computed (early exit)."""
+        placed: dict[int, list[tuple[str, bool]]] = {}
+        for condition, outcome in self.guards.items():
+            placed.setdefault(max(_nodes_in(condition), default=-1), []).append((condition, outcome))
+        return placed
+
+    def _expression(self, index: int) -> str:
+        operation, operands = self.nodes[index]
+        texts = [f"x{value}" if kind == "input" else f"v{value}" if kind == "node" else
+                 self.text(value) for kind, value in operands]
+        if operation == "input":
+            return texts[0]
+        if operation == "pow":
+            return f"_power({texts[0]}, {texts[1]})"
+        if operation in _SYMBOLS:
+            return f"{texts[0]} {_SYMBOLS[operation]} {texts[1]}"
+        if operation in ("ceil", "floor", "sqrt", "trunc"):
+            return f"_{operation}({texts[0]})"
+        if operation in ("max", "min"):
+            keep = ">=" if operation == "max" else "<="
+            return f"({texts[0]} if {texts[0]} {keep} {texts[1]} else {texts[1]})"
+        if operation in ("argmax", "argmin"):
+            return f"_{operation}({', '.join(texts)})"
+        if operation == "pick":
+            return f"({', '.join(texts[1:])},)[{texts[0]}]"
+        if operation in _RELATIONS:
+            return f"({texts[0]} {_RELATIONS[operation]} {texts[1]})"
+        if operation == "select":
+            return f"({texts[1]} if {texts[0]} else {texts[2]})"
+        if operation == "neg":
+            return f"-{texts[0]}"
+        return f"{operation}({texts[0]})"  # abs, float
+
+
+def _real_power(base: Any, exponent: Any) -> Any:
+    """``base ** exponent``, refusing what Python makes complex (numpy's nan: the caller evaluates)."""
+    result = base ** exponent
+    if isinstance(result, complex):
+        raise ValueError("a complex power")
+    return result
+
+
+def _first_largest(*values: Any) -> int:
+    """The index of the first largest of ``values``, as ``np.argmax``."""
+    best = 0
+    for index in range(1, len(values)):
+        if values[index] > values[best]:
+            best = index
+    return best
+
+
+def _first_smallest(*values: Any) -> int:
+    """The index of the first smallest of ``values``, as ``np.argmin``."""
+    best = 0
+    for index in range(1, len(values)):
+        if values[index] < values[best]:
+            best = index
+    return best
+
+
+_INDEX_OF = {"argmax": _first_largest, "argmin": _first_smallest}
+
+
+def _nodes_in(condition: str) -> list[int]:
+    return [int(word[1:]) for word in condition.replace("(", " ").replace(")", " ").split()
+            if word.startswith("v") and word[1:].isdigit()]
+
+
+class Traced:
+    """A number computed from the traced inputs: its value in this run, and the node that made it."""
+
+    __slots__ = ("value", "index", "tape")
+    __array_ufunc__ = None  # numpy hands binary operations back to our operators
+    __hash__ = None  # type: ignore[assignment]  # a traced number is never a key: its value would be frozen
+
+    def __init__(self, value: Any, index: int, tape: Tape) -> None:
+        self.value, self.index, self.tape = value, index, tape
+
+    def __repr__(self) -> str:
+        return f"Traced({self.value!r}, v{self.index})"
+
+    def _binary(self, operation: str, left: Any, right: Any) -> Any:
+        if not isinstance(left, (Traced, *_PLAIN)) or not isinstance(right, (Traced, *_PLAIN)):
+            return NotImplemented
+        values = [item.value if isinstance(item, Traced) else item for item in (left, right)]
+        return self.tape.record(operation, (left, right), _BINARY[operation](*values))
+
+    def _unary(self, operation: str) -> Traced:
+        return self.tape.record(operation, (self,), _UNARY[operation](self.value))
+
+    def _compare(self, operation: str, other: Any) -> bool:
+        if not isinstance(other, (Traced, *_PLAIN)):
+            return NotImplemented
+        outcome = _COMPARISONS[operation](self.value, other.value if isinstance(other, Traced) else other)
+        self.tape.decide(f"{self.tape.text(self)} {_COMPARISON_SYMBOLS[operation]} {self.tape.text(other)}",
+                         bool(outcome))
+        return bool(outcome)
+
+    def __add__(self, other: Any) -> Any: return self._binary("add", self, other)
+    def __radd__(self, other: Any) -> Any: return self._binary("add", other, self)
+    def __sub__(self, other: Any) -> Any: return self._binary("sub", self, other)
+    def __rsub__(self, other: Any) -> Any: return self._binary("sub", other, self)
+    def __mul__(self, other: Any) -> Any: return self._binary("mul", self, other)
+    def __rmul__(self, other: Any) -> Any: return self._binary("mul", other, self)
+    def __truediv__(self, other: Any) -> Any: return self._binary("truediv", self, other)
+    def __rtruediv__(self, other: Any) -> Any: return self._binary("truediv", other, self)
+    def __floordiv__(self, other: Any) -> Any: return self._binary("floordiv", self, other)
+    def __rfloordiv__(self, other: Any) -> Any: return self._binary("floordiv", other, self)
+    def __mod__(self, other: Any) -> Any: return self._binary("mod", self, other)
+    def __rmod__(self, other: Any) -> Any: return self._binary("mod", other, self)
+    def __pow__(self, other: Any) -> Any: return self._binary("pow", self, other)
+    def __rpow__(self, other: Any) -> Any: return self._binary("pow", other, self)
+    def __neg__(self) -> Traced: return self._unary("neg")
+    def __pos__(self) -> Traced: return self
+    def __abs__(self) -> Traced: return self._unary("abs")
+    def __ceil__(self) -> Traced: return self._unary("ceil")
+    def __floor__(self) -> Traced: return self._unary("floor")
+    # numpy's object loops call these methods for np.ceil, np.floor and np.sqrt
+    def ceil(self) -> Traced: return self._unary("ceil")
+    def floor(self) -> Traced: return self._unary("floor")
+    def sqrt(self) -> Traced: return self._unary("sqrt")
+    def __lt__(self, other: Any) -> bool: return self._compare("lt", other)
+    def __le__(self, other: Any) -> bool: return self._compare("le", other)
+    def __gt__(self, other: Any) -> bool: return self._compare("gt", other)
+    def __ge__(self, other: Any) -> bool: return self._compare("ge", other)
+    def __eq__(self, other: Any) -> bool: return self._compare("eq", other)
+    def __ne__(self, other: Any) -> bool: return self._compare("ne", other)
+
+    def item(self) -> Traced:  # as a numpy scalar's: an object array's element is the number itself
+        return self
+
+    def finite(self) -> bool:
+        outcome = math.isfinite(self.value)
+        self.tape.decide(f"_isfinite({self.tape.text(self)})", outcome)
+        return outcome
+
+    def __bool__(self) -> bool:
+        return self._compare("ne", 0)
+
+    # A conversion to a plain number freezes the value: the replay checks it is still the same.
+    def __float__(self) -> float:
+        self.tape.decide(f"float({self.tape.text(self)}) == {float(self.value)!r}", True)
+        return float(self.value)
+
+    def __int__(self) -> int:
+        self.tape.decide(f"int({self.tape.text(self)}) == {int(self.value)!r}", True)
+        return int(self.value)
+
+    __index__ = __int__
+
+
+def floats(value: Any) -> np.ndarray:
+    """Dimensions and sizes as float64 (a scalar or an array), the one conversion the cost rules make
+    before multiplying sizes (an integer array's product could wrap around); traced numbers stay
+    traced (as floats), in an object array where they come in one."""
+    if isinstance(value, Traced):
+        return cast(np.ndarray, value._unary("float"))  # a traced number stands where numpy has a 0-d array
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.asarray([floats(item) for item in value.flat], dtype=object).reshape(value.shape)
+    return np.asarray(value, dtype=float)
+
+
+def whole(value: Any) -> Any:
+    """Whole numbers by truncation, as ``astype(np.int64)`` (an array) or ``int`` (a scalar) give them;
+    traced numbers are truncated by the replay, not frozen."""
+    if isinstance(value, Traced):
+        return value._unary("trunc")
+    if is_traced(value):
+        return _TRUNCATE(value)
+    return value.astype(np.int64) if isinstance(value, np.ndarray) and value.ndim else int(value)
+
+
+def all_finite(value: Any) -> bool:
+    """Whether every number of ``value`` is finite (``np.isfinite`` takes no object arrays); for a
+    traced number, a decision the replay checks."""
+    if not is_traced(value):
+        return bool(np.all(np.isfinite(value)))
+    items = value.flat if isinstance(value, np.ndarray) else [value]
+    return all(item.finite() if isinstance(item, Traced) else math.isfinite(item) for item in items)
+
+
+def _value(item: Any) -> Any:
+    return item.value if isinstance(item, Traced) else item
+
+
+def _node_wise(operation: str, plain: Callable[..., Any], arity: int) -> np.ufunc:
+    """An element-wise numpy function (over object arrays) that applies ``plain`` to plain numbers and
+    records ``operation`` (one node of the replay) where a traced number takes part."""
+    def apply(*items: Any) -> Any:
+        tape = _tape_of(items)
+        if tape is None:
+            return plain(*items)
+        return tape.record(operation, items, plain(*(_value(item) for item in items)))
+    return np.frompyfunc(apply, arity, 1)
+
+
+# Operations the replay computes rather than checks, as the generated code writes them (``Tape._expression``):
+# numpy's own object loops would decide them by comparisons, each a decision of the replay.
+_NODE_WISE = {
+    "max": _node_wise("max", lambda left, right: left if left >= right else right, 2),
+    "min": _node_wise("min", lambda left, right: left if left <= right else right, 2),
+    "equal": _node_wise("equal", lambda left, right: left == right, 2),
+    "at_least": _node_wise("at_least", lambda left, right: left >= right, 2),
+    "greater": _node_wise("greater", lambda left, right: left > right, 2),
+    "select": _node_wise("select", lambda condition, chosen, otherwise: chosen if condition else otherwise, 3),
+}
+
+
+def maximum(left: Any, right: Any) -> np.ndarray:
+    """``np.maximum``; over traced numbers one operation of the replay, not a decision, so that the
+    replay holds on both sides of the point where the larger one changes."""
+    return _NODE_WISE["max"](left, right) if is_traced(left) or is_traced(right) else np.maximum(left, right)
+
+
+def minimum(left: Any, right: Any) -> np.ndarray:
+    """``np.minimum``, as ``maximum``."""
+    return _NODE_WISE["min"](left, right) if is_traced(left) or is_traced(right) else np.minimum(left, right)
+
+
+def clip(value: Any, low: Any, high: Any) -> np.ndarray:
+    """``np.clip`` (either bound may be None), as ``maximum``."""
+    if not (is_traced(value) or is_traced(low) or is_traced(high)):
+        return np.clip(value, low, high)
+    value = value if low is None else maximum(value, low)
+    return value if high is None else minimum(value, high)
+
+
+def largest(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``values.max(axis)``, as ``maximum``."""
+    return _NODE_WISE["max"].reduce(values, axis=axis) if is_traced(values) else values.max(axis=axis)
+
+
+def argmax(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``np.argmax(values, axis)`` (the first of equal largest); over traced numbers each position's
+    index is one operation of the replay (a number it goes on computing with), not a decision."""
+    return _index_of(values, axis, "argmax") if is_traced(values) else np.argmax(values, axis=axis)
+
+
+def argmin(values: np.ndarray, axis: int = 0) -> np.ndarray:
+    """``np.argmin(values, axis)``, as ``argmax``."""
+    return _index_of(values, axis, "argmin") if is_traced(values) else np.argmin(values, axis=axis)
+
+
+def _index_of(values: np.ndarray, axis: int, operation: str) -> np.ndarray:
+    moved = np.moveaxis(values, axis, 0)
+    result = np.empty(moved.shape[1:], dtype=object)
+    for position in np.ndindex(*moved.shape[1:]):
+        column = list(moved[(slice(None), *position)])
+        index = _INDEX_OF[operation](*(_value(item) for item in column))
+        tape = _tape_of(column)
+        result[position] = index if tape is None else tape.record(operation, column, index)
+    return result
+
+
+def pick(values: Any, index: Any) -> np.ndarray:
+    """``values[index[...], ...]`` along the first axis (``np.take_along_axis`` of one index per
+    position); a traced index is one operation of the replay."""
+    values = np.asarray(values)
+    if not is_traced(index):
+        index = np.asarray(index)
+        return np.take_along_axis(np.broadcast_to(values, values.shape[:1] + index.shape), index[None], axis=0)[0]
+    values = np.broadcast_to(values, values.shape[:1] + np.shape(index))
+    result = np.empty(np.shape(index), dtype=object)
+    for position in np.ndindex(*np.shape(index)):
+        chosen, column = index[position], list(values[(slice(None), *position)])
+        result[position] = (column[chosen] if not isinstance(chosen, Traced) else
+                            chosen.tape.record("pick", (chosen, *column), _value(column[chosen.value])))
+    return result
+
+
+def peek(value: Any) -> Any:
+    """A traced value as the traced run had it, with no check in the replay: only for what the replayed
+    result does not contain (the name of the kernel a rule chose, which reports show and predictions
+    do not)."""
+    if isinstance(value, Traced):
+        return value.value
+    if isinstance(value, np.ndarray) and value.dtype == object:
+        return np.asarray([peek(item) for item in value.flat]).reshape(value.shape)
+    return value
+
+
+def _tape_of(items: Sequence[Any]) -> Tape | None:
+    return next((item.tape for item in items if isinstance(item, Traced)), None)
+
+
+def equal(values: Any, constant: Any) -> np.ndarray:
+    """``values == constant`` element by element (True/False; over traced numbers, computed by the
+    replay, not decided)."""
+    return _NODE_WISE["equal"](values, constant) if is_traced(values) else values == constant
+
+
+def at_least(values: Any, bound: Any) -> np.ndarray:
+    """``values >= bound`` element by element, as ``equal``."""
+    return _NODE_WISE["at_least"](values, bound) if is_traced(values) or is_traced(bound) else values >= bound
+
+
+def greater(values: Any, bound: Any) -> np.ndarray:
+    """``values > bound`` element by element, as ``equal``."""
+    return _NODE_WISE["greater"](values, bound) if is_traced(values) or is_traced(bound) else values > bound
+
+
+def where(condition: Any, chosen: Any, otherwise: Any) -> np.ndarray:
+    """``np.where``; a traced condition is computed by the replay, not decided."""
+    if not is_traced(condition):
+        return np.where(condition, chosen, otherwise)
+    return _NODE_WISE["select"](condition, chosen, otherwise)
+
+
+def sqrt(value: Any) -> np.ndarray:
+    """``np.sqrt`` (numpy's object loop asks each number for a ``sqrt`` method, which floats lack)."""
+    return _SQRT(value) if is_traced(value) else np.sqrt(value)
+
+
+def _square_root(item: Any) -> Any:
+    return item.sqrt() if isinstance(item, Traced) else math.sqrt(item)
+
+
+_SQRT = np.frompyfunc(_square_root, 1, 1)
+_TRUNCATE = np.frompyfunc(lambda item: whole(item) if isinstance(item, Traced) else math.trunc(item), 1, 1)
+
+
+def is_traced(value: Any) -> bool:
+    """Whether ``value`` holds traced numbers (a traced number, or an object array of them)."""
+    return isinstance(value, Traced) or (isinstance(value, np.ndarray) and value.dtype == object)
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A traced computation compiled: ``function(*inputs)`` gives the numbers of the result (or None
+    where a decision differs), ``rebuild`` puts them back into a result shaped like the traced one."""
+
+    function: Callable[..., tuple | None]
+    rebuild: Callable[[tuple], Any]
+    nodes: int
+    decisions: int
+
+    def __call__(self, *values: Any) -> Any:
+        try:
+            numbers = self.function(*values)
+        except (ArithmeticError, ValueError, TypeError):
+            # Where numpy gives inf or nan (x / 0, the square root or fractional power of a negative),
+            # Python raises or goes complex: the caller runs the computation and reports it.
+            return None
+        return None if numbers is None else self.rebuild(numbers)
+
+
+def trace(function: Callable[..., Any], values: Sequence[int | float]) -> Replay:
+    """Run ``function`` once on traced ``values`` and compile what it did."""
+    tape = Tape()
+    result = function(*(tape.input(value) for value in values))
+    leaves: list[Traced] = []
+    rebuild = _rebuilder(result, leaves)
+    return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards))
+
+
+def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:
+    """A function that builds ``value`` again with its traced numbers taken from a replay's output.
+    Containers are built anew each time (a caller may change a result's dict); frozen records and
+    other immutable values are shared."""
+    if isinstance(value, Traced):
+        position = len(leaves)
+        leaves.append(value)
+        return lambda numbers: numbers[position]
+    if isinstance(value, dict):
+        parts = [(key, _rebuilder(item, leaves)) for key, item in value.items()]
+        return lambda numbers: {key: part(numbers) for key, part in parts}
+    if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
+        items = [_rebuilder(item, leaves) for item in value]
+        kind = type(value)
+        return lambda numbers: kind(item(numbers) for item in items)
+    if isinstance(value, np.ndarray):
+        if value.dtype != object:
+            return lambda numbers: value.copy()
+        items = [_rebuilder(item, leaves) for item in value.flat]
+        shape = value.shape
+        return lambda numbers: np.array([item(numbers) for item in items]).reshape(shape)
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        count = len(leaves)
+        fields = {field.name: _rebuilder(getattr(value, field.name), leaves)
+                  for field in dataclasses.fields(value) if field.init}
+        if len(leaves) == count and not _holds_containers(value):
+            return lambda numbers: value
+        # Built from its fields' parts, not from the traced record (which would keep the whole tape alive).
+        record_type = type(value)
+        return lambda numbers: record_type(**{name: part(numbers) for name, part in fields.items()})
+    if isinstance(value, Traced) or is_traced(value):
+        raise TypeError(f"a traced value in a result that cannot be rebuilt: {value!r}")
+    return lambda numbers: value
+
+
+def _holds_containers(record: Any) -> bool:
+    return any(isinstance(getattr(record, field.name), (dict, list, np.ndarray)) for field in dataclasses.fields(record))
+
+
+class Replays:
+    """Compiled replays of a computation, kept per key (what the computation depends on besides its
+    input numbers), a few variants each (one per region of the inputs where its decisions hold).
+
+    A trace costs about as much as 10-25 runs of the computation (LLM steps: ``benchmarks/engine_speed.py``)
+    and a replay a few percent of one, so a key is traced only after ``trace_after`` runs that no replay
+    held for: a key asked a few times (a sizing search's layouts) is never traced, and a long series of
+    requests pays at most about twice what it would without replays, whatever its inputs do. The same
+    rule adds a variant for a new region of the inputs; beyond ``variants`` the one that held least
+    often makes room. ``keys`` bounds the memory (least recently used first out; a replay of a 70B
+    model's step holds about 0.3 MB). Objects the computation depends on are held by the cache and
+    compared by identity (``anchors``), so that a key built from their ``id`` cannot be taken by another
+    object later given the same id. Not for concurrent use from several threads."""
+
+    def __init__(self, *, trace_after: int = 32, variants: int = 4, keys: int = 32) -> None:
+        self.trace_after, self.variants, self.keys = trace_after, variants, keys
+        self._entries: dict[Any, _Entry] = {}
+        self.traced = self.replayed = self.missed = self.failed = 0
+
+    def __call__(self, key: Any, anchors: tuple[Any, ...], function: Callable[..., Any],
+                 values: Sequence[int | float]) -> Any:
+        """``function(*values)`` replayed (None: run it yourself)."""
+        entry = self._entries.pop(key, None)
+        if entry is None or len(entry.anchors) != len(anchors) or any(
+                held is not given for held, given in zip(entry.anchors, anchors, strict=True)):
+            entry = _Entry(anchors)
+        self._entries[key] = entry  # most recently used last
+        if len(self._entries) > self.keys:
+            del self._entries[next(iter(self._entries))]
+        for position, replay in enumerate(entry.replays):
+            result = replay(*values)
+            if result is not None:
+                entry.hits[position] += 1
+                self.replayed += 1
+                return result
+        entry.misses += 1
+        if entry.misses < self.trace_after or entry.broken or self.variants < 1:  # variants=0: replays off
+            self.missed += 1
+            return None
+        entry.misses = 0
+        try:
+            replay = trace(function, values)
+        except Exception:  # noqa: BLE001 - a computation the tracer cannot follow is run as it is
+            entry.broken = True
+            self.failed += 1
+            return None
+        result = replay(*values)
+        if result is None:  # its own inputs must replay: a decision the tape wrote down wrongly
+            entry.broken = True
+            self.failed += 1
+            return None
+        if len(entry.replays) >= self.variants:
+            least = entry.hits.index(min(entry.hits))
+            del entry.replays[least], entry.hits[least]
+        entry.replays.append(replay)
+        entry.hits.append(0)
+        self.traced += 1
+        return result
+
+
+class _Entry:
+    """One key's replays (mutable cache state, not a value)."""
+
+    def __init__(self, anchors: tuple[Any, ...]) -> None:
+        self.anchors = anchors
+        self.replays: list[Replay] = []
+        self.hits: list[int] = []  # how often each replay held
+        self.misses = 0  # runs no replay held for, since the last trace
+        self.broken = False

@@ -1,0 +1,231 @@
+"""Traced computations replayed as straight-line Python (``perfmodel.tracing``), and the compiled path of
+one LLM scenario built on it: it must give what the evaluation gives, or nothing."""
+
+import math
+from dataclasses import fields
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from perfmodel.hardware.loader import catalog_index, load_hardware
+from perfmodel.llm import metrics
+from perfmodel.llm.catalog import load_architecture
+from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
+from perfmodel.tracing import Replays, Tape, argmax, equal, maximum, minimum, trace, where
+
+
+def _objects(*values):
+    return np.asarray(values, dtype=object)
+
+
+def test_arithmetic_is_replayed_for_new_inputs_and_constants_are_folded():
+    def function(x, y):
+        scale = np.float64(3.0) * 2  # no input: folded while tracing
+        return {"sum": x * scale + y / 4, "ceil": math.ceil(x / 7), "plain": scale}
+
+    replay = trace(function, (10, 3.0))
+    for x, y in [(10, 3.0), (11, -2.5), (1000, 1e9)]:
+        assert replay(x, y) == function(x, y)
+
+
+def test_max_and_min_hold_on_both_sides_of_their_crossover():
+    def function(x):
+        values = _objects(x)
+        return (maximum(values * 2.0, 10.0)[0], minimum(values, 5.0)[0], argmax(_objects(x, 7.0, 3.0), axis=0))
+
+    replay = trace(function, (1,))
+    assert replay.decisions == 0
+    for x in (1, 6, 100):
+        traced_max, traced_min, index = replay(x)
+        assert (traced_max, traced_min) == (max(2.0 * x, 10.0), min(x, 5.0))
+        assert index == int(np.argmax([x, 7.0, 3.0]))
+
+
+def test_a_decision_that_comes_out_differently_gives_none():
+    def function(x):
+        return x * 2 if x > 5 else x - 1
+
+    replay = trace(function, (10,))
+    assert replay(6) == 12 and replay(100) == 200
+    assert replay(5) is None and replay(-3) is None
+
+
+def test_a_conversion_to_a_plain_number_freezes_the_value():
+    replay = trace(lambda x: float(x) * 2.0, (3,))
+    assert replay(3) == 6.0
+    assert replay(4) is None
+
+
+def test_a_traced_condition_is_computed_not_decided():
+    replay = trace(lambda x: where(equal(_objects(x), 0), 1.0, _objects(x) * 3)[0], (0,))
+    assert replay.decisions == 0
+    assert replay(0) == 1.0 and replay(2) == 6
+
+
+def test_identities_and_repeated_operations_add_no_nodes():
+    tape = Tape()
+    x = tape.input(3)
+    assert (x * 1) is x and (x + 0) is x and (x - 0.0) is x and (x / 1) is x
+    first, second = x * 2, x * 2
+    assert first.index == second.index
+    assert len(tape.nodes) == 2
+
+
+def test_arithmetic_errors_of_the_replay_give_none():
+    replay = trace(lambda x: 1.0 / (x - 2), (3,))
+    assert replay(4) == 0.5
+    assert replay(2) is None
+    assert trace(lambda x: (x - 5) ** 0.5, (9,))(1) is None  # Python would go complex, numpy to nan
+
+
+def test_negative_constants_keep_their_sign_in_the_generated_code():
+    replay = trace(lambda x: (-2.0) ** x + (-3) * x - (-1.5), (2,))
+    assert replay(3) == (-2.0) ** 3 + (-3) * 3 + 1.5
+
+
+def test_replays_compile_after_a_few_requests_and_keep_a_few_variants():
+    replays = Replays(trace_after=2, variants=2)
+    anchor = object()
+
+    def function(x):
+        return x + 1 if x < 10 else x - 1 if x < 100 else x * 2
+
+    def ask(x):
+        return replays("key", (anchor,), function, (x,))
+
+    assert ask(1) is None  # one run is not worth a trace
+    assert ask(2) == 3 and replays.traced == 1  # the second run no replay held for: traced
+    assert ask(5) == 6 and replays.replayed == 1
+    assert ask(20) is None and ask(21) == 20 and replays.traced == 2  # another region: a second variant
+    assert ask(50) == 49 and ask(3) == 4 and replays.replayed == 3
+    assert ask(200) is None and ask(300) == 600 and replays.traced == 3  # a third region
+    assert ask(400) == 800 and ask(5) == 6  # the first variant (held twice) is kept...
+    assert ask(50) is None and replays.traced == 3  # ... the second (held once) made room
+    other = object()  # the same key for another object (a reused id) starts over
+    assert replays("key", (other,), function, (5,)) is None
+    off = Replays(trace_after=1, variants=0)
+    assert off("key", (anchor,), function, (5,)) is None and off.traced == 0
+
+
+def _assert_close(got, expected, path="result"):
+    if isinstance(expected, dict):
+        assert list(got) == list(expected), path
+        for key in expected:
+            _assert_close(got[key], expected[key], f"{path}.{key}")
+    elif hasattr(expected, "__dataclass_fields__"):
+        for field in fields(expected):
+            _assert_close(getattr(got, field.name), getattr(expected, field.name), f"{path}.{field.name}")
+    elif isinstance(expected, (float, np.floating)):
+        assert got == pytest.approx(expected, rel=1e-12, abs=0.0), path
+    else:
+        assert got == expected, path
+
+
+@pytest.fixture()
+def fresh_replays(monkeypatch):
+    replays = Replays(trace_after=2)
+    monkeypatch.setattr(metrics, "_REPLAYS", replays)
+    return replays
+
+
+COMBINATIONS = [
+    ("llama-2-70b", "h100-sxm", Parallelism(tp=8), "dynamic"),
+    ("llama-2-70b", "h100-sxm", Parallelism(tp=8), "graph"),
+    ("mixtral-8x7b", "h100-sxm", Parallelism(tp=4, ep=2)),
+    ("llama-2-7b", "groq-lpu-v1", Parallelism(tp=8, pp=11)),
+    ("llama-3.1-8b", "cerebras-wse-3", Parallelism()),
+    ("llama-2-7b", "epyc-zen4-2vcpu", Parallelism()),
+    ("llama-3.1-8b", "tpu-v5e", Parallelism(tp=4)),
+]
+
+
+@settings(max_examples=60, deadline=None)
+@given(combination=st.sampled_from(COMBINATIONS), batch=st.integers(1, 512), prompt=st.integers(1, 4000),
+       generated=st.integers(1, 2000))
+def test_a_replayed_scenario_is_what_the_evaluation_gives(combination, batch, prompt, generated):
+    model, spec, parallelism, *mode = combination
+    architecture, hardware = load_architecture(model), load_hardware(spec)
+    execution = mode[0] if mode else hardware.scheduling.default_mode
+    scenario = Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=generated)
+    if prompt + generated > architecture.max_positions:
+        return
+    expected = metrics._predict_one(architecture, hardware, scenario, parallelism, execution, stage_graph)
+    replays = Replays(trace_after=2)
+    for _ in range(2):  # the second request compiles
+        got = replays((model, spec, parallelism, execution), (), _numbers(architecture, hardware, scenario,
+                                                                         parallelism, execution), _values(scenario))
+    assert got is not None and replays.failed == 0
+    _assert_close(metrics._named_bounds(got), metrics.replace(expected, scenario=got.scenario))
+
+
+def _numbers(architecture, hardware, scenario, parallelism, execution):
+    def numbers(batch, prompt, gen):
+        points = metrics.replace(scenario, batch=np.asarray([batch], dtype=object),
+                                 prompt_tokens=np.asarray([prompt], dtype=object),
+                                 generated_tokens=np.asarray([gen], dtype=object))
+        return metrics._point_numbers(architecture, hardware, points, parallelism, execution)._picked(0)
+    return numbers
+
+
+def _values(scenario):
+    return (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
+
+
+def test_llm_predict_replays_from_its_second_call_and_matches_the_evaluation(fresh_replays):
+    architecture, hardware = load_architecture("llama-2-70b"), load_hardware("h100-sxm")
+    results = {}
+    for prompt in (1000, 1001, 1500, 3000):
+        scenario = Scenario(batch=8, prompt_tokens=prompt, generated_tokens=128)
+        results[prompt] = metrics.llm_predict(architecture, hardware, scenario, Parallelism(tp=8))
+        _assert_close(results[prompt], metrics._predict_one(architecture, hardware, scenario, Parallelism(tp=8),
+                                                            "dynamic", stage_graph))
+    assert fresh_replays.traced >= 1 and fresh_replays.replayed >= 2 and fresh_replays.failed == 0
+
+
+def test_every_shipped_spec_and_mode_compiles(fresh_replays):
+    """The tracer follows every execution model of every shipped spec (a computation it could not follow
+    would silently fall back to the evaluation: correct, but slow)."""
+    architecture = load_architecture("llama-3.1-8b")
+    keys = 0
+    for spec in sorted(catalog_index()):
+        hardware = load_hardware(spec)
+        for mode in hardware.scheduling.modes:
+            keys += 1
+            for prompt in (700, 702, 705):  # evaluated, traced, replayed
+                scenario = Scenario(batch=4, prompt_tokens=prompt, generated_tokens=100)
+                got = metrics.llm_predict(architecture, hardware, scenario, mode=mode)
+                _assert_close(got, metrics._predict_one(architecture, hardware, scenario, Parallelism(), mode,
+                                                        stage_graph))
+    assert (fresh_replays.failed, fresh_replays.traced) == (0, keys)
+    assert fresh_replays.replayed >= 0.9 * keys
+
+
+@pytest.mark.parametrize("combination", COMBINATIONS, ids=lambda combination: f"{combination[0]}-{combination[1]}")
+def test_one_trace_holds_across_scenarios_on_the_same_side_of_residency(combination):
+    """Kernel choices, bounds, cache fits and MoE routing are computed by the replay, not decided: one
+    trace serves scenarios far from the traced one (only residency is a decision: where weights live
+    picks how they are priced, and whether it fits at all is part of the result)."""
+    model, spec, parallelism, *mode = combination
+    architecture, hardware = load_architecture(model), load_hardware(spec)
+    execution = mode[0] if mode else hardware.scheduling.default_mode
+    traced = Scenario(batch=4, prompt_tokens=700, generated_tokens=100)
+    replay = trace(_numbers(architecture, hardware, traced, parallelism, execution), _values(traced))
+    def placed(scenario):
+        residency = metrics.placement(architecture, hardware, scenario, parallelism)
+        return residency.weights_resident, residency.fits
+
+    resident = placed(traced)
+    checked = 0
+    for batch, prompt, gen in [(1, 16, 1), (2, 100, 10), (32, 2000, 500), (8, 3500, 64), (4, 1000, 200), (3, 600, 80)]:
+        scenario = Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=gen)
+        got = replay(*_values(scenario))
+        if placed(scenario) != resident:
+            assert got is None, (batch, prompt, gen)  # weights (or state) now fit or no longer: a decision
+            continue
+        assert got is not None, (batch, prompt, gen)
+        checked += 1
+        expected = metrics._predict_one(architecture, hardware, scenario, parallelism, execution, stage_graph)
+        _assert_close(metrics._named_bounds(got), metrics.replace(expected, scenario=got.scenario))
+    assert checked >= 3
