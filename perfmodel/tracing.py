@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
@@ -280,7 +281,13 @@ class Traced:
     def __bool__(self) -> bool:
         return self._compare("ne", 0)
 
-    # A conversion to a plain number freezes the value: the replay checks it is still the same.
+    # A conversion to a plain number or to text freezes the value: the replay checks it is still the same.
+    def __str__(self) -> str:
+        return str(self.__float__() if isinstance(self.value, float) else self.__int__())
+
+    def __format__(self, spec: str) -> str:
+        return format(self.__float__() if isinstance(self.value, float) else self.__int__(), spec)
+
     def __float__(self) -> float:
         self.tape.decide(f"float({self.tape.text(self)}) == {float(self.value)!r}", True)
         return float(self.value)
@@ -467,7 +474,7 @@ def is_traced(value: Any) -> bool:
     return isinstance(value, Traced) or (isinstance(value, np.ndarray) and value.dtype == object)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared and hashed by identity (a cache key)
 class Replay:
     """A traced computation compiled: ``function(*inputs)`` gives the numbers of the result (or None
     where a decision differs), ``rebuild`` puts them back into a result shaped like the traced one."""
@@ -547,51 +554,56 @@ class Replays:
     often makes room. ``keys`` bounds the memory (least recently used first out; a replay of a 70B
     model's step holds about 0.3 MB). Objects the computation depends on are held by the cache and
     compared by identity (``anchors``), so that a key built from their ``id`` cannot be taken by another
-    object later given the same id. Not for concurrent use from several threads."""
+    object later given the same id. Threads may share it (its bookkeeping is locked; two threads missing
+    at once may both trace)."""
 
     def __init__(self, *, trace_after: int = 32, variants: int = 4, keys: int = 32) -> None:
         self.trace_after, self.variants, self.keys = trace_after, variants, keys
         self._entries: dict[Any, _Entry] = {}
+        self._lock = threading.Lock()  # the bookkeeping; replays and traces run outside it
         self.traced = self.replayed = self.missed = self.failed = 0
 
     def __call__(self, key: Any, anchors: tuple[Any, ...], function: Callable[..., Any],
                  values: Sequence[int | float]) -> Any:
         """``function(*values)`` replayed (None: run it yourself)."""
-        entry = self._entries.pop(key, None)
-        if entry is None or len(entry.anchors) != len(anchors) or any(
-                held is not given for held, given in zip(entry.anchors, anchors, strict=True)):
-            entry = _Entry(anchors)
-        self._entries[key] = entry  # most recently used last
-        if len(self._entries) > self.keys:
-            del self._entries[next(iter(self._entries))]
-        for position, replay in enumerate(entry.replays):
+        with self._lock:
+            entry = self._entries.pop(key, None)
+            if entry is None or len(entry.anchors) != len(anchors) or any(
+                    held is not given for held, given in zip(entry.anchors, anchors, strict=True)):
+                entry = _Entry(anchors)
+            self._entries[key] = entry  # most recently used last
+            if len(self._entries) > self.keys:
+                del self._entries[next(iter(self._entries))]
+            replays = tuple(entry.replays)
+        for replay in replays:
             result = replay(*values)
             if result is not None:
-                entry.hits[position] += 1
-                self.replayed += 1
+                with self._lock:
+                    entry.hits[replay] = entry.hits.get(replay, 0) + 1
+                    self.replayed += 1
                 return result
-        entry.misses += 1
-        if entry.misses < self.trace_after or entry.broken or self.variants < 1:  # variants=0: replays off
-            self.missed += 1
-            return None
-        entry.misses = 0
+        with self._lock:
+            entry.misses += 1
+            if entry.misses < self.trace_after or entry.broken or self.variants < 1:  # variants=0: replays off
+                self.missed += 1
+                return None
+            entry.misses = 0
         try:
             replay = trace(function, values)
+            result = replay(*values)
         except Exception:  # noqa: BLE001 - a computation the tracer cannot follow is run as it is
-            entry.broken = True
-            self.failed += 1
-            return None
-        result = replay(*values)
-        if result is None:  # its own inputs must replay: a decision the tape wrote down wrongly
-            entry.broken = True
-            self.failed += 1
-            return None
-        if len(entry.replays) >= self.variants:
-            least = entry.hits.index(min(entry.hits))
-            del entry.replays[least], entry.hits[least]
-        entry.replays.append(replay)
-        entry.hits.append(0)
-        self.traced += 1
+            result = None
+        with self._lock:
+            if result is None:  # or its own inputs did not replay: a decision the tape wrote down wrongly
+                entry.broken = True
+                self.failed += 1
+                return None
+            if len(entry.replays) >= self.variants:
+                least = min(entry.replays, key=lambda held: entry.hits.get(held, 0))
+                entry.replays.remove(least)
+                entry.hits.pop(least, None)
+            entry.replays.append(replay)
+            self.traced += 1
         return result
 
 
@@ -601,6 +613,6 @@ class _Entry:
     def __init__(self, anchors: tuple[Any, ...]) -> None:
         self.anchors = anchors
         self.replays: list[Replay] = []
-        self.hits: list[int] = []  # how often each replay held
+        self.hits: dict[Replay, int] = {}  # how often each replay held
         self.misses = 0  # runs no replay held for, since the last trace
         self.broken = False

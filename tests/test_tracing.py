@@ -2,6 +2,7 @@
 one LLM scenario built on it: it must give what the evaluation gives, or nothing."""
 
 import math
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import fields
 
 import numpy as np
@@ -52,10 +53,13 @@ def test_a_decision_that_comes_out_differently_gives_none():
     assert replay(5) is None and replay(-3) is None
 
 
-def test_a_conversion_to_a_plain_number_freezes_the_value():
+def test_a_conversion_to_a_plain_number_or_to_text_freezes_the_value():
     replay = trace(lambda x: float(x) * 2.0, (3,))
     assert replay(3) == 6.0
     assert replay(4) is None
+    labelled = trace(lambda x: {"label": f"batch {x}", "twice": x * 2}, (3,))
+    assert labelled(3) == {"label": "batch 3", "twice": 6}
+    assert labelled(4) is None  # a stale label would be a wrong answer
 
 
 def test_a_traced_condition_is_computed_not_decided():
@@ -229,3 +233,15 @@ def test_one_trace_holds_across_scenarios_on_the_same_side_of_residency(combinat
         expected = metrics._predict_one(architecture, hardware, scenario, parallelism, execution, stage_graph)
         _assert_close(metrics._named_bounds(got), metrics.replace(expected, scenario=got.scenario))
     assert checked >= 3
+
+
+def test_threads_share_the_replays(fresh_replays):
+    architecture, hardware = load_architecture("llama-2-7b"), load_hardware("h100-sxm")
+    scenarios = [Scenario(batch=1 + index % 7, prompt_tokens=100 + 13 * index, generated_tokens=50)
+                 for index in range(64)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda scenario: metrics.llm_predict(architecture, hardware, scenario), scenarios))
+    for scenario, result in zip(scenarios, results, strict=True):
+        _assert_close(result, metrics._predict_one(architecture, hardware, scenario, Parallelism(), "dynamic",
+                                                   stage_graph))
+    assert fresh_replays.replayed > 0 and fresh_replays.failed == 0
