@@ -220,8 +220,8 @@ class Traced:
     def __init__(self, value: Any, index: int, tape: Tape) -> None:
         self.value, self.index, self.tape = value, index, tape
 
-    def __repr__(self) -> str:
-        return f"Traced({self.value!r}, v{self.index})"
+    def __repr__(self) -> str:  # text, as ``__str__``: frozen (an object array's str() uses it)
+        return repr(self.__float__() if isinstance(self.value, float) else self.__int__())
 
     def _binary(self, operation: str, left: Any, right: Any) -> Any:
         if not isinstance(left, (Traced, *_PLAIN)) or not isinstance(right, (Traced, *_PLAIN)):

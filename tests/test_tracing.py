@@ -60,6 +60,8 @@ def test_a_conversion_to_a_plain_number_or_to_text_freezes_the_value():
     labelled = trace(lambda x: {"label": f"batch {x}", "twice": x * 2}, (3,))
     assert labelled(3) == {"label": "batch 3", "twice": 6}
     assert labelled(4) is None  # a stale label would be a wrong answer
+    for text in (repr, lambda x: str(_objects(x)), lambda x: f"{x!r}"):
+        assert trace(lambda x, text=text: text(x), (3,))(4) is None
 
 
 def test_a_traced_condition_is_computed_not_decided():
@@ -245,3 +247,18 @@ def test_threads_share_the_replays(fresh_replays):
         _assert_close(result, metrics._predict_one(architecture, hardware, scenario, Parallelism(), "dynamic",
                                                    stage_graph))
     assert fresh_replays.replayed > 0 and fresh_replays.failed == 0
+
+
+def test_numpy_integer_scenarios_are_priced_as_python_integers(fresh_replays):
+    """An np.int32 batch times a hidden size wraps around in int32 (numpy's promotion rules); the same
+    scenario in Python integers does not, and a replayed call must not differ from an evaluated one."""
+    architecture, hardware = load_architecture("llama-3.1-8b"), load_hardware("tpu-v5e")
+    values = {"batch": 100_000, "prompt_tokens": 4_000, "generated_tokens": 4_000}
+    plain = metrics.llm_predict(architecture, hardware, Scenario(**values), Parallelism(tp=4))
+    assert plain.memory_bytes.workspace > 0
+    for kind in (np.int32, np.uint32, np.int16, np.int64):
+        if any(value > np.iinfo(kind).max for value in values.values()):
+            continue
+        scenario = Scenario(**{name: kind(value) for name, value in values.items()})
+        for _ in range(3):  # evaluated, traced, replayed
+            _assert_close(metrics.llm_predict(architecture, hardware, scenario, Parallelism(tp=4)), plain)

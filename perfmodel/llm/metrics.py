@@ -21,6 +21,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
@@ -223,6 +224,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     ``scenario``'s batch, prompt and generated tokens may be arrays (broadcast together, one axis):
     the result then holds arrays over those scenarios (``LLMResult.at`` picks one), computed on the
     condensed graphs in one evaluation per phase instead of one per scenario."""
+    scenario = _plain_counts(scenario)
     check(architecture, scenario, parallelism)
     if parallelism.pp > 1 or parallelism.tp > 1:
         if not any(link.kind in ("chip_to_chip", "network") for link in hardware.links.values()):
@@ -247,6 +249,14 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
     batch, prompt, gen = points
     swept = replace(scenario, batch=batch, prompt_tokens=prompt, generated_tokens=gen)
     return _predict_points(architecture, hardware, swept, parallelism, execution, graphs)
+
+
+def _plain_counts(scenario: Scenario) -> Scenario:
+    """``scenario`` with numpy integer scalars as Python integers: an ``np.int32`` batch times a hidden
+    size stays int32 under numpy's promotion rules and wraps around (array scenarios are made int64)."""
+    counts: dict[str, Any] = {name: operator.index(value) for name in ("batch", "prompt_tokens", "generated_tokens")
+                              if isinstance(value := getattr(scenario, name), np.integer)}
+    return replace(scenario, **counts) if counts else scenario
 
 
 # Compiled replays of one scenario's numbers, per model, device, parallelism and mode (``tracing``).
