@@ -160,19 +160,11 @@ def test_a_replayed_scenario_is_what_the_evaluation_gives(combination, batch, pr
     expected = metrics._predict_one(architecture, hardware, scenario, parallelism, execution, stage_graph)
     replays = Replays(trace_after=2)
     for _ in range(2):  # the second request compiles
-        got = replays((model, spec, parallelism, execution), (), _numbers(architecture, hardware, scenario,
-                                                                         parallelism, execution), _values(scenario))
+        got = replays((model, spec, parallelism, execution), (),
+                      metrics.prediction_numbers(architecture, hardware, scenario, parallelism, execution),
+                      _values(scenario))
     assert got is not None and replays.failed == 0
     _assert_close(metrics._named_bounds(got), metrics.replace(expected, scenario=got.scenario))
-
-
-def _numbers(architecture, hardware, scenario, parallelism, execution):
-    def numbers(batch, prompt, gen):
-        points = metrics.replace(scenario, batch=np.asarray([batch], dtype=object),
-                                 prompt_tokens=np.asarray([prompt], dtype=object),
-                                 generated_tokens=np.asarray([gen], dtype=object))
-        return metrics._point_numbers(architecture, hardware, points, parallelism, execution)._picked(0)
-    return numbers
 
 
 def _values(scenario):
@@ -217,7 +209,7 @@ def test_one_trace_holds_across_scenarios_on_the_same_side_of_residency(combinat
     architecture, hardware = load_architecture(model), load_hardware(spec)
     execution = mode[0] if mode else hardware.scheduling.default_mode
     traced = Scenario(batch=4, prompt_tokens=700, generated_tokens=100)
-    replay = trace(_numbers(architecture, hardware, traced, parallelism, execution), _values(traced))
+    replay = trace(metrics.prediction_numbers(architecture, hardware, traced, parallelism, execution), _values(traced))
     def placed(scenario):
         residency = metrics.placement(architecture, hardware, scenario, parallelism)
         return residency.weights_resident, residency.fits

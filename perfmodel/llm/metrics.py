@@ -273,15 +273,22 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
         return None
     key = (id(architecture), id(hardware), parallelism, execution, scenario.weight_dtype, scenario.kv_dtype,
            scenario.activation_dtype)
+    numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
+    result = _REPLAYS(key, (architecture, hardware), numbers, [int(value) for value in values])
+    return None if result is None else replace(_named_bounds(result), scenario=scenario)
 
+
+def prediction_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                       execution: str) -> Callable[[Any, Any, Any], LLMResult]:
+    """What a replay traces: (batch, prompt tokens, generated tokens) -> the numbers of one scenario of
+    the condensed graphs, bounds not yet named (``_named_bounds``); ``scenario`` gives the dtypes. The
+    numbers go in as one-element object arrays, so the array code path carries traced numbers."""
     def numbers(batch: Any, prompt: Any, gen: Any) -> LLMResult:
         def one(value: Any) -> np.ndarray:
             return np.asarray([value], dtype=object)
         points = replace(scenario, batch=one(batch), prompt_tokens=one(prompt), generated_tokens=one(gen))
         return _point_numbers(architecture, hardware, points, parallelism, execution)._picked(0)
-
-    result = _REPLAYS(key, (architecture, hardware), numbers, [int(value) for value in values])
-    return None if result is None else replace(_named_bounds(result), scenario=scenario)
+    return numbers
 
 
 def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
