@@ -115,6 +115,16 @@ def test_replays_compile_after_a_few_requests_and_keep_a_few_variants():
     assert off("key", (anchor,), function, (5,)) is None and off.traced == 0
 
 
+def test_replays_keep_at_most_their_keys_least_recently_used_out():
+    replays = Replays(trace_after=1, keys=2)
+    anchor = object()
+    for key in ("a", "b", "a", "c"):  # "b" is the least recently used when "c" comes
+        assert replays(key, (anchor,), lambda x: x + 1, (1,)) == 2
+    assert replays.traced == 3 and replays.replayed == 1
+    assert replays("a", (anchor,), lambda x: x + 1, (2,)) == 3 and replays.replayed == 2  # kept
+    assert replays("b", (anchor,), lambda x: x + 1, (2,)) == 3 and replays.traced == 4  # dropped: traced anew
+
+
 def _assert_close(got, expected, path="result"):
     if isinstance(expected, dict):
         assert list(got) == list(expected), path
