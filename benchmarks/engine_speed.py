@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import io
 import json
 import os
@@ -39,6 +40,7 @@ import sys
 import tarfile
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 
 import numpy as np
@@ -158,10 +160,11 @@ def _llm_replay_rows() -> list[dict]:
     """What the replay of row 5 costs and saves (versions with ``perfmodel.tracing`` only): one scenario
     with replays turned off (the evaluation itself), and compiling one replay (a call that traces
     ``_point_numbers`` and compiles it, which ``llm_predict`` does after ``trace_after`` evaluated calls
-    of one model/device/layout)."""
+    of one model/device/layout), with the replay's size: operations on its tape, decisions it checks,
+    and the memory it keeps (tracemalloc)."""
     try:
         from perfmodel.llm import metrics
-        from perfmodel.tracing import Replays
+        from perfmodel.tracing import Replays, trace
     except ImportError:
         return []
     architecture, h100 = load_architecture("llama-2-70b"), load_hardware("h100-sxm")
@@ -181,11 +184,20 @@ def _llm_replay_rows() -> list[dict]:
             compiles.append(_median_s(one, 1))
     finally:
         metrics._REPLAYS = kept
+    scenario = Scenario(batch=8, prompt_tokens=1000, generated_tokens=128)
+    numbers = metrics.prediction_numbers(architecture, h100, scenario, Parallelism(tp=8), "dynamic")
+    gc.collect()
+    tracemalloc.start()
+    replay = trace(numbers, (8, 1000, 128))
+    gc.collect()
+    kept_bytes = tracemalloc.get_traced_memory()[0]
+    tracemalloc.stop()
     graph_ops = 2 * 17
     return [{"benchmark": "one llm_predict scenario, replays off (evaluated)", "seconds": evaluated,
              "op_evaluations_per_s": graph_ops / evaluated, "operations": graph_ops},
             {"benchmark": "compiling one replay (trace + compile, once)", "seconds": statistics.median(compiles),
-             "op_evaluations_per_s": float("nan")}]
+             "op_evaluations_per_s": float("nan"), "replay_operations": replay.nodes,
+             "replay_decisions": replay.decisions, "replay_kept_bytes": kept_bytes}]
 
 
 def _llm_one_by_one_row(count: int = 1000) -> dict:
@@ -310,6 +322,9 @@ def main(argv=None) -> int:
             row["baseline_seconds"], row["speedup"] = old, old / row["seconds"]
             line += f" {old * 1e3:>9.2f} ms {row['speedup']:>8.1f}x"
         print(line)
+        if "replay_operations" in row:
+            print(f"{'':<4}the replay: {row['replay_operations']:,} operations, {row['replay_decisions']} decisions, "
+                  f"{row['replay_kept_bytes'] / 1e6:.2f} MB kept")
     meta = {"perfmodel": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.machine(), "cpus": os.cpu_count(), "baseline": args.baseline}
     write_text_atomically(args.json, json.dumps({"meta": meta, "rows": rows}, indent=2))

@@ -120,8 +120,6 @@ class Tape:
             lines.append(f"    v{index} = {self._expression(index)}")
             for condition, outcome in guards_by_node.get(index, ()):
                 lines.append(f"    if {'not ' if outcome else ''}({condition}): return None")
-        for condition, outcome in guards_by_node.get(-1, ()):  # decisions on constants only
-            lines.append(f"    if {'not ' if outcome else ''}({condition}): return None")
         lines.append(f"    return ({''.join(self.text(item) + ', ' for item in outputs)})")
         namespace: dict[str, Any] = {"_ceil": math.ceil, "_floor": math.floor, "_sqrt": math.sqrt, "_trunc": math.trunc,
                                      "_isfinite": math.isfinite, "_argmax": _first_largest,
@@ -142,10 +140,11 @@ class Tape:
         return needed
 
     def _guards_after_nodes(self) -> dict[int, list[tuple[str, bool]]]:
-        """Each decision checked right after the last node it reads is computed (early exit)."""
+        """Each decision checked right after the last node it reads is computed (early exit; every
+        decision reads a node: it is taken on a traced number)."""
         placed: dict[int, list[tuple[str, bool]]] = {}
         for condition, outcome in self.guards.items():
-            placed.setdefault(max(_nodes_in(condition), default=-1), []).append((condition, outcome))
+            placed.setdefault(max(_nodes_in(condition)), []).append((condition, outcome))
         return placed
 
     def _expression(self, index: int) -> str:
@@ -221,13 +220,12 @@ class Traced:
         self.value, self.index, self.tape = value, index, tape
 
     def __repr__(self) -> str:  # text, as ``__str__``: frozen (an object array's str() uses it)
-        return repr(self.__float__() if isinstance(self.value, float) else self.__int__())
+        return repr(self._frozen())
 
     def _binary(self, operation: str, left: Any, right: Any) -> Any:
         if not isinstance(left, (Traced, *_PLAIN)) or not isinstance(right, (Traced, *_PLAIN)):
             return NotImplemented
-        values = [item.value if isinstance(item, Traced) else item for item in (left, right)]
-        return self.tape.record(operation, (left, right), _BINARY[operation](*values))
+        return self.tape.record(operation, (left, right), _BINARY[operation](_value(left), _value(right)))
 
     def _unary(self, operation: str) -> Traced:
         return self.tape.record(operation, (self,), _UNARY[operation](self.value))
@@ -235,7 +233,7 @@ class Traced:
     def _compare(self, operation: str, other: Any) -> bool:
         if not isinstance(other, (Traced, *_PLAIN)):
             return NotImplemented
-        outcome = _COMPARISONS[operation](self.value, other.value if isinstance(other, Traced) else other)
+        outcome = _COMPARISONS[operation](self.value, _value(other))
         self.tape.decide(f"{self.tape.text(self)} {_COMPARISON_SYMBOLS[operation]} {self.tape.text(other)}",
                          bool(outcome))
         return bool(outcome)
@@ -259,10 +257,7 @@ class Traced:
     def __abs__(self) -> Traced: return self._unary("abs")
     def __ceil__(self) -> Traced: return self._unary("ceil")
     def __floor__(self) -> Traced: return self._unary("floor")
-    # numpy's object loops call these methods for np.ceil, np.floor and np.sqrt
-    def ceil(self) -> Traced: return self._unary("ceil")
-    def floor(self) -> Traced: return self._unary("floor")
-    def sqrt(self) -> Traced: return self._unary("sqrt")
+    ceil, floor = __ceil__, __floor__  # numpy's object loops call these methods for np.ceil, np.floor
     def __lt__(self, other: Any) -> bool: return self._compare("lt", other)
     def __le__(self, other: Any) -> bool: return self._compare("le", other)
     def __gt__(self, other: Any) -> bool: return self._compare("gt", other)
@@ -282,11 +277,14 @@ class Traced:
         return self._compare("ne", 0)
 
     # A conversion to a plain number or to text freezes the value: the replay checks it is still the same.
+    def _frozen(self) -> int | float:
+        return self.__float__() if isinstance(self.value, float) else self.__int__()
+
     def __str__(self) -> str:
-        return str(self.__float__() if isinstance(self.value, float) else self.__int__())
+        return str(self._frozen())
 
     def __format__(self, spec: str) -> str:
-        return format(self.__float__() if isinstance(self.value, float) else self.__int__(), spec)
+        return format(self._frozen(), spec)
 
     def __float__(self) -> float:
         self.tape.decide(f"float({self.tape.text(self)}) == {float(self.value)!r}", True)
@@ -303,20 +301,16 @@ def floats(value: Any) -> np.ndarray:
     """Dimensions and sizes as float64 (a scalar or an array), the one conversion the cost rules make
     before multiplying sizes (an integer array's product could wrap around); traced numbers stay
     traced (as floats), in an object array where they come in one."""
-    if isinstance(value, Traced):
-        return cast(np.ndarray, value._unary("float"))  # a traced number stands where numpy has a 0-d array
-    if isinstance(value, np.ndarray) and value.dtype == object:
-        return np.asarray([floats(item) for item in value.flat], dtype=object).reshape(value.shape)
+    if is_traced(value):  # a traced number stands where numpy has a 0-d array
+        return cast(np.ndarray, _each("float", value))
     return np.asarray(value, dtype=float)
 
 
 def whole(value: Any) -> Any:
     """Whole numbers by truncation, as ``astype(np.int64)`` (an array) or ``int`` (a scalar) give them;
     traced numbers are truncated by the replay, not frozen."""
-    if isinstance(value, Traced):
-        return value._unary("trunc")
     if is_traced(value):
-        return _TRUNCATE(value)
+        return _each("trunc", value)
     return value.astype(np.int64) if isinstance(value, np.ndarray) and value.ndim else int(value)
 
 
@@ -344,6 +338,12 @@ def _node_wise(operation: str, plain: Callable[..., Any], arity: int) -> np.ufun
     return np.frompyfunc(apply, arity, 1)
 
 
+def _each(operation: str, value: Any) -> Any:
+    """A one-operand ``_NODE_WISE`` operation on a traced number or on each number of an object array
+    (a lone traced number refuses numpy's ufuncs)."""
+    return value._unary(operation) if isinstance(value, Traced) else _NODE_WISE[operation](value)
+
+
 # Operations the replay computes rather than checks, as the generated code writes them (``Tape._expression``):
 # numpy's own object loops would decide them by comparisons, each a decision of the replay.
 _NODE_WISE = {
@@ -353,6 +353,9 @@ _NODE_WISE = {
     "at_least": _node_wise("at_least", lambda left, right: left >= right, 2),
     "greater": _node_wise("greater", lambda left, right: left > right, 2),
     "select": _node_wise("select", lambda condition, chosen, otherwise: chosen if condition else otherwise, 3),
+    "float": _node_wise("float", float, 1),
+    "trunc": _node_wise("trunc", math.trunc, 1),
+    "sqrt": _node_wise("sqrt", math.sqrt, 1),  # numpy's object loop would ask for a ``sqrt`` method
 }
 
 
@@ -457,16 +460,8 @@ def where(condition: Any, chosen: Any, otherwise: Any) -> np.ndarray:
 
 
 def sqrt(value: Any) -> np.ndarray:
-    """``np.sqrt`` (numpy's object loop asks each number for a ``sqrt`` method, which floats lack)."""
-    return _SQRT(value) if is_traced(value) else np.sqrt(value)
-
-
-def _square_root(item: Any) -> Any:
-    return item.sqrt() if isinstance(item, Traced) else math.sqrt(item)
-
-
-_SQRT = np.frompyfunc(_square_root, 1, 1)
-_TRUNCATE = np.frompyfunc(lambda item: whole(item) if isinstance(item, Traced) else math.trunc(item), 1, 1)
+    """``np.sqrt``, as ``maximum``."""
+    return cast(np.ndarray, _each("sqrt", value)) if is_traced(value) else np.sqrt(value)
 
 
 def is_traced(value: Any) -> bool:
@@ -533,8 +528,6 @@ def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:
         # Built from its fields' parts, not from the traced record (which would keep the whole tape alive).
         record_type = type(value)
         return lambda numbers: record_type(**{name: part(numbers) for name, part in fields.items()})
-    if isinstance(value, Traced) or is_traced(value):
-        raise TypeError(f"a traced value in a result that cannot be rebuilt: {value!r}")
     return lambda numbers: value
 
 
@@ -546,16 +539,16 @@ class Replays:
     """Compiled replays of a computation, kept per key (what the computation depends on besides its
     input numbers), a few variants each (one per region of the inputs where its decisions hold).
 
-    A trace costs about as much as 10-25 runs of the computation (LLM steps: ``benchmarks/engine_speed.py``)
-    and a replay a few percent of one, so a key is traced only after ``trace_after`` runs that no replay
-    held for: a key asked a few times (a sizing search's layouts) is never traced, and a long series of
-    requests pays at most about twice what it would without replays, whatever its inputs do. The same
-    rule adds a variant for a new region of the inputs; beyond ``variants`` the one that held least
-    often makes room. ``keys`` bounds the memory (least recently used first out; a replay of a 70B
-    model's step holds about 0.3 MB). Objects the computation depends on are held by the cache and
-    compared by identity (``anchors``), so that a key built from their ``id`` cannot be taken by another
-    object later given the same id. Threads may share it (its bookkeeping is locked; two threads missing
-    at once may both trace)."""
+    A trace costs about as much as 20 runs of the computation and a replay less than a tenth of one (a
+    70B step on 8 H100s: about 40 ms, 1.8 ms and 0.14 ms, ``benchmarks/engine_speed.py``), so a key is
+    traced only after ``trace_after`` runs that no replay held for: a key asked a few times (a sizing
+    search's layouts) is never traced, and a long series of requests pays at most about twice what it
+    would without replays, whatever its inputs do. The same rule adds a variant for a new region of the
+    inputs; beyond ``variants`` the one that held least often makes room. ``keys`` bounds the memory
+    (least recently used first out; the benchmark reports what one replay holds). Objects the
+    computation depends on are held by the cache and compared by identity (``anchors``), so that a key
+    built from their ``id`` cannot be taken by another object later given the same id. Threads may share
+    it (its bookkeeping is locked; two threads missing at once may both trace)."""
 
     def __init__(self, *, trace_after: int = 32, variants: int = 4, keys: int = 32) -> None:
         self.trace_after, self.variants, self.keys = trace_after, variants, keys

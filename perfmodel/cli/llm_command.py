@@ -16,8 +16,8 @@ from perfmodel.cli.overrides import (
     add_mode_argument,
     add_set_argument,
     parse_overrides,
+    seed,
     spec_names,
-    whole_number,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import mode_choices, mode_help
@@ -89,7 +89,7 @@ def register(commands) -> None:
     size.add_argument("--output-dist", help="output tokens, as --prompt-dist")
     size.add_argument("--requests", type=int, default=DEFAULT_SIZE_REQUESTS,
                       help=f"requests per simulation (default {DEFAULT_SIZE_REQUESTS})")
-    size.add_argument("--seed", type=_seed, default=0, help="seed of the simulated arrivals and lengths (default 0)")
+    size.add_argument("--seed", type=seed, default=0, help="seed of the simulated arrivals and lengths (default 0)")
     size.add_argument("--price", metavar="USD|SPEC=USD,...",
                       help="price per chip-hour in USD, one number for every system or per spec "
                            "(h100-sxm=2.5,tpu-v5e=1.2); overrides the spec's price; without one, cost is n/a")
@@ -225,9 +225,6 @@ def _llm(args) -> int:
         total = sum(shares.values())
         print(f"{phase}: " + ", ".join(f"{bound} {100 * time / total:.0f}%" for bound, time in shares.items()))
     return 0
-
-
-_seed = whole_number(0, "the seed must be")  # numpy's generators take only non-negative seeds
 
 
 def _counts(text: str) -> list[int]:

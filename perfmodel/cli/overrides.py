@@ -39,6 +39,7 @@ def comma_names(what: str, example: str):
 
 
 spec_names = comma_names("spec name or path", "h100-sxm,tpu-v5e")  # ``--on a,b,c``
+seed = whole_number(0, "the seed must be")  # ``--seed``: numpy's generators take only non-negative seeds
 
 
 def add_set_argument(parser) -> None:

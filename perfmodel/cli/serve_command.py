@@ -6,13 +6,14 @@ import math
 import sys
 from pathlib import Path
 
-from perfmodel.cli.llm_command import _check_counts, _rate, _seed
+from perfmodel.cli.llm_command import _check_counts, _rate
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
     parse_overrides,
+    seed,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
@@ -77,7 +78,7 @@ def register(commands) -> None:
                        help="on-demand (vLLM, default): KV blocks as tokens arrive, the newest sequence preempted "
                             "and recomputed when none are free; reserve (TensorRT-LLM's GUARANTEED_NO_EVICT): a "
                             "request is admitted only when its whole sequence's blocks are free, never preempted")
-    serve.add_argument("--seed", type=_seed, default=0)
+    serve.add_argument("--seed", type=seed, default=0)
     serve.add_argument("--ttft-slo", help="SLO on time to first token, e.g. 1s (goodput, the knee)")
     serve.add_argument("--tpot-slo", help="SLO on time per output token, e.g. 50ms (goodput)")
     add_dtype_arguments(serve)

@@ -268,13 +268,14 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
     """One scenario on the condensed graphs, from a compiled replay of what ``_point_numbers`` computes
     for it (``tracing``): what ``_predict_one`` gives, to float rounding (``tests/test_tracing.py``),
     in a small part of its time; None where no replay holds yet (the caller evaluates)."""
-    values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
-    if not all(isinstance(value, (int, np.integer)) for value in values):
+    values = [value for value in (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
+              if isinstance(value, int)]  # numpy integers were made ints (_plain_counts)
+    if len(values) < 3:
         return None
     key = (id(architecture), id(hardware), parallelism, execution, scenario.weight_dtype, scenario.kv_dtype,
            scenario.activation_dtype)
     numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
-    result = _REPLAYS(key, (architecture, hardware), numbers, [int(value) for value in values])
+    result = _REPLAYS(key, (architecture, hardware), numbers, values)
     return None if result is None else replace(_named_bounds(result), scenario=scenario)
 
 
@@ -337,9 +338,15 @@ def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scena
 
 
 def _spent(shares: Mapping[str, np.ndarray], point: int) -> dict[str, float]:
-    """Point ``point``'s time by bound, from the most to the least, leaving out bounds that took no
-    time there (they bound an op at another point of the sweep)."""
-    spent = {name: float(time[point]) for name, time in shares.items() if time[point] > 0}
+    """Point ``point``'s time by bound (``_took_time``)."""
+    return _took_time({name: float(time[point]) for name, time in shares.items()})
+
+
+def _took_time(shares: Mapping[str, float]) -> dict[str, float]:
+    """One scenario's time by bound, from the most to the least, leaving out bounds that took no time
+    (they bound an op at another point of a sweep); where nothing took time (no such LLM step exists),
+    the first bound at zero."""
+    spent = {name: time for name, time in shares.items() if time > 0}
     return dict(sorted(spent.items(), key=lambda item: -item[1])) or {next(iter(shares)): 0.0}
 
 
@@ -392,7 +399,7 @@ def _point_numbers(architecture: Architecture, hardware: Hardware, scenario: Sce
     batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
                                                            scenario.generated_tokens))
     memory = memory_per_chip(architecture, scenario, parallelism)
-    placed = placement(architecture, hardware, scenario, parallelism)
+    placed = residency(hardware, memory.weights, memory.state)  # ``placement``, from the memory at hand
     resident = _resident(placed, np.shape(batch))
     state = memory.state
     prefill = stage_graph(architecture, scenario, parallelism, phase="prefill", context=prompt)
@@ -436,13 +443,11 @@ def _named_bounds(result: LLMResult) -> LLMResult:
     (at some scenario of an array result), from the most time (over all scenarios) to the least, and
     the bound that took the most (at each scenario)."""
     shape = np.shape(result.tpot_s)
-    # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
     if not shape:  # one scenario: plain floats (the common case, without numpy's per-call cost)
-        by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if time),
-                                       key=lambda item: -item[1])) or dict(list(shares.items())[:1])
-                    for phase, shares in result.time_by_bound_by_phase.items()}
-        return replace(result, time_by_bound_by_phase=by_bound,
-                       bound_by_phase={phase: next(iter(shares)) for phase, shares in by_bound.items()})
+        spent = {phase: _took_time(shares) for phase, shares in result.time_by_bound_by_phase.items()}
+        return replace(result, time_by_bound_by_phase=spent,
+                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()})
+    # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
     by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if np.any(time)),
                                    key=lambda item: -np.sum(item[1]))) or dict(list(shares.items())[:1])
                 for phase, shares in result.time_by_bound_by_phase.items()}
