@@ -26,19 +26,40 @@ def _models(args) -> int:
     rows = []
     for name in model_names():
         a = load_architecture(name)
-        rows.append({"name": name, "parameters": a.parameter_count(), "layers": a.layers, "hidden": a.hidden,
-                     "heads": a.heads, "kv_heads": a.kv_heads, "experts": a.experts,
-                     "experts_per_token": a.experts_per_token, "max_positions": a.max_positions,
+        rows.append({"name": name, "parameters": a.parameter_count(), "active_parameters": a.active_parameter_count(),
+                     "layers": a.layers, "hidden": a.hidden, "heads": a.heads, "kv_heads": a.kv_heads,
+                     "attention": attention_kind(a), "experts": a.experts, "experts_per_token": a.experts_per_token,
+                     "shared_experts_width": a.shared_intermediate, "moe_layers": a.moe_layer_count,
+                     "kv_bytes_per_token_bf16": a.kv_bytes_per_token(2), "max_positions": a.max_positions,
                      "sliding_window": a.sliding_window})
     if args.json:
         print(json_text(rows, indent=1))
         return 0
-    print(format_table(["model", "parameters", "layers", "hidden", "heads / kv", "experts", "context"],
-                       [[row["name"], f"{row['parameters'] / 1e9:.2f} B", row["layers"], row["hidden"],
-                         f"{row['heads']} / {row['kv_heads']}",
-                         f"{row['experts_per_token']} of {row['experts']}" if row["experts"] > 1 else "-",
-                         row["max_positions"]] for row in rows]))
+    print(format_table(["model", "parameters (active)", "layers", "hidden", "attention", "heads / kv", "experts",
+                        "KV/token bf16", "context"],
+                       [[row["name"], f"{row['parameters'] / 1e9:.2f} B ({row['active_parameters'] / 1e9:.2f} B)",
+                         row["layers"], row["hidden"], row["attention"], f"{row['heads']} / {row['kv_heads']}",
+                         _experts(row), f"{row['kv_bytes_per_token_bf16'] / 1024:.1f} KiB", row["max_positions"]]
+                        for row in rows]))
+    print("KV/token: every layer holding the whole context (windowed layers hold at most their window).")
     return 0
+
+
+def attention_kind(a) -> str:
+    """MHA / GQA / MQA / MLA, and the windows its layers use (sliding W, or W/full when they alternate)."""
+    kind = "MLA" if a.latent is not None else "MHA" if a.kv_heads == a.heads else "MQA" if a.kv_heads == 1 else "GQA"
+    windows = sorted({a.window(layer) or 0 for layer in range(a.layers)})
+    if windows == [0]:
+        return kind
+    return f"{kind}, " + "/".join(f"window {w}" if w else "full" for w in windows)
+
+
+def _experts(row) -> str:
+    if row["experts"] <= 1:
+        return "-"
+    shared = f" + shared ({row['shared_experts_width']} wide)" if row["shared_experts_width"] else ""
+    layers = f", {row['moe_layers']} of {row['layers']} layers" if row["moe_layers"] < row["layers"] else ""
+    return f"{row['experts_per_token']} of {row['experts']}{shared}{layers}"
 
 
 def _workloads(args) -> int:

@@ -32,7 +32,6 @@ FLOPS_PER_SOFTMAX_ELEMENT = 5
 FLOPS_PER_LAYERNORM_ELEMENT = 8
 FLOPS_PER_RMSNORM_ELEMENT = 5
 FLOPS_PER_REDUCED_ELEMENT = 1
-ATTENTION_MATMULS = 2  # QK^T and PV
 # The attention gradient (FlashAttention-2, arXiv 2307.08691, Algorithm 2): four gradient matmuls (dV,
 # dP, dQ, dK: twice the forward's, the model-FLOPs convention of MFU, where the backward is twice the
 # forward), a fifth recomputing the scores (executed 2.5x, which torch.utils.flop_counter counts

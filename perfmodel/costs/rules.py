@@ -533,6 +533,9 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     a flash kernel packs a group's queries into its Q blocks (flash-decoding splits the KV length
     over the units for few queries), so K and V are read per KV head, not per query head. A
     ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys.
+    ``v_head_dim`` (default ``head_dim``): the values' width when it differs from the keys' (MLA);
+    ``kv_shared``: the values are the first ``v_head_dim`` elements of the cached keys, so the cache is
+    read once (MLA's absorbed decode: FlashMLA reads the 576-wide latent + rotary key once).
 
     ``backward``: the gradient kernel. Its useful FLOPs are twice the forward's (four matmuls: dV, dP,
     dQ, dK: the model-FLOPs convention); a flash kernel executes a fifth, recomputing the scores
@@ -547,7 +550,11 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     causal, implementation = op.attrs.get("causal", False), op.attrs.get("implementation", "flash")
     flash = implementation == "flash"
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
-    per_fma_pair = C.ATTENTION_MATMULS * C.FLOPS_PER_FMA * floats(head_dim)
+    v_dim = op.attrs.get("v_head_dim", head_dim)
+    # two matmuls a pair of query and key: q.k over head_dim and p.v over v_dim
+    per_fma_pair = C.FLOPS_PER_FMA * (floats(head_dim) + v_dim)
+    # elements of K and V each token brings, as a multiple of head_dim (2: K and V of equal width)
+    kv_widths = 1.0 if op.attrs.get("kv_shared", False) else (floats(head_dim) + v_dim) / head_dim
     full_pairs = floats(seq_q) * seq_kv
     pairs = attended_pairs(seq_q, seq_kv, causal, window)
     masked = causal or window is not None
@@ -571,8 +578,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     else:
         kv_span = minimum(seq_kv, floats(window) + (np.asarray(seq_q) - 1 if causal else 0))
     kv_fraction = executed_pairs / maximum(full_pairs, 1.0)
-    q_and_o = 2 * scale * floats(seq_q) * head_dim * q_bytes
-    compulsory = q_and_o + 2 * floats(batch) * kv_heads * kv_span * head_dim * kv_bytes
+    q_and_o = scale * floats(seq_q) * (floats(head_dim) + v_dim) * q_bytes
+    compulsory = q_and_o + kv_widths * floats(batch) * kv_heads * kv_span * head_dim * kv_bytes
     hardware = context.hardware
     traffic: list[SIValue] = []
     for index, level in enumerate(hardware.memory):
@@ -584,8 +591,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
             rows = floats(seq_q) * group
             moved = flash_attention_elements_moved(rows, seq_kv, head_dim, capacity / max(q_bytes, kv_bytes),
                                                    kv_fraction)
-            kv_moved = moved - 2 * rows * floats(head_dim)
-            per_kv_head = 2 * rows * head_dim * q_bytes + kv_moved * kv_bytes
+            kv_moved = (moved - 2 * rows * floats(head_dim)) * kv_widths / 2
+            per_kv_head = rows * (floats(head_dim) + v_dim) * q_bytes + kv_moved * kv_bytes
             traffic.append(maximum(floats(batch) * kv_heads * per_kv_head, compulsory))
         elif flash:
             traffic.append(compulsory)

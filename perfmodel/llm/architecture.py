@@ -1,22 +1,30 @@
-"""Decoder-only transformer architectures from Hugging Face ``config.json`` fields (pure core).
+"""Decoder-only transformer architectures (pure core).
 
-Supported families: Llama/Mistral/Granite/Gemma-style (RMS norm, gated SiLU/GELU MLP, GQA),
-Mixtral-style mixture of experts (``num_local_experts``, ``num_experts_per_tok``), and GPT-J
-(``n_embd``/``n_layer``/``n_head``; parallel attention and a plain GELU MLP with biases).
+An :class:`Architecture` is the record every price and every byte count is derived from. It is made
+in one of two ways:
 
-Two optional perfmodel keys describe blocks Hugging Face's Llama config cannot: ``gated_mlp: false``
-(a plain two-matrix MLP, e.g. MaxText's 2023 synthetic models) and ``parallel_attention_mlp: true``
-(PaLM/GPT-J-style parallel layers sharing one pre-norm; the attention and MLP are still priced one
-after the other).
+* from the model's own ``transformers`` class built on the meta device (``perfmodel.llm.model_class``,
+  an edge module): every parameter's shape and the module structure are read there, and the record
+  it derives is checked to count exactly the class's parameters, module kind by module kind;
+* by hand from a perfmodel-native block description (:func:`from_hf_config`): the Llama-style
+  fields plus two keys Hugging Face's configs cannot express, ``gated_mlp: false`` (a plain
+  two-matrix MLP, e.g. MaxText's 2023 synthetic models) and ``parallel_attention_mlp: true``
+  (PaLM/GPT-J-style parallel layers sharing one pre-norm; the attention and MLP are still priced one
+  after the other). Only the families whose fields this reader prices exactly are accepted by hand.
+
+Layers may differ (``moe_layers``: which layers route to experts, the others are dense;
+``layer_windows``: the keys each layer's queries see). Attention is standard multi-head (MHA, GQA,
+MQA) or DeepSeek's multi-head latent attention (:class:`LatentAttention`).
 
 Parameter counting convention: every weight matrix and bias, the norms' scales (and biases for
-layer norm), the token embedding, and the LM head unless tied to the embedding.
+layer norm), attention sinks, the token embedding, and the LM head unless tied to the embedding.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
+from functools import cached_property
 from typing import Mapping
 
 import numpy as np
@@ -25,6 +33,39 @@ from perfmodel.errors import PerfmodelError
 
 GATED_MLP_MATRICES = 3  # gate, up, down
 PLAIN_MLP_MATRICES = 2  # fc_in, fc_out
+WHOLE_CONTEXT = 0  # a layer window of 0: the layer attends to the whole context
+
+
+@dataclass(frozen=True, kw_only=True)
+class LatentAttention:
+    """DeepSeek-V2/V3's multi-head latent attention (arXiv 2405.04434, section 2.1): keys and values
+    are up-projected from one compressed latent of ``kv_lora_rank`` per token plus a shared rotary key
+    of ``qk_rope_head_dim``, and that pair is all the KV cache holds. ``q_lora_rank`` None: the
+    query is projected directly (DeepSeek-V2-Lite)."""
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+
+    @property
+    def qk_head_dim(self) -> int:
+        return self.qk_nope_head_dim + self.qk_rope_head_dim
+
+    @property
+    def cached_width(self) -> int:
+        """Elements one token keeps per layer: the latent and the shared rotary key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim
+
+    def parameters(self, hidden: int, heads: int, output_bias: bool) -> int:
+        """q_a + q_a_norm + q_b (or q_proj), kv_a_proj_with_mqa + kv_a_norm + kv_b, o_proj."""
+        q_width = heads * self.qk_head_dim
+        query = hidden * q_width if self.q_lora_rank is None else \
+            hidden * self.q_lora_rank + self.q_lora_rank + self.q_lora_rank * q_width
+        kv = hidden * self.cached_width + self.kv_lora_rank \
+            + self.kv_lora_rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return query + kv + heads * self.v_head_dim * hidden + (hidden if output_bias else 0)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,12 +76,12 @@ class Architecture:
     heads: int
     kv_heads: int
     head_dim: int
-    intermediate: int
+    intermediate: int  # the dense MLP's width (and the experts' when ``expert_intermediate`` is None)
     vocab: int
     max_positions: int
     tied_embeddings: bool
     gated_mlp: bool = True
-    mlp_bias: bool = False
+    mlp_bias: bool = False  # biases on the MLP's (and the experts') matrices
     layer_norm_bias: bool = False
     norms_per_layer: int = 2
     experts: int = 1
@@ -48,12 +89,51 @@ class Architecture:
     lm_head_bias: bool = False
     sliding_window: int | None = None  # keys each query sees (Mistral); None: the whole context
     activation: str = "silu"  # the MLP's activation function (config ``hidden_act``/``activation_function``)
+    expert_intermediate: int | None = None  # a routed expert's width (moe_intermediate_size); None: intermediate
+    shared_intermediate: int = 0  # the shared experts' width together (DeepSeek, Llama 4); 0: none
+    router_bias: bool = False  # a bias (or DeepSeek's score-correction bias) on the router's logits
+    moe_layers: tuple[bool, ...] | None = None  # per layer: routes to experts; None: every layer when experts > 1
+    layer_windows: tuple[int, ...] | None = None  # per layer: keys seen (0: all); None: sliding_window for all
+    latent: LatentAttention | None = None  # multi-head latent attention instead of per-head K and V
+    qk_norm: bool = False  # a norm scale of head_dim on queries and keys (Qwen3, Gemma 3)
+    qkv_bias: bool = False
+    output_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
+    attention_sinks: bool = False  # one learned logit per head in the softmax's denominator (gpt-oss)
 
-    def cached_tokens(self, context):
-        """Tokens of KV cache a sequence keeps: a sliding-window model keeps a rolling buffer of the
-        last ``sliding_window`` (Mistral 7B paper, arXiv 2310.06825, section 2 "Rolling Buffer Cache")."""
-        return context if self.sliding_window is None else np.minimum(context, self.sliding_window)
+    def __post_init__(self) -> None:
+        for label, flags in (("moe_layers", self.moe_layers), ("layer_windows", self.layer_windows)):
+            if flags is not None and len(flags) != self.layers:
+                raise PerfmodelError(f"{self.name}: {label} lists {len(flags)} layers, the model has {self.layers}")
 
+    # -- per layer ----------------------------------------------------------------------------------
+    def is_moe_layer(self, layer: int) -> bool:
+        if self.experts <= 1:
+            return False
+        return True if self.moe_layers is None else self.moe_layers[layer]
+
+    def window(self, layer: int) -> int | None:
+        """Keys a query of ``layer`` sees; None: the whole context."""
+        if self.layer_windows is None:
+            return self.sliding_window
+        return self.layer_windows[layer] or None
+
+    @property
+    def uniform_window(self) -> bool:
+        """Every layer sees the same keys (the whole context, or one sliding window)."""
+        return self.layer_windows is None or len(set(self.layer_windows)) <= 1
+
+    @property
+    def expert_width(self) -> int:
+        return self.intermediate if self.expert_intermediate is None else self.expert_intermediate
+
+    def cached_tokens(self, context, layer: int | None = None):
+        """Tokens of KV cache a sequence keeps in ``layer`` (None: a layer of the uniform case): a
+        windowed layer keeps a rolling buffer of its last ``window`` tokens (Mistral 7B paper, arXiv
+        2310.06825, section 2 "Rolling Buffer Cache"; vLLM and transformers' sliding-window caches)."""
+        window = self.sliding_window if layer is None else self.window(layer)
+        return context if window is None else np.minimum(context, window)
+
+    # -- shapes -------------------------------------------------------------------------------------
     @property
     def q_width(self) -> int:
         return self.heads * self.head_dim
@@ -64,29 +144,78 @@ class Architecture:
 
     @property
     def attention_parameters(self) -> int:
-        return self.hidden * self.q_width * 2 + self.hidden * self.kv_width * 2
+        sinks = self.heads if self.attention_sinks else 0
+        norms = 2 * self.head_dim if self.qk_norm else 0
+        if self.latent is not None:
+            return self.latent.parameters(self.hidden, self.heads, self.output_bias) + sinks + norms
+        biases = (self.q_width + 2 * self.kv_width if self.qkv_bias else 0) + (self.hidden if self.output_bias else 0)
+        return self.hidden * self.q_width * 2 + self.hidden * self.kv_width * 2 + biases + sinks + norms
+
+    def _mlp_parameters(self, width: int) -> int:
+        matrices = GATED_MLP_MATRICES if self.gated_mlp else PLAIN_MLP_MATRICES
+        biases = ((matrices - 1) * width + self.hidden) if self.mlp_bias else 0
+        return matrices * self.hidden * width + biases
+
+    @property
+    def dense_mlp_parameters(self) -> int:
+        return self._mlp_parameters(self.intermediate)
 
     @property
     def expert_parameters(self) -> int:
-        matrices = GATED_MLP_MATRICES if self.gated_mlp else PLAIN_MLP_MATRICES
-        biases = (self.intermediate + self.hidden) if self.mlp_bias else 0
-        return matrices * self.hidden * self.intermediate + biases
+        """One routed expert."""
+        return self._mlp_parameters(self.expert_width)
+
+    @property
+    def shared_expert_parameters(self) -> int:
+        return self._mlp_parameters(self.shared_intermediate) if self.shared_intermediate else 0
+
+    @property
+    def router_parameters(self) -> int:
+        return (self.hidden + (1 if self.router_bias else 0)) * self.experts
+
+    @property
+    def norm_parameters(self) -> int:
+        """The norms of one layer (the MLA and QK norms belong to the attention)."""
+        return self.norms_per_layer * self.hidden * (2 if self.layer_norm_bias else 1)
+
+    @cached_property
+    def _per_layer_parameters(self) -> tuple[int, ...]:
+        moe = self.attention_parameters + self.norm_parameters + self.experts * self.expert_parameters \
+            + self.shared_expert_parameters + self.router_parameters
+        dense = self.attention_parameters + self.norm_parameters + self.dense_mlp_parameters
+        return tuple(moe if self.is_moe_layer(layer) else dense for layer in range(self.layers))
+
+    def parameters_of_layer(self, layer: int) -> int:
+        return self._per_layer_parameters[layer]
 
     @property
     def layer_parameters(self) -> int:
-        router = self.hidden * self.experts if self.experts > 1 else 0
-        norm = self.hidden * (2 if self.layer_norm_bias else 1)
-        return self.attention_parameters + self.experts * self.expert_parameters + router + self.norms_per_layer * norm
+        """The heaviest layer's parameters."""
+        return max(self._per_layer_parameters)
+
+    @cached_property
+    def moe_layer_count(self) -> int:
+        return sum(self.is_moe_layer(layer) for layer in range(self.layers))
+
+    def parameters_by_kind(self) -> dict[str, int]:
+        """Parameters by module kind, the same kinds ``perfmodel.llm.model_class`` reads off a model
+        class: embedding, attention, mlp (dense layers), experts (routed), shared_experts, router,
+        norms (the layers' and the final one) and lm_head (0 when tied)."""
+        moe = self.moe_layer_count
+        dense = self.layers - moe
+        final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
+        head = 0 if self.tied_embeddings else self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0)
+        return {"embedding": self.vocab * self.hidden, "attention": self.layers * self.attention_parameters,
+                "mlp": dense * self.dense_mlp_parameters, "experts": moe * self.experts * self.expert_parameters,
+                "shared_experts": moe * self.shared_expert_parameters, "router": moe * self.router_parameters,
+                "norms": self.layers * self.norm_parameters + final_norm, "lm_head": head}
 
     def parameter_count(self) -> int:
-        embedding = self.vocab * self.hidden
-        head = 0 if self.tied_embeddings else self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0)
-        final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
-        return embedding + self.layers * self.layer_parameters + final_norm + head
+        return sum(self.parameters_by_kind().values())
 
     def active_parameter_count(self) -> int:
         """Parameters touched per token (MoE: only the routed experts)."""
-        inactive = (self.experts - self.experts_per_token) * self.expert_parameters * self.layers
+        inactive = (self.experts - self.experts_per_token) * self.expert_parameters * self.moe_layer_count
         return self.parameter_count() - inactive
 
     @property
@@ -100,19 +229,78 @@ class Architecture:
         final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
         return self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0) + final_norm
 
+    def stage_layers(self, pp: int) -> range:
+        """The layers of the heaviest of ``pp`` pipeline stages: contiguous slices of ``ceil(layers /
+        pp)`` layers (the last may be shorter), the one holding the most parameters (the first of
+        equals). Uniform models: the first ``ceil(layers / pp)`` layers."""
+        size = math.ceil(self.layers / pp)
+        slices = [range(start, min(start + size, self.layers)) for start in range(0, self.layers, size)]
+        weights = [sum(self._per_layer_parameters[stage.start:stage.stop]) for stage in slices]
+        return slices[weights.index(max(weights))]
+
     def stage_parameters(self, pp: int) -> int:
-        """Parameters of the fullest of ``pp`` pipeline stages: ``ceil(layers / pp)`` layers and the
-        larger end (embedding or LM head); one stage holds both ends, sharing a tied head's matrix."""
+        """Parameters of the fullest of ``pp`` pipeline stages: its layers and the larger end
+        (embedding or LM head); one stage holds both ends, sharing a tied head's matrix."""
         if pp == 1:
             tied = self.vocab * self.hidden if self.tied_embeddings else 0
             ends = self.embedding_parameters + self.head_parameters - tied
         else:
             ends = max(self.embedding_parameters, self.head_parameters)
-        return math.ceil(self.layers / pp) * self.layer_parameters + ends
+        size = math.ceil(self.layers / pp)
+        layers = self.stage_layers(pp)
+        # A stage always holds ceil(layers / pp) layers' worth (the fullest): a shorter last slice is padded.
+        per_layer = sum(self._per_layer_parameters[layers.start:layers.stop])
+        return per_layer + (size - len(layers)) * self.layer_parameters + ends
+
+    # -- KV cache -----------------------------------------------------------------------------------
+    def kv_elements_per_token(self) -> int:
+        """Elements one token keeps in one layer's cache: K and V of every KV head, or MLA's latent
+        and rotary key (one copy: the keys and values are both made from it)."""
+        return self.latent.cached_width if self.latent is not None else 2 * self.kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
-        """2 (K and V) x layers x kv_heads x head_dim x bytes."""
-        return 2 * self.layers * self.kv_heads * self.head_dim * kv_bytes_per_element
+        """Bytes one token keeps over all layers when every layer keeps the whole context."""
+        return self.layers * self.kv_elements_per_token() * kv_bytes_per_element
+
+    def kv_cache_bytes(self, context, kv_bytes_per_element: float, layers: range | None = None):
+        """Bytes one sequence of ``context`` tokens keeps in ``layers`` (default: all), each layer's
+        cache capped at its window."""
+        layers = range(self.layers) if layers is None else layers
+        per_token = self.kv_elements_per_token() * kv_bytes_per_element
+        if self.uniform_window:
+            return len(layers) * per_token * self.cached_tokens(context)
+        return per_token * sum(self.cached_tokens(context, layer) for layer in layers)
+
+    def kv_tp_share(self, tp: int) -> float:
+        """The share of a layer's cache one of ``tp`` chips holds: its KV heads (a KV head is
+        replicated once tp exceeds the KV heads, as vLLM does); MLA's latent is replicated on all."""
+        if self.latent is not None:
+            return 1.0
+        return max(self.kv_heads // tp, 1) / self.kv_heads
+
+
+def architecture_record(architecture: Architecture) -> dict:
+    """The fields of ``architecture`` as JSON-ready values (the stored form of a derived record)."""
+    record = asdict(architecture)
+    for key in ("moe_layers", "layer_windows"):
+        if record[key] is not None:
+            record[key] = list(record[key])
+    return record
+
+
+def architecture_from_record(record: Mapping) -> Architecture:
+    """The inverse of :func:`architecture_record`; an unknown or missing field is an error."""
+    names = {field.name for field in fields(Architecture)}
+    unknown = sorted(set(record) - names)
+    if unknown:
+        raise PerfmodelError(f"an architecture record has unknown fields {', '.join(unknown)}")
+    values = dict(record)
+    for key in ("moe_layers", "layer_windows"):
+        if values.get(key) is not None:
+            values[key] = tuple(values[key])
+    if values.get("latent") is not None:
+        values["latent"] = LatentAttention(**values["latent"])
+    return Architecture(**values)
 
 
 # The largest size a config field may hold: beyond any published model by orders of magnitude (the
@@ -209,6 +397,50 @@ def _head_dim(config: Mapping, hidden: int, heads: int, key: str, head_key: str)
     return hidden // heads
 
 
+# The families whose config fields the hand reader prices exactly (the rest come from their classes).
+HAND_READ_MODEL_TYPES = ("llama", "mistral", "mixtral", "gptj", "gemma", "granite")
+# Fields with which a config of those families would describe a structure the hand reader does not price.
+STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_shared_experts", "kv_lora_rank",
+                    "first_k_dense_replace", "layer_types", "num_experts", "use_qk_norm")
+
+
+def is_native_block(config: Mapping) -> bool:
+    """A perfmodel-native block description (MaxText, PaLM): the keys no transformers class has."""
+    return any(key in config for key in ("gated_mlp", "parallel_attention_mlp"))
+
+
+# Fields a class would fill with its defaults when absent: a config must give them (a default is a guess).
+CLASS_REQUIRED_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "vocab_size")
+CLASS_SIZE_FIELDS = (*CLASS_REQUIRED_FIELDS, "num_key_value_heads", "intermediate_size", "head_dim",
+                     "max_position_embeddings", "moe_intermediate_size", "num_experts", "num_local_experts",
+                     "n_routed_experts", "num_experts_per_tok", "kv_lora_rank", "q_lora_rank", "sliding_window")
+
+
+def check_config_fields(config: Mapping) -> None:
+    """Check the fields of a config before its class is built, with the messages of the hand reader: a
+    family it reads is read (and its result dropped); any other needs its core sizes given, and every
+    size, flag, activation and RoPE base it gives must be valid."""
+    if not isinstance(config, Mapping):
+        raise PerfmodelError(f"a model config is a JSON object of fields (hidden_size, num_attention_heads...), got "
+                             f"{type(config).__name__}; {CONFIG_HINT}")
+    model_type = _text(config, "model_type", "llama")
+    if model_type in HAND_READ_MODEL_TYPES and not any(config.get(key) not in (None, False, [], 0)
+                                                       for key in STRUCTURE_FIELDS):
+        from_hf_config(config)
+        return
+    if model_type == "llama4" and isinstance(config.get("text_config"), Mapping):
+        config = config["text_config"]
+    _check_rope(config)
+    for key in CLASS_REQUIRED_FIELDS:
+        _size(config, key)
+    for key in CLASS_SIZE_FIELDS:
+        if config.get(key) is not None:
+            _size(config, key)
+    _flag(config, "tie_word_embeddings", False)
+    if config.get("hidden_act") is not None:
+        _activation(config, "silu")
+
+
 def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
     """An :class:`Architecture` from a Hugging Face ``config.json`` mapping (no download). Sizes must be
     whole numbers from 1 to :data:`MAX_CONFIG_SIZE`, flags JSON booleans: anything else is a
@@ -218,6 +450,15 @@ def from_hf_config(config: Mapping, name: str | None = None) -> Architecture:
                              f"{type(config).__name__}; {CONFIG_HINT}")
     model_type = _text(config, "model_type", "llama")
     name = name or str(config.get("_name_or_path") or model_type)
+    if model_type not in HAND_READ_MODEL_TYPES:
+        raise PerfmodelError(f"model_type {model_type!r} is not read by hand (only {', '.join(HAND_READ_MODEL_TYPES)} "
+                             "are): its architecture comes from its transformers class, "
+                             "perfmodel.llm.model_class.architecture_from_class (perfmodel llm --model config.json)")
+    for key in STRUCTURE_FIELDS:
+        if config.get(key) not in (None, False, [], 0):
+            raise PerfmodelError(f"config field {key!r} ({config[key]!r}) changes the structure the hand reader prices; "
+                                 "read the config from its transformers class (perfmodel.llm.model_class."
+                                 "architecture_from_class) instead")
     _check_rope(config)
     tied = _flag(config, "tie_word_embeddings", False)
     if model_type == "gptj":

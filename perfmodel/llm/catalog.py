@@ -6,12 +6,22 @@ import json
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.llm.architecture import Architecture, from_hf_config
+from perfmodel.llm.architecture import (
+    Architecture,
+    architecture_from_record,
+    check_config_fields,
+    from_hf_config,
+    is_native_block,
+)
 from perfmodel.paths import data_directory
+
+# The records derived from the shipped configs' transformers classes (perfmodel.llm.model_class --write),
+# so that a shipped model needs neither torch nor transformers at run time.
+DERIVED_FILE = "architectures.json"
 
 
 def model_names() -> list[str]:
-    return sorted(path.stem for path in (data_directory("workloads") / "llm").glob("*.json"))
+    return sorted(path.stem for path in (data_directory("workloads") / "llm").glob("*.json") if path.name != DERIVED_FILE)
 
 
 def load_config(name_or_path: str | Path) -> dict:
@@ -49,15 +59,33 @@ def _refuse_constant(constant: str):
     raise _NonFinite(constant)
 
 
+def derived_records() -> dict:
+    path = data_directory("workloads") / "llm" / DERIVED_FILE
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def load_architecture(name_or_path: str | Path) -> Architecture:
     """The architecture of a shipped model (by name) or a config.json; a bad field is a PerfmodelError
-    naming the file."""
+    naming the file. A Hugging Face config is read from its transformers class (a shipped one from the
+    record derived that way and stored); a perfmodel-native block (MaxText, PaLM) by hand."""
     config = load_config(name_or_path)
     path = Path(str(name_or_path))
-    name = path.name.removesuffix(".json")
+    shipped = not path.is_file()
+    name = path.name.removesuffix(".json").lower() if shipped else path.name.removesuffix(".json")
     try:
-        return from_hf_config(config, name=name if path.is_file() else name.lower())
+        if is_native_block(config):
+            return from_hf_config(config, name=name)
+        if shipped:
+            records = derived_records()["models"]
+            if name not in records:
+                raise PerfmodelError(f"shipped model {name!r} has no derived record in workloads/llm/{DERIVED_FILE}; "
+                                     "regenerate it: python -m perfmodel.llm.model_class --write")
+            return architecture_from_record(records[name])
+        from perfmodel.llm.model_class import architecture_from_class
+
+        check_config_fields(config)
+        return architecture_from_class(config, name)
     except PerfmodelError as error:
-        if not path.is_file():
+        if shipped:
             raise
         raise PerfmodelError(f"{path}: {error}") from None

@@ -50,13 +50,22 @@ def stage_graphs_for(config: Mapping[str, Any], hardware: Hardware, mode: str | 
     return CapturedStream.from_config(config), None
 
 
+# Config fields that make a layer a mixture of experts (Mixtral, Qwen3-MoE, DeepSeek).
+MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
+
+
 def supports(config: Mapping[str, Any]) -> str | None:
     """Why a config cannot be captured as an eager stream, or None when it can."""
     if not all(key in config for key in ("hidden_size", "num_attention_heads", "intermediate_size",
                                          "num_hidden_layers", "vocab_size")):
         return "only decoder configs in the Llama layout (hidden_size, num_attention_heads...) are captured"
-    if config.get("num_local_experts"):
+    if any(config.get(key) for key in MOE_FIELDS):
         return "mixture-of-experts routing has data-dependent shapes that fake tensors cannot follow"
+    if config.get("kv_lora_rank"):
+        return "multi-head latent attention is not captured (the one-layer shard is cut in the Llama layout)"
+    types = config.get("layer_types")
+    if isinstance(types, list) and len(set(map(str, types))) > 1:
+        return "its layers differ in attention (layer_types), and one captured layer would stand for all of them"
     try:
         import torch  # noqa: F401
         import transformers
@@ -147,6 +156,8 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
     shard = {"num_hidden_layers": 1, "head_dim": head_dim, "num_attention_heads": heads // tp,
              "num_key_value_heads": max((config.get("num_key_value_heads") or heads) // tp, 1),
              "intermediate_size": config["intermediate_size"] // tp, "vocab_size": config["vocab_size"] // tp}
+    if isinstance(config.get("layer_types"), list) and config["layer_types"]:  # one layer of the (uniform) kinds
+        shard["layer_types"] = config["layer_types"][:1]
     try:
         hf_config = transformers.AutoConfig.for_model(**{**config, **shard})
     # transformers validates the fields itself (huggingface_hub's strict dataclasses raise their own

@@ -151,6 +151,151 @@ def _dropping_moe(a: Architecture, s: Scenario, batch, seq, width: int, layers: 
             combine]
 
 
+@dataclass(frozen=True, kw_only=True)
+class LayerGroups:
+    """How many of one pipeline stage's layers are of each kind: ``layers`` in all, ``windows`` (keys
+    seen, None: the whole context) -> layers, and MoE / dense MLP layers."""
+
+    layers: int
+    windows: dict[int | None, int]
+    moe: int
+    dense: int
+
+
+def layer_groups(architecture: Architecture, pp: int) -> LayerGroups:
+    """The layer kinds of the heaviest pipeline stage (``Architecture.stage_layers``). A uniform model
+    counts ``ceil(layers / pp)`` layers of its one kind (the fullest stage)."""
+    a = architecture
+    if a.moe_layers is None and a.uniform_window:
+        count = math.ceil(a.layers / pp)
+        window = a.window(0)
+        moe = count if a.experts > 1 else 0
+        return LayerGroups(layers=count, windows={window: count}, moe=moe, dense=count - moe)
+    stage = a.stage_layers(pp)
+    windows: dict[int | None, int] = {}
+    for layer in stage:
+        windows[a.window(layer)] = windows.get(a.window(layer), 0) + 1
+    moe = sum(a.is_moe_layer(layer) for layer in stage)
+    return LayerGroups(layers=len(stage), windows=windows, moe=moe, dense=len(stage) - moe)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Shape:
+    batch: Any
+    seq: Any
+    tokens: Any
+    layers: int
+    training: bool
+    phase: str
+    context: Any
+    context_shards: int
+
+
+def _dense_mlp(a: Architecture, s: Scenario, prefix: str, tokens, width: int, count: int) -> list[Op]:
+    act = s.activation_dtype
+    if a.gated_mlp:
+        ops = [_linear(f"{prefix}.gate_up_proj", tokens, a.hidden, 2 * width, s, count),
+               _elementwise(f"{prefix}.act", tokens, width, act, count, inputs=2,
+                            flops_per_element=activation_flops_per_element(a.activation, gated=True))]
+    else:
+        ops = [_linear(f"{prefix}.fc_in", tokens, a.hidden, width, s, count),
+               _elementwise(f"{prefix}.act", tokens, width, act, count,
+                            flops_per_element=activation_flops_per_element(a.activation, gated=False))]
+    return [*ops, _linear(f"{prefix}.down_proj", tokens, width, a.hidden, s, count)]
+
+
+def _sdpa(name: str, a: Architecture, s: Scenario, shape: _Shape, *, heads: int, kv_heads: int, head_dim: int,
+          window: int | None, count: int, v_head_dim: int | None = None, kv_shared: bool = False) -> Op:
+    """One flash attention kernel over ``count`` layers that see ``window`` keys (None: all). ``v_head_dim``
+    and ``kv_shared`` (the values are the first ``v_head_dim`` elements of the cached keys: MLA's
+    latent) default to per-head K and V of ``head_dim``."""
+    act, kv_role = s.activation_dtype, "activation" if shape.training else "kv_cache"
+    if shape.training and shape.context_shards > 1:  # each query sees half the sequence on average (causal, balanced)
+        kv_tokens, causal = math.ceil(s.prompt_tokens / 2), False
+    else:
+        kv_tokens = shape.context if window is None else np.minimum(shape.context, window)
+        causal = shape.phase != "decode"
+    value_dim = head_dim if v_head_dim is None else v_head_dim
+    keys = _t((shape.batch, kv_heads, kv_tokens, head_dim), s.kv_dtype, kv_role)
+    inputs = (_t((shape.batch, heads, shape.seq, head_dim), act), keys) if kv_shared else \
+        (_t((shape.batch, heads, shape.seq, head_dim), act), keys,
+         _t((shape.batch, kv_heads, kv_tokens, value_dim), s.kv_dtype, kv_role))
+    extra: dict[str, Any] = {"window": window} if window else {}
+    if v_head_dim is not None:
+        extra["v_head_dim"] = v_head_dim
+    if kv_shared:
+        extra["kv_shared"] = True
+    return Op(name=name, kind="attention", count=count, provenance="aten._scaled_dot_product_flash_attention",
+              inputs=inputs, outputs=(_t((shape.batch, heads, shape.seq, value_dim), act),),
+              attrs={"batch": shape.batch, "heads": heads, "kv_heads": kv_heads, "seq_q": shape.seq,
+                     "seq_kv": kv_tokens if shape.training else shape.context, "head_dim": head_dim, "causal": causal,
+                     "implementation": "flash", "dtype": act, **extra})
+
+
+def _sdpa_ops(a: Architecture, s: Scenario, shape: _Shape, groups: LayerGroups, **kernel: Any) -> list[Op]:
+    """One attention op per window the stage's layers use (``layers.attn.sdpa`` for the first kind,
+    ``layers.attn.sdpa_window<W>`` / ``sdpa_full`` for the others)."""
+    ops = []
+    for index, (window, count) in enumerate(groups.windows.items()):
+        name = "layers.attn.sdpa" if index == 0 else f"layers.attn.sdpa_{f'window{window}' if window else 'full'}"
+        ops.append(_sdpa(name, a, s, shape, window=window, count=count, **kernel))
+    return ops
+
+
+def _attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, groups: LayerGroups) -> list[Op]:
+    """Per-head attention (MHA, GQA, MQA): q, k, v projections, the kernels, the output projection."""
+    heads, kv_heads, layers, tokens = a.heads // p.tp, max(a.kv_heads // p.tp, 1), shape.layers, shape.tokens
+    ops = [_linear("layers.attn.q_proj", tokens, a.hidden, heads * a.head_dim, s, layers),
+           _linear("layers.attn.k_proj", tokens, a.hidden, kv_heads * a.head_dim, s, layers),
+           _linear("layers.attn.v_proj", tokens, a.hidden, kv_heads * a.head_dim, s, layers)]
+    if a.qk_norm:  # RMSNorm over each query and key head (Qwen3, Gemma 3)
+        ops.append(_elementwise("layers.attn.qk_norm", tokens, (heads + kv_heads) * a.head_dim, s.activation_dtype,
+                                layers, kind="norm", norm="rms"))
+    if shape.training and shape.context_shards > 1:  # K and V blocks travel the ring before the kernel uses them
+        kv_bytes = 2 * shape.batch * kv_heads * s.prompt_tokens * a.head_dim * DTYPES[s.kv_dtype].bytes_per_element
+        ops.append(_collective("layers.attn.context_ring", "all_gather", kv_bytes, shape.context_shards,
+                               s.activation_dtype, layers))
+    ops += _sdpa_ops(a, s, shape, groups, heads=heads, kv_heads=kv_heads, head_dim=a.head_dim)
+    ops.append(_linear("layers.attn.o_proj", tokens, heads * a.head_dim, a.hidden, s, layers))
+    return ops
+
+
+def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, groups: LayerGroups) -> list[Op]:
+    """Multi-head latent attention (DeepSeek-V2/V3). Heads are split by tp; the down-projections and
+    the latent cache are replicated on every chip (vLLM and SGLang's MLA under tensor parallelism).
+
+    Prefill and training *materialize* keys and values: ``kv_b_proj`` up-projects every token's
+    latent, then a per-head kernel of head dim nope + rope for q.k and ``v_head_dim`` for values.
+    Decode *absorbs* the up-projections into the query and the output (FlashMLA; arXiv 2405.04434,
+    appendix C): queries become ``kv_lora_rank``-wide, the kernel is multi-query over the cached
+    latent + rotary key (keys 576 wide for DeepSeek-V3, values its first 512: one read of the cache),
+    and the output is projected back per head before ``o_proj``."""
+    m, act, tokens, layers = a.latent, s.activation_dtype, shape.tokens, shape.layers
+    assert m is not None
+    heads = a.heads // p.tp
+    ops = []
+    if m.q_lora_rank is None:
+        ops.append(_linear("layers.attn.q_proj", tokens, a.hidden, heads * m.qk_head_dim, s, layers))
+    else:
+        ops += [_linear("layers.attn.q_a_proj", tokens, a.hidden, m.q_lora_rank, s, layers),
+                _elementwise("layers.attn.q_a_norm", tokens, m.q_lora_rank, act, layers, kind="norm", norm="rms"),
+                _linear("layers.attn.q_b_proj", tokens, m.q_lora_rank, heads * m.qk_head_dim, s, layers)]
+    ops += [_linear("layers.attn.kv_a_proj", tokens, a.hidden, m.cached_width, s, layers),
+            _elementwise("layers.attn.kv_a_norm", tokens, m.kv_lora_rank, act, layers, kind="norm", norm="rms")]
+    if shape.phase == "decode":
+        ops += [_linear("layers.attn.q_absorb", tokens, m.qk_nope_head_dim, m.kv_lora_rank, s, layers, batch=heads),
+                *_sdpa_ops(a, s, shape, groups, heads=heads, kv_heads=1, head_dim=m.cached_width,
+                           v_head_dim=m.kv_lora_rank, kv_shared=True),
+                _linear("layers.attn.v_absorb", tokens, m.kv_lora_rank, m.v_head_dim, s, layers, batch=heads)]
+    else:
+        ops += [_linear("layers.attn.kv_b_proj", tokens, m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim),
+                        s, layers),
+                *_sdpa_ops(a, s, shape, groups, heads=heads, kv_heads=heads, head_dim=m.qk_head_dim,
+                           v_head_dim=m.v_head_dim)]
+    ops.append(_linear("layers.attn.o_proj", tokens, heads * m.v_head_dim, a.hidden, s, layers))
+    return ops
+
+
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
                 context, context_shards: int = 1, sequence_parallel: bool = False,
                 moe_capacity_factor: float | None = None) -> Graph:
@@ -176,40 +321,22 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
     seq = s.prompt_tokens // context_shards if training else s.prompt_tokens if phase == "prefill" else 1
     tokens = batch * seq
-    layers = math.ceil(a.layers / p.pp)
-    heads = a.heads // p.tp
-    kv_heads = max(a.kv_heads // p.tp, 1)
+    groups = layer_groups(a, p.pp)
+    layers = groups.layers
     act, act_bytes = s.activation_dtype, DTYPES[s.activation_dtype].bytes_per_element
     hidden = a.hidden
     residual_bytes = tokens * hidden * act_bytes
     sharded = training and sequence_parallel and p.tp > 1
     rows_per_chip = tokens // p.tp if sharded else tokens  # the residual stream's rows on each chip
-    kv_role = "activation" if training else "kv_cache"
-    if training and context_shards > 1:  # each query sees half the sequence on average (causal, balanced)
-        kv_tokens, causal = math.ceil(s.prompt_tokens / 2), False
-    else:
-        kv_tokens, causal = a.cached_tokens(context), phase != "decode"
+    shape = _Shape(batch=batch, seq=seq, tokens=tokens, layers=layers, training=training, phase=phase,
+                   context=context, context_shards=context_shards)
     ops = [
         Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
            inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
            outputs=(_t((tokens, hidden), act),)),
         _elementwise("layers.input_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms"),
-        _linear("layers.attn.q_proj", tokens, hidden, heads * a.head_dim, s, layers),
-        _linear("layers.attn.k_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
-        _linear("layers.attn.v_proj", tokens, hidden, kv_heads * a.head_dim, s, layers),
-        Op(name="layers.attn.sdpa", kind="attention", count=layers, provenance="aten._scaled_dot_product_flash_attention",
-           inputs=(_t((batch, heads, seq, a.head_dim), act),
-                   _t((batch, kv_heads, kv_tokens, a.head_dim), s.kv_dtype, kv_role),
-                   _t((batch, kv_heads, kv_tokens, a.head_dim), s.kv_dtype, kv_role)),
-           outputs=(_t((batch, heads, seq, a.head_dim), act),),
-           attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq,
-                  "seq_kv": kv_tokens if training else context, "head_dim": a.head_dim, "causal": causal,
-                  "implementation": "flash", "dtype": act, **({"window": a.sliding_window} if a.sliding_window else {})}),
-        _linear("layers.attn.o_proj", tokens, heads * a.head_dim, hidden, s, layers),
+        *(_latent_attention(a, s, p, shape, groups) if a.latent is not None else _attention(a, s, p, shape, groups)),
     ]
-    if training and context_shards > 1:
-        kv_bytes = 2 * batch * kv_heads * s.prompt_tokens * a.head_dim * DTYPES[s.kv_dtype].bytes_per_element
-        ops.insert(-2, _collective("layers.attn.context_ring", "all_gather", kv_bytes, context_shards, act, layers))
     if sharded:
         ops.insert(2, _collective("layers.attn.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
         ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
@@ -219,36 +346,31 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
             _elementwise("layers.post_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms")]
     if sharded:
         ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
-    if a.experts > 1:
-        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, layers))
-    if a.experts > 1 and moe_capacity_factor is not None:
-        ops += _dropping_moe(a, s, batch, seq, a.intermediate // p.tp, layers, moe_capacity_factor)
-    elif a.experts > 1:
+    if groups.moe:
+        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, groups.moe))
+    if groups.moe and moe_capacity_factor is not None:
+        ops += _dropping_moe(a, s, batch, seq, a.expert_width // p.tp, groups.moe, moe_capacity_factor)
+    elif groups.moe:
         local_experts = a.experts // p.ep
         routed = tokens * a.experts_per_token / p.ep
         touched = minimum(local_experts, maximum(routed, 1))
         per_expert = whole(maximum(np.ceil(routed / touched), 1))
-        width = a.intermediate // (p.tp // p.ep)
+        width = a.expert_width // (p.tp // p.ep)
         if p.ep > 1:
-            ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
+            ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act,
+                                   groups.moe))
         touched = whole(touched)
-        ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, layers, batch=touched),
-                _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, layers, inputs=2,
+        ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, groups.moe, batch=touched),
+                _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, groups.moe, inputs=2,
                              flops_per_element=activation_flops_per_element(a.activation, gated=True)),
-                _linear("layers.moe.experts.down", per_expert, width, hidden, s, layers, batch=touched)]
+                _linear("layers.moe.experts.down", per_expert, width, hidden, s, groups.moe, batch=touched)]
         if p.ep > 1:
-            ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act, layers))
-    else:
-        width = a.intermediate // p.tp
-        if a.gated_mlp:
-            ops += [_linear("layers.mlp.gate_up_proj", tokens, hidden, 2 * width, s, layers),
-                    _elementwise("layers.mlp.act", tokens, width, act, layers, inputs=2,
-                                 flops_per_element=activation_flops_per_element(a.activation, gated=True))]
-        else:
-            ops += [_linear("layers.mlp.fc_in", tokens, hidden, width, s, layers),
-                    _elementwise("layers.mlp.act", tokens, width, act, layers,
-                                 flops_per_element=activation_flops_per_element(a.activation, gated=False))]
-        ops.append(_linear("layers.mlp.down_proj", tokens, width, hidden, s, layers))
+            ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act,
+                                   groups.moe))
+        if a.shared_intermediate:  # every token also passes the shared experts (a dense gated MLP, tp-split)
+            ops += _dense_mlp(a, s, "layers.moe.shared_experts", tokens, a.shared_intermediate // p.tp, groups.moe)
+    if groups.dense:
+        ops += _dense_mlp(a, s, "layers.mlp", tokens, a.intermediate // p.tp, groups.dense)
     if sharded:
         ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
     elif p.tp > 1:

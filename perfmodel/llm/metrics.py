@@ -182,18 +182,23 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     kv_bytes = DTYPES[scenario.kv_dtype].bytes_per_element
     act_bytes = DTYPES[scenario.activation_dtype].bytes_per_element
     a, tp, pp = architecture, parallelism.tp, parallelism.pp
-    stage_layers = math.ceil(a.layers / pp)
     stage_parameters = a.stage_parameters(pp)
-    kv_heads_share = max(a.kv_heads // tp, 1) / a.kv_heads
-    cached = a.cached_tokens(scenario.prompt_tokens + scenario.generated_tokens)
-    tokens = np.asarray(scenario.batch) * cached
-    kv = a.kv_bytes_per_token(kv_bytes) * stage_layers / a.layers * kv_heads_share * tokens
+    per_sequence = a.kv_cache_bytes(scenario.prompt_tokens + scenario.generated_tokens, kv_bytes, a.stage_layers(pp))
+    kv = per_sequence * a.kv_tp_share(tp) * np.asarray(scenario.batch)
     prompt_tokens = np.asarray(scenario.batch) * scenario.prompt_tokens
-    widest = a.hidden + a.intermediate * max(a.experts_per_token, 1) / tp
+    widest = a.hidden + _widest_mlp(a) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
     workspace = np.asarray(scenario.batch) * a.vocab / tp * LOGIT_BYTES
     return MemoryPerChip(weights=stage_parameters * weight_bytes / tp, kv_cache=kv, activations=activations,
                          workspace=workspace)
+
+
+def _widest_mlp(a: Architecture) -> int:
+    """The widest MLP activation a token makes: a dense layer's, or a MoE layer's routed experts'
+    and shared experts' together."""
+    moe = a.expert_width * max(a.experts_per_token, 1) + a.shared_intermediate if a.moe_layer_count else 0
+    dense = a.intermediate if a.moe_layer_count < a.layers else 0
+    return max(moe, dense)
 
 
 def placement(architecture: Architecture, hardware: Hardware, scenario: Scenario,

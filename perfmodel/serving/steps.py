@@ -25,7 +25,6 @@
 
 from __future__ import annotations
 
-import math
 from bisect import bisect_right
 from dataclasses import dataclass, replace
 
@@ -84,10 +83,10 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     if placed.external_store and not placed.weights_resident:
         weights = 0.0
     budget = capacity - weights - activations - workspace
-    stage_layers = math.ceil(a.layers / parallelism.pp)
-    kv_heads_share = max(a.kv_heads // parallelism.tp, 1) / a.kv_heads
-    per_token = a.kv_bytes_per_token(DTYPES[scenario.kv_dtype].bytes_per_element) * stage_layers / a.layers \
-        * kv_heads_share
+    # Blocks hold whole-context tokens: a model whose layers differ in window is charged the full
+    # context in every layer (a paged cache without a hybrid allocator; conservative).
+    per_token = len(a.stage_layers(parallelism.pp)) * a.kv_elements_per_token() \
+        * DTYPES[scenario.kv_dtype].bytes_per_element * a.kv_tp_share(parallelism.tp)
     blocks = int(budget // (per_token * block_size)) if budget > 0 else 0
     if blocks < 1:
         raise PerfmodelError(

@@ -1,0 +1,255 @@
+"""Architectures read off the models' own transformers classes (issue 30): parameter counts by module
+kind against the meta-device model, KV bytes against the cache the class allocates, the stored records
+of the shipped configs, refusals, and the new families priced by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+from perfmodel.errors import PerfmodelError  # noqa: E402
+from perfmodel.hardware.loader import load_hardware  # noqa: E402
+from perfmodel.llm import Parallelism, Scenario, from_hf_config, llm_predict  # noqa: E402
+from perfmodel.llm.architecture import architecture_record, is_native_block  # noqa: E402
+from perfmodel.llm.catalog import derived_records, load_architecture, load_config, model_names  # noqa: E402
+from perfmodel.llm.graphs import stage_graph  # noqa: E402
+from perfmodel.llm.metrics import memory_per_chip  # noqa: E402
+from perfmodel.llm.model_class import (  # noqa: E402
+    MODULE_KINDS,
+    architecture_from_class,
+    class_parameters_by_kind,
+    meta_model,
+    parameter_shapes,
+)
+
+# Each family's config class with its default values (a few layers fewer where the default is a full
+# model, to keep the test fast; the layer pattern fields stay consistent with the count).
+FAMILY_CONFIGS = {
+    "deepseek_v3": {"model_type": "deepseek_v3", "num_hidden_layers": 6, "first_k_dense_replace": 2},
+    "deepseek_v3 (no q_lora)": {"model_type": "deepseek_v3", "num_hidden_layers": 3, "first_k_dense_replace": 1,
+                                "q_lora_rank": None},
+    "qwen3": {"model_type": "qwen3", "num_hidden_layers": 4},
+    "qwen3_moe": {"model_type": "qwen3_moe", "num_hidden_layers": 4},
+    "qwen3_moe (dense layers)": {"model_type": "qwen3_moe", "num_hidden_layers": 4, "mlp_only_layers": [0, 2]},
+    "gpt_oss": {"model_type": "gpt_oss", "num_hidden_layers": 4},
+    "llama4_text": {"model_type": "llama4_text", "num_hidden_layers": 8, "interleave_moe_layer_step": 2},
+    "gemma3_text": {"model_type": "gemma3_text", "num_hidden_layers": 12},
+    "mistral": {"model_type": "mistral", "num_hidden_layers": 2},
+    "phi3": {"model_type": "phi3", "num_hidden_layers": 2},
+    "granite": {"model_type": "granite", "num_hidden_layers": 2},
+    "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2},
+    "llama": {"model_type": "llama", "num_hidden_layers": 2},
+    "gptj": {"model_type": "gptj", "n_layer": 2},
+}
+SHIPPED_CLASS_MODELS = [name for name in model_names() if not is_native_block(load_config(name))]
+
+
+def _meta_counts(config):
+    """Total and per-kind parameters of the meta-device model itself (the oracle)."""
+    _, model = meta_model(config)
+    shapes = parameter_shapes(model)
+    return sum(parameter.numel() for parameter in model.parameters()), class_parameters_by_kind(shapes)
+
+
+@pytest.mark.parametrize("label", sorted(FAMILY_CONFIGS))
+def test_family_parameter_count_equals_the_meta_model_by_module_kind(label):
+    config = FAMILY_CONFIGS[label]
+    total, by_kind = _meta_counts(config)
+    architecture = architecture_from_class(config, label)
+    assert architecture.parameter_count() == total
+    assert architecture.parameters_by_kind() == by_kind
+    assert set(by_kind) == set(MODULE_KINDS)
+
+
+@pytest.mark.parametrize("name", SHIPPED_CLASS_MODELS)
+def test_shipped_record_is_what_the_class_gives(name):
+    """The stored record (read at run time without torch) is the class reading, and counts the meta model."""
+    config = load_config(name)
+    fresh = architecture_from_class(config, name)
+    assert derived_records()["models"][name] == architecture_record(fresh)
+    assert load_architecture(name) == fresh
+    total, _ = _meta_counts(config)
+    assert fresh.parameter_count() == total
+
+
+def test_the_families_of_the_issue_ship():
+    assert {"deepseek-v3", "deepseek-r1", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
+            "gpt-oss-120b", "llama-4-scout", "llama-4-maverick"} <= set(model_names())
+
+
+def test_issue_figures():
+    """The counts the issue quotes: DeepSeek-V3's class has 671,026,404,352 parameters (3 dense + 58 MoE layers),
+    Llama 4 Scout's text model 107.8 B, and Qwen3-MoE experts are 768/1536 wide, not intermediate_size."""
+    deepseek = load_architecture("deepseek-v3")
+    assert deepseek.parameter_count() == 671_026_404_352
+    assert (deepseek.moe_layer_count, deepseek.layers) == (58, 61)
+    assert load_architecture("llama-4-scout").parameter_count() == pytest.approx(107.8e9, rel=1e-3)
+    qwen = load_architecture("qwen3-30b-a3b")
+    assert qwen.expert_width == 768 and load_config("qwen3-30b-a3b")["intermediate_size"] == 6144
+    assert load_architecture("qwen3-235b-a22b").expert_width == 1536
+
+
+def _static_cache_bytes_per_token(config, context):
+    """Bytes per token of KV the class's StaticCache holds after a forward over ``context`` tokens (meta)."""
+    hf_config, model = meta_model(config)
+    cache = transformers.StaticCache(config=hf_config, max_cache_len=context)
+    ids = torch.zeros((1, context), dtype=torch.long, device="meta")
+    with torch.no_grad():
+        model(input_ids=ids, past_key_values=cache, use_cache=True)
+    held = sum(layer.keys.numel() + layer.values.numel() for layer in cache.layers)
+    return held * model.dtype.itemsize / context
+
+
+@pytest.mark.parametrize("label, context", [("llama", 64), ("qwen3", 64), ("gpt_oss", 512), ("gemma3_text", 2048),
+                                            ("mistral", 64)])
+def test_kv_bytes_equal_what_the_cache_class_allocates(label, context):
+    config = {**FAMILY_CONFIGS[label], "dtype": "bfloat16"}
+    architecture = architecture_from_class(config, label)
+    expected = _static_cache_bytes_per_token(config, context)
+    assert architecture.kv_cache_bytes(context, 2) / context == pytest.approx(expected, rel=1e-12)
+
+
+def test_windowed_layers_are_capped_at_their_window():
+    gpt_oss = load_architecture("gpt-oss-20b")
+    per_layer = gpt_oss.kv_elements_per_token() * 2  # bf16
+    # 12 sliding layers keep 128 tokens, 12 full layers keep everything.
+    assert gpt_oss.kv_cache_bytes(4096, 2) == 12 * per_layer * 128 + 12 * per_layer * 4096
+    assert gpt_oss.kv_cache_bytes(100, 2) == 24 * per_layer * 100
+
+
+def test_mla_caches_the_compressed_latent():
+    """DeepSeek-V3: 512 latent + 64 rotary key elements a layer (arXiv 2412.19437, section 2.1.1): 70,272 bytes
+    a token in bf16, replicated on every tensor-parallel chip."""
+    deepseek = load_architecture("deepseek-v3")
+    assert deepseek.kv_bytes_per_token(2) == 61 * 576 * 2 == 70_272
+    memory = memory_per_chip(deepseek, Scenario(batch=4, prompt_tokens=1000, generated_tokens=24), Parallelism(tp=8))
+    assert memory.kv_cache == 4 * 1024 * 70_272
+
+
+def test_mla_decode_reads_the_cache_once():
+    """The absorbed decode kernel is multi-query over the 576-wide cache and reads it once (values are its first
+    512 elements): the attention op's compulsory cache bytes are batch x context x 576 x 2."""
+    deepseek = load_architecture("deepseek-v3")
+    graph = stage_graph(deepseek, Scenario(batch=2, prompt_tokens=100, generated_tokens=1), Parallelism(tp=8),
+                        phase="decode", context=1000)
+    (sdpa,) = [op for op in graph.ops if op.kind == "attention"]
+    assert (sdpa.attrs["kv_heads"], sdpa.attrs["head_dim"], sdpa.attrs["v_head_dim"]) == (1, 576, 512)
+    assert [tensor.bytes for tensor in sdpa.inputs[1:]] == [2 * 1000 * 576 * 2]
+    assert sdpa.count == 61
+
+
+def _bound_by_the_weights(result, floor):
+    """The decode step's largest share is HBM, and that share is the weights' time (within 10%: the KV cache and
+    activations add to it, and the few weight-reading ops bound by something else count there); the step takes at
+    least the weights' time."""
+    hbm_s = result.time_by_bound_by_phase["decode"]["memory:hbm"]
+    assert result.bound_by_phase["decode"] == "memory:hbm"
+    assert 0.9 * floor < hbm_s < 1.1 * floor
+    assert result.tpot_s >= floor
+
+
+def _weight_bytes(graph):
+    return sum(op.count * tensor.bytes for op in graph.ops for tensor in op.inputs
+               if tensor.role == "weight" and op.kind != "embedding")
+
+
+def test_qwen3_235b_decode_streams_the_active_experts_by_hand():
+    """Qwen3-235B-A22B on 8 H100s, batch 8 (64 routed tokens a layer, top-8 of 128): each layer reads its tp
+    shard of attention (64 query heads; the 4 KV heads replicated once tp > 4), the router, and the 64 experts
+    the tokens reach, 1536/8 wide; plus the LM head's shard. On the datasheet roofline the step is bound by
+    those weights in HBM. (With the achievable overlay its per-kernel fixed costs dominate: issue 29.)"""
+    a = load_architecture("qwen3-235b-a22b")
+    scenario, layout = Scenario(batch=8, prompt_tokens=512, generated_tokens=1), Parallelism(tp=8)
+    graph = stage_graph(a, scenario, layout, phase="decode", context=512)
+    attention = 4096 * (8 * 128) * 2 + 4096 * 128 * 2
+    experts = 64 * 3 * 4096 * (1536 // 8)
+    per_layer = attention + 4096 * 128 + experts
+    assert _weight_bytes(graph) == (94 * per_layer + 4096 * 151936 // 8) * 2
+    h100 = load_hardware("h100-sxm")
+    result = llm_predict(a, h100, scenario, layout, mode="graph")
+    floor = _weight_bytes(graph) / h100.memory[-1].bandwidth_bytes_per_s
+    _bound_by_the_weights(result, floor)
+
+
+def test_deepseek_v3_decode_is_bound_by_weights_on_h200():
+    """DeepSeek-V3 in fp8 on 8 H200s at batch 8: 64 routed tokens reach 64 of 256 experts in each of the 58 MoE
+    layers, plus the shared expert; the step is bound by those weights on the datasheet roofline."""
+    a = load_architecture("deepseek-v3")
+    scenario = Scenario(batch=8, prompt_tokens=1024, generated_tokens=1, weight_dtype="fp8")
+    graph = stage_graph(a, scenario, Parallelism(tp=8), phase="decode", context=1024)
+    (routed,) = [op for op in graph.ops if op.name == "layers.moe.experts.gate_up"]
+    assert (routed.attrs["batch"], routed.attrs["n"], routed.count) == (64, 2 * 2048 // 8, 58)
+    h200 = load_hardware("h200-sxm")
+    result = llm_predict(a, h200, scenario, Parallelism(tp=8), mode="graph")
+    floor = _weight_bytes(graph) / h200.memory[-1].bandwidth_bytes_per_s
+    _bound_by_the_weights(result, floor)
+
+
+def test_uniform_models_keep_their_graph():
+    """Reading from the class changed nothing for the families read before: Llama's decode graph has one
+    attention op over all layers and a dense MLP."""
+    graph = stage_graph(load_architecture("llama-3.1-8b"), Scenario(batch=1, prompt_tokens=8, generated_tokens=1),
+                        Parallelism(), phase="decode", context=8)
+    assert [op.count for op in graph.ops if op.kind == "attention"] == [32]
+    assert "layers.mlp.gate_up_proj" in [op.name for op in graph.ops]
+
+
+def test_mixed_layers_are_grouped():
+    """gpt-oss: half the layers slide over 128 keys; Llama 4 Maverick: every other layer is MoE; DeepSeek: 3 dense
+    layers, then shared and routed experts."""
+    scenario = Scenario(batch=1, prompt_tokens=8, generated_tokens=1)
+    gpt = stage_graph(load_architecture("gpt-oss-20b"), scenario, Parallelism(), phase="decode", context=4096)
+    windows = {op.attrs.get("window"): op.count for op in gpt.ops if op.kind == "attention"}
+    assert windows == {128: 12, None: 12}
+    maverick = stage_graph(load_architecture("llama-4-maverick"), scenario, Parallelism(), phase="decode", context=8)
+    counts = {op.name: op.count for op in maverick.ops}
+    assert counts["layers.mlp.gate_up_proj"] == 24 and counts["layers.moe.experts.gate_up"] == 24
+    assert counts["layers.moe.shared_experts.gate_up_proj"] == 24
+    deepseek = stage_graph(load_architecture("deepseek-v3"), scenario, Parallelism(), phase="prefill", context=8)
+    counts = {op.name: op.count for op in deepseek.ops}
+    assert counts["layers.mlp.gate_up_proj"] == 3 and counts["layers.moe.router"] == 58
+    assert counts["layers.attn.kv_b_proj"] == 61
+
+
+def test_pipeline_stage_is_the_heaviest_slice():
+    a = load_architecture("deepseek-v3")
+    stage = a.stage_layers(2)
+    assert stage == range(31, 61)  # the second half has no dense layers
+    assert a.stage_parameters(2) > a.stage_parameters(1) / 2
+
+
+@pytest.mark.parametrize("config, needle", [
+    ({"model_type": "qwen2_moe", "num_hidden_layers": 2}, "shared_expert_gate"),
+    ({"model_type": "no_such_model"}, "not a model class the installed transformers"),
+    ({"model_type": "mamba2", "num_hidden_layers": 2}, "does not price"),
+])
+def test_unpriceable_models_are_refused_naming_the_module(config, needle):
+    with pytest.raises(PerfmodelError, match=needle):
+        architecture_from_class(config, "x")
+
+
+@pytest.mark.parametrize("config", [
+    {"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+     "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 64, "moe_intermediate_size": 16},
+    {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+     "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 64, "attention_bias": True},
+])
+def test_hand_reader_refuses_what_it_cannot_price(config):
+    """The silent 8x expert weights of issue 30: the hand reader no longer accepts a family it does not price."""
+    with pytest.raises(PerfmodelError, match="transformers class|changes the structure"):
+        from_hf_config(config)
+
+
+def test_a_user_config_goes_through_its_class(tmp_path):
+    import json
+
+    path = tmp_path / "tiny_qwen3_moe.json"
+    config = {"model_type": "qwen3_moe", "hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "head_dim": 16, "intermediate_size": 128, "moe_intermediate_size": 16, "num_experts": 8,
+              "num_experts_per_tok": 2, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 64}
+    path.write_text(json.dumps(config))
+    architecture = load_architecture(path)
+    assert architecture.expert_width == 16 and architecture.experts == 8
+    assert architecture.parameter_count() == _meta_counts(config)[0]
