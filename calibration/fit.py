@@ -105,6 +105,10 @@ class Components:
     link_names: tuple[str, ...] = ()      # the link each op uses ("" for none)
     serial: np.ndarray | None = None      # vector kernels whose compute and data movement add up (the engine's)
     library_s: np.ndarray | None = None   # host cost of library calls (the mode's table), not scaled with the launch cost
+    # Levels whose efficiency and latency stay at the datasheet: the data cannot tell them from another
+    # component (a GPU's shared memory feeds the tensor cores inside every GEMM kernel, so kernel times
+    # alone cannot separate its bandwidth from the tensor-core rate: fitting both leaves one arbitrary).
+    datasheet_levels: tuple[str, ...] = ()
 
     @property
     def link_time(self) -> np.ndarray:
@@ -181,7 +185,8 @@ class FitResult:
                           link_efficiency=group("link:"), collective_latency_s=group("collective_latency:"))
 
 
-def components(records, hardware: Hardware, mode: str | None = None) -> Components:
+def components(records, hardware: Hardware, mode: str | None = None,
+               datasheet_levels: tuple[str, ...] = ()) -> Components:
     graphs = [record.graph() for record in records]
     merged, owner = concatenate(graphs)
     # Always from the datasheet: a calibrated spec's own factors must not become the starting point.
@@ -200,7 +205,8 @@ def components(records, hardware: Hardware, mode: str | None = None) -> Componen
                       execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
                       records=len(records), link_s=arrays.link_s,
                       link_names=tuple(cost.link or "" for cost in arrays.costs),
-                      serial=serial_vector_kernels(hardware, arrays.costs, merged.ops))
+                      serial=serial_vector_kernels(hardware, arrays.costs, merged.ops),
+                      datasheet_levels=datasheet_levels)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -316,6 +322,8 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     memory_latency = []
     level_defaults: list[tuple[str, str]] = []
     for index, name in enumerate(parts.level_names):
+        if name in parts.datasheet_levels:
+            continue
         binding = in_subset & (parts.memory_s[index] >= BINDING_SHARE * busy) & (parts.memory_s[index] > 0)
         covered = np.zeros_like(binding)
         # Per-kind efficiencies only where the data are plentiful: the outermost level, when at least
@@ -490,14 +498,15 @@ def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, folds: int = 5,
-        extra_seeds: int = 4, parts: Components | None = None) -> FitResult:
+        extra_seeds: int = 4, parts: Components | None = None, datasheet_levels: tuple[str, ...] = ()) -> FitResult:
     """Fit on all records; report the held-out error of a random half split and of k folds.
 
     ``parts``: the model's components of the records when they do not come from re-evaluating each
-    record's graph (the counter route builds them from measured FLOPs and bytes)."""
+    record's graph (the counter route builds them from measured FLOPs and bytes). ``datasheet_levels``:
+    memory levels left at the datasheet (``Components.datasheet_levels``)."""
     if len(records) < 4:
         raise PerfmodelError(f"a fit needs at least 4 measurements, got {len(records)}")
-    parts = components(records, hardware, mode) if parts is None else parts
+    parts = components(records, hardware, mode, datasheet_levels) if parts is None else parts
     measured = np.asarray([record.duration_s for record in records])
     everything = np.arange(len(records))
     weights = spread_weights(records)

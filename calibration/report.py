@@ -118,11 +118,14 @@ def save_residual_chart(result: FitResult, path: str | Path) -> None:
 
 def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements: Path, output: Path,
                      records, *, name: str | None = None, kind: str = "calibrated",
-                     provenance: dict | None = None, description: str | None = None) -> str:
+                     provenance: dict | None = None, description: str | None = None,
+                     overrides: dict | None = None) -> str:
     """A spec that extends ``base`` (a catalog name, or a file in the output's directory).
 
     ``provenance`` replaces the ``calibration`` source entry (kind and note) and ``description`` the
-    spec's description, for parameters that were not fitted to ``spec`` itself (a sibling's estimate)."""
+    spec's description, for parameters that were not fitted to ``spec`` itself (a sibling's estimate).
+    ``overrides``: top-level sections merged over the base's (``links``: a datasheet figure the fit
+    replaced, with ``field_sources`` naming the calibration)."""
     from perfmodel.hardware.loader import catalog_index
 
     if base not in catalog_index():
@@ -152,6 +155,8 @@ def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements:
                      + (f"; at a bound of the fit, so not written: {', '.join(result.at_bounds)}"
                         if result.at_bounds else ""))})}},
     }
+    for key, value in (overrides or {}).items():  # a mapping merges into the section written above
+        data[key] = {**data[key], **value} if isinstance(data.get(key), dict) and isinstance(value, dict) else value
     identified = result.identified()
     if "kernel_launch_s" in identified:
         mode = spec.scheduling.default_mode

@@ -101,6 +101,21 @@ MODELS = [
 ]
 
 
+ENGINES = [(r"TensorRT-LLM", "trtllm"), (r"vLLM", "vllm"), (r"SGLang", "sglang")]  # the engine a row names
+
+
+def _serving_spec(spec: str, system: str, ideal: bool, engine: str | None) -> str:
+    """The spec an LLM row is priced on: the overlay of the engine it was measured with (``engine`` None:
+    the one its system names) where one ships for the device, else the device (its achievable overlay).
+    ``engine`` ``none``: the device for every row; an engine name: that engine's overlay wherever it ships."""
+    from perfmodel.hardware.loader import NO_ENGINE, engine_overlays
+
+    if ideal or engine == NO_ENGINE:
+        return spec
+    named, _ = _first(ENGINES, system) if engine is None else (engine, True)
+    return f"{spec}-{named}" if named in engine_overlays(spec) else spec
+
+
 def _first(patterns, text):
     for pattern, value in patterns:
         if re.search(pattern, text):
@@ -454,7 +469,7 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
     raise _Skip(f"metric {row['metric']!r} is not a training metric the model predicts")
 
 
-def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
+def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None = None) -> ValidationRow:
     base = dict(line=line, group=row["group"], system=row["system"], workload=row["workload"], metric=row["metric"],
                 measured=_number(row["value"]), unit=row["unit"])
     try:
@@ -478,6 +493,7 @@ def validate_row(line: int, row: dict, ideal: bool = False) -> ValidationRow:
                 raise _Skip("no shipped config for this model")
             if "unstated" in row["chips"].lower() and spec != "groq-lpu-v1":
                 raise _Skip("chip count not stated")
+            spec = _serving_spec(spec, row["system"], ideal, engine)
             predicted, how = _llm_row(row, spec, model, ideal)
         resolved = load_for_prediction(spec, ideal=ideal)
         return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how)
@@ -491,20 +507,21 @@ def default_csv() -> Path:
     return data_directory("workloads") / "validation" / "published_measurements.csv"
 
 
-def validate(path: str | Path | None = None, *, ideal: bool = False) -> list[ValidationRow]:
+def validate(path: str | Path | None = None, *, ideal: bool = False, engine: str | None = None) -> list[ValidationRow]:
     """Every row predicted (or skipped with its reason), with each device's achievable overlay where
-    one ships, or the datasheet specs with ``ideal``. Results are remembered per file (and its
+    one ships (an LLM row on a GPU: the overlay of the engine it names, ``_serving_spec``), or the
+    datasheet specs with ``ideal``. Results are remembered per file (and its
     modification time) within a process: the serving rows simulate tens of thousands of requests."""
     path = Path(path) if path else default_csv()
     try:
         stamp = path.stat().st_mtime_ns
     except OSError as error:
         raise PerfmodelError(f"cannot read {path}: {error}") from None
-    return list(_validate_file(str(path.resolve()), stamp, ideal))
+    return list(_validate_file(str(path.resolve()), stamp, ideal, engine))
 
 
 @functools.lru_cache(maxsize=8)
-def _validate_file(path: str, stamp: int, ideal: bool) -> tuple[ValidationRow, ...]:
+def _validate_file(path: str, stamp: int, ideal: bool, engine: str | None) -> tuple[ValidationRow, ...]:
     with Path(path).open(newline="", encoding="utf-8") as stream:
         reader = csv.DictReader(stream)
         required = {"group", "system", "chips", "workload", "precision", "batch", "input_len", "output_len", "metric",
@@ -512,7 +529,7 @@ def _validate_file(path: str, stamp: int, ideal: bool) -> tuple[ValidationRow, .
         missing = required - set(reader.fieldnames or [])
         if missing:
             raise PerfmodelError(f"{path}: missing column(s) {sorted(missing)}")
-        return tuple(validate_row(number, row, ideal) for number, row in enumerate(reader, start=2))
+        return tuple(validate_row(number, row, ideal, engine) for number, row in enumerate(reader, start=2))
 
 
 def summary(rows: list[ValidationRow]) -> dict:

@@ -85,6 +85,9 @@ def test_predictions_name_their_parameter_set(capsys):
     assert main(["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--json"]) == 0
     import json
 
+    # llm, serve and size price a GPU with its default serving engine's overlay; --engine none: the achievable one
+    assert json.loads(capsys.readouterr().out)["parameters"] == "achievable (h100-sxm-trtllm)"
+    assert main(["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--engine", "none", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["parameters"] == "achievable (h100-sxm-achievable)"
     assert main(["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--ideal", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["parameters"] == "ideal (datasheet)"

@@ -215,7 +215,7 @@ def test_llm_prints_one_row_per_scenario(capsys):
     results = json.loads(capsys.readouterr().out)
     assert [(r["batch"], r["prompt"], r["gen"]) for r in results] == [(1, 128, 32), (1, 512, 32), (8, 128, 32),
                                                                      (8, 512, 32)]
-    single = llm_predict(load_architecture("llama-2-7b"), load_for_prediction("h100-sxm"),
+    single = llm_predict(load_architecture("llama-2-7b"), load_for_prediction("h100-sxm", engine=None),
                          Scenario(batch=8, prompt_tokens=512, generated_tokens=32), mode="graph")
     assert results[3]["tpot_s"] == pytest.approx(single.tpot_s)
     assert main(argv) == 0

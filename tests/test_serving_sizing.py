@@ -145,7 +145,7 @@ def test_cli_table_names_the_parameter_set_and_explains_a_miss(capsys):
     assert main(["size", "--model", MODEL, *SMALL, "--rate", "1/s", "--ttft-p99", "1ms", "--tpot-p99", "50ms"]) == 0
     out = capsys.readouterr().out
     assert "TTFT p99 <= 1 ms" in out and "misses the targets" in out
-    assert "parameters: h100-sxm achievable (h100-sxm-achievable)" in out
+    assert "parameters: h100-sxm achievable (h100-sxm-trtllm)" in out  # the default engine's overlay
 
 
 @pytest.mark.parametrize(("extra", "flag"), [

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
+    add_engine_argument,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
@@ -59,6 +60,7 @@ def register(commands) -> None:
                           "captured from the transformers model class (~43 kernels and ~40 views a layer)")
     add_set_argument(llm)
     add_ideal_argument(llm)
+    add_engine_argument(llm)
     llm.add_argument("--json", action="store_true")
     llm.set_defaults(handler=_llm)
 
@@ -101,6 +103,7 @@ def register(commands) -> None:
     size.add_argument("--mode", choices=mode_choices(), help=mode_help() + " " + FAMILY_MODES_PLACEHOLDER)
     add_set_argument(size)
     add_ideal_argument(size)
+    add_engine_argument(size)
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
 
@@ -166,7 +169,8 @@ def _llm(args) -> int:
 
     _check_counts(args, ("concurrency", "max_tokens_per_step"))
     architecture = load_architecture(args.model)
-    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
+    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal,
+                                   engine=args.engine)
     scenarios = [(batch, prompt, gen) for batch in args.batch for prompt in args.prompt for gen in args.gen]
     if len(scenarios) > 1:
         return _llm_table(args, architecture, hardware, scenarios)
@@ -319,7 +323,7 @@ def _size(args) -> int:
     overrides = parse_overrides(args.set) or None
     sizings, unavailable = [], {}
     for name in names:
-        hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal)
+        hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal, engine=args.engine)
         try:  # a system that does not offer the requested mode (eager on Groq) is reported, not sized
             mode = resolve_mode(hardware, args.mode)
         except PerfmodelError as error:

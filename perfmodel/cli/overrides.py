@@ -64,6 +64,17 @@ def add_ideal_argument(parser) -> None:
     parser.add_argument("--ideal", action="store_true", help=IDEAL_HELP)
 
 
+def add_engine_argument(parser) -> None:
+    """``--engine``: the serving engine whose measured kernels price a GPU (its ``<device>-<engine>`` overlay)."""
+    from perfmodel.hardware.loader import DEFAULT_SERVING_ENGINE, NO_ENGINE, SERVING_ENGINES
+
+    parser.add_argument("--engine", choices=SERVING_ENGINES + (NO_ENGINE,), default=None, help=(
+        "the serving engine whose kernels price the device: its <device>-<engine> overlay, fitted to the per-op "
+        f"latencies NVIDIA measured inside that engine (default: {DEFAULT_SERVING_ENGINE} where the device has one; "
+        f"{NO_ENGINE}: the engine-independent achievable overlay); engine overlays run in graph mode (CUDA graphs) "
+        "unless --mode says otherwise"))
+
+
 def add_mode_argument(parser) -> None:
     from perfmodel.hardware.execution_models import mode_choices, mode_help
 

@@ -9,6 +9,7 @@ from pathlib import Path
 from perfmodel.cli.llm_command import _check_counts, _rate
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
+    add_engine_argument,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
@@ -85,6 +86,7 @@ def register(commands) -> None:
     add_mode_argument(serve)
     add_set_argument(serve)
     add_ideal_argument(serve)
+    add_engine_argument(serve)
     serve.add_argument("--json", action="store_true")
     serve.add_argument("--chart", type=Path, metavar="FILE.png",
                        help="write a chart (.png, .svg or .pdf): the TTFT, TPOT and inter-token latency "
@@ -180,7 +182,8 @@ def _serve(args) -> int:
     else:
         prompt.check_context(architecture.max_positions, architecture.name, "--prompt-dist")
         output.check_context(architecture.max_positions, architecture.name, "--output-dist")
-    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
+    hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal,
+                                   engine=args.engine)
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
                            block_size=args.block_size, memory_utilization=args.memory_utilization,
                            kv_admission=args.kv_admission)

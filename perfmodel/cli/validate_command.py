@@ -15,6 +15,11 @@ def register(commands) -> None:
     validate.add_argument("--json", action="store_true")
     validate.add_argument("--skipped", action="store_true", help="also list the skipped rows with their reasons")
     add_ideal_argument(validate)
+    from perfmodel.hardware.loader import NO_ENGINE, SERVING_ENGINES
+
+    validate.add_argument("--engine", choices=SERVING_ENGINES + (NO_ENGINE,), default=None, help=(
+        "price every GPU LLM row with this engine's overlay where one ships (default: the engine the row names, "
+        f"its system's 'TensorRT-LLM', 'vLLM' or 'SGLang'; {NO_ENGINE}: the engine-independent achievable overlays)"))
     validate.set_defaults(handler=_validate)
 
 
@@ -25,7 +30,7 @@ def _short(text: str, width: int) -> str:
 def _validate(args) -> int:
     from perfmodel.validation import summary, validate
 
-    rows = validate(args.csv, ideal=args.ideal)
+    rows = validate(args.csv, ideal=args.ideal, engine=args.engine)
     totals = summary(rows)
     if args.json:
         print(json_text({"rows": [{**to_jsonable(row), "error": row.error} for row in rows], "summary": totals}))
@@ -36,8 +41,12 @@ def _validate(args) -> int:
               _short(row.how, 60)] for row in predicted]
     print(format_table(["line", "group", "spec", "workload", "metric", "measured", "predicted", "error", "how"], table))
     overlays = sorted({row.hardware for row in predicted if row.hardware.endswith("-achievable")})
+    from perfmodel.hardware.loader import SERVING_ENGINES
+
+    engines = sorted({row.hardware for row in predicted if row.hardware.endswith(tuple(f"-{e}" for e in SERVING_ENGINES))})
     print("\nparameters: " + ("ideal (datasheet) everywhere" if args.ideal else
-                             f"achievable overlays where they ship ({', '.join(overlays)}), datasheet elsewhere"))
+                             f"achievable overlays where they ship ({', '.join(overlays)}), serving-engine overlays for "
+                             f"the LLM rows of the engine each names ({', '.join(engines) or 'none'}), datasheet elsewhere"))
     print(f"{totals['predicted']} rows predicted, {totals['skipped']} skipped; median |error| "
           f"{100 * totals['all']:.0f}%" if totals["all"] is not None else "no row predicted")
     print("median |error| by group:  " + ", ".join(f"{k} {100 * v:.0f}%" for k, v in totals["group"].items()))

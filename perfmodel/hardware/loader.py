@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal, Mapping, Union, get_args, get_origin
 
-from perfmodel.errors import Problem, SpecError, UnitError
+from perfmodel.errors import PerfmodelError, Problem, SpecError, UnitError
 from perfmodel.hardware import model
 from perfmodel.hardware.compiled import stored_hardware, stored_names
 from perfmodel.paths import spec_directories
@@ -435,6 +435,45 @@ def _problems_from_validation(error: ValidationError, merged: _Merged, file: str
 ACHIEVABLE_SUFFIX = "-achievable"
 
 
+#: Serving engines with per-engine overlays (``<device>-<engine>.yaml``: the device's parameters fitted to the
+#: kernels that engine runs, ``calibration.engine_overlays``). ``none`` asks for the engine-independent
+#: achievable overlay (published microbenchmarks).
+SERVING_ENGINES = ("trtllm", "vllm", "sglang")
+NO_ENGINE = "none"
+#: The engine ``llm``, ``serve`` and ``size`` price a GPU with when none is named: TensorRT-LLM, NVIDIA's
+#: own engine, the one NVIDIA's published serving results (its performance tables, MLPerf submissions)
+#: were measured with; vLLM and SGLang are a flag away.
+DEFAULT_SERVING_ENGINE = "trtllm"
+
+
+def _shipped(name: str) -> bool:
+    stored = stored_names()  # the current stored catalog knows the shipped names without reading a file
+    return name in stored if stored is not None else _file_named(name) is not None
+
+
+def engine_overlays(name: str) -> tuple[str, ...]:
+    """The serving engines with an overlay shipped for catalog device ``name``."""
+    return tuple(engine for engine in SERVING_ENGINES if _shipped(f"{name}-{engine}"))
+
+
+def serving_spec_name(name: str, engine: str | None) -> str:
+    """The spec a serving prediction on ``name`` uses: ``<name>-<engine>`` for a named engine (an error if
+    none ships), the default engine's where the device has one and no engine is named, else ``name``
+    (whose achievable overlay ``load_for_prediction`` then takes). ``engine='none'``: ``name``."""
+    if engine == NO_ENGINE:
+        return name
+    available = engine_overlays(name)
+    if engine is None:
+        return f"{name}-{DEFAULT_SERVING_ENGINE}" if DEFAULT_SERVING_ENGINE in available else name
+    if engine not in SERVING_ENGINES:
+        raise PerfmodelError(f"--engine {engine!r}: expected one of {', '.join(SERVING_ENGINES + (NO_ENGINE,))}")
+    if engine not in available:
+        raise PerfmodelError(f"no {engine} overlay ships for {name!r} (engines measured there: "
+                             f"{', '.join(available) or 'none'}); use --engine {NO_ENGINE} for its "
+                             "engine-independent parameters, or --ideal for the datasheet")
+    return f"{name}-{engine}"
+
+
 def achievable_name(name: str) -> str | None:
     """The catalog name of ``name``'s achievable overlay, if one ships (None otherwise). An overlay is
     found by its file name, ``<name>-achievable.yaml`` declaring that name, so that predicting on a
@@ -449,10 +488,16 @@ def achievable_name(name: str) -> str | None:
 
 
 def load_for_prediction(name_or_path: str | Path, overrides: Mapping[str, Any] | None = None, *,
-                        ideal: bool = False) -> model.Hardware:
+                        ideal: bool = False, engine: str | None = NO_ENGINE) -> model.Hardware:
     """The spec predictions use: a catalog device's achievable overlay (efficiencies fitted to
     published microbenchmarks) where one ships, unless ``ideal`` asks for the datasheet roofline.
-    A path, an overlay or a device without one loads as given; the result names its parameter set."""
+    ``engine``: a serving engine's overlay (``serving_spec_name``; None: the default engine's where one
+    ships). A path, an overlay or a device without one loads as given; the result names its parameter set."""
+    if not ideal and engine != NO_ENGINE and isinstance(name_or_path, str) and _shipped(name_or_path):
+        name_or_path = serving_spec_name(name_or_path, engine)
+    elif not ideal and engine not in (None, NO_ENGINE):
+        raise SpecError([Problem(file=str(name_or_path), line=None, field="", message=(
+            f"--engine {engine} needs a catalog device name (its <device>-{engine} overlay), not a path"))])
     overlay = None if ideal else achievable_name(str(name_or_path))
     return load_hardware(overlay or name_or_path, overrides)
 

@@ -1,0 +1,107 @@
+"""Held-out per-op error of the per-engine overlays (issue 29), on the serving engines' own kernel tables.
+
+Two protocols, per GPU and engine, per kind of op (GEMM bf16 / fp8, prefill attention, decode attention,
+the engine's all-reduce):
+* **random half**: fit on a random half of each class of the sampled shapes, predict the other half
+  (``calibration.fit.heldout_half``, seed 0);
+* **next version**: fit on the previous engine version's tables, predict the newest version's (only the
+  kinds measured in two versions; the overlay is written and loaded as shipped, then each row is
+  evaluated with the kernels timed alone, as the tables time them).
+
+Needs the ``calibration`` extra (``aiconfigurator-core``). Writes a table to stdout and JSON to
+``--json`` (default ``benchmarks/results/engine_overlay_heldout.json``).
+
+    python benchmarks/engine_overlay_heldout.py [--gpu h100-sxm ...] [--engine sglang ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from calibration import aiconfigurator as tables  # noqa: E402
+from calibration.achievable import device_time_hardware  # noqa: E402
+from calibration.engine_overlays import fit_engine, measured_engines, overlay_text  # noqa: E402
+from perfmodel.hardware.loader import load_hardware  # noqa: E402
+from perfmodel.jsonable import json_text  # noqa: E402
+from perfmodel.roofline import evaluate  # noqa: E402
+from perfmodel.tables import format_table  # noqa: E402
+from perfmodel.yaml_source import write_text_atomically  # noqa: E402
+
+KINDS = ("gemm:bf16", "gemm:fp8", "prefill_attention", "decode_attention", "all_reduce")
+
+
+def _previous_versions(gpu: str, engine: str) -> dict[str, str]:
+    previous = {}
+    for kind in tables.TABLES:
+        measured = tables.versions(gpu, engine, kind)
+        if len(measured) >= 2:
+            previous[kind] = measured[-2]
+    return previous
+
+
+def _errors_on(records, overlay_file: Path) -> dict[str, float]:
+    hardware = device_time_hardware(load_hardware(overlay_file))
+    errors: dict[str, list[float]] = {}
+    for record in records:
+        predicted = evaluate(record.graph(), hardware, mode="graph").total_s
+        errors.setdefault(record.op_class, []).append(abs(predicted / record.duration_s - 1))
+    return {name: statistics.median(values) for name, values in errors.items()}
+
+
+def run(gpus, engines) -> list[dict]:
+    rows = []
+    for gpu in gpus:
+        for engine in measured_engines(gpu):
+            if engine not in engines:
+                continue
+            fitted = fit_engine(gpu, engine, heldout=False)
+            entry = {"gpu": gpu, "engine": engine, "versions": fitted.versions, "records": len(fitted.records),
+                     "random_half": fitted.result.heldout_by_class, "next_version": {}, "previous_versions": {}}
+            previous = _previous_versions(gpu, engine)
+            if previous:
+                older = fit_engine(gpu, engine, heldout=False, versions_by_kind=previous)
+                newest, _, _ = tables.engine_records(gpu, engine, seed=1)
+                checked = [record for record in newest if record.op_class.split(":")[0] in previous]
+                with tempfile.TemporaryDirectory() as folder:
+                    overlay = Path(folder) / f"{older.name}.yaml"
+                    write_text_atomically(overlay, overlay_text(older))
+                    entry["next_version"] = _errors_on(checked, overlay)
+                entry["previous_versions"] = previous
+            rows.append(entry)
+            print(f"{gpu} {engine}: done", file=sys.stderr)
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--gpu", nargs="*", default=list(tables.GPU_FOLDERS))
+    parser.add_argument("--engine", nargs="*", default=list(tables.ENGINES))
+    parser.add_argument("--json", type=Path, default=Path(__file__).resolve().parent / "results"
+                        / "engine_overlay_heldout.json")
+    args = parser.parse_args(argv)
+    rows = run(args.gpu, args.engine)
+
+    def cell(value):
+        return "" if value is None else f"{100 * value:.1f}%"
+
+    table = []
+    for entry in rows:
+        for protocol in ("random_half", "next_version"):
+            errors = entry[protocol]
+            if errors:
+                table.append([entry["gpu"], entry["engine"], protocol] + [cell(errors.get(kind)) for kind in KINDS])
+    print(format_table(["gpu", "engine", "protocol", *KINDS], table))
+    print(f"\nmedian |error| of each class's held-out rows; aiconfigurator-core {tables.package_version()}")
+    write_text_atomically(args.json, json_text({"package": tables.package_version(), "rows": rows}) + "\n")
+    print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

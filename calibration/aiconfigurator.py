@@ -1,0 +1,321 @@
+"""Per-op latencies measured inside serving engines: NVIDIA AIConfigurator's tables, as measurement records.
+
+``aiconfigurator-core`` (PyPI, Apache-2.0) ships per-op latencies that NVIDIA collected inside
+TensorRT-LLM, vLLM and SGLang on each GPU, one Parquet table per op family and engine version:
+``aiconfigurator_core/systems/data/<gpu>/<family>/<engine>/<version>/<table>.parquet``, each folder
+with a ``collection_meta.yaml``. They are microbenchmarks of the kernels those engines run when they
+serve (GEMMs by m, n, k and dtype; attention by phase, batch, sequence, heads, KV heads and head
+dimension; the engine's own all-reduce by message size and GPU count), so they may fit parameters.
+
+The tables are read at calibration time from the installed package (the ``calibration`` extra);
+perfmodel ships the fitted overlays (``hardware_specs/gpu/<gpu>-<engine>.yaml``), this code, and a small
+sample under ``calibration/data/aiconfigurator/`` for the tests, with the license notice.
+
+Conventions (read from the tables and from how aiconfigurator's own SDK queries them):
+* ``latency`` is milliseconds of device time (the collectors time the op under CUDA graphs);
+* GEMM: ``m x k`` activations times ``k x n`` weights; ``bfloat16`` and ``fp8`` (per-tensor scaled)
+  are priced; ``fp8_block`` (DeepGEMM's 1x128 / 128x128 block scales), ``nvfp4`` and the weight-only
+  ``int8_wo``/``int4_wo`` need the scale traffic and dequantization priced first (skipped, counted);
+* context attention: causal prefill of ``isl`` tokens per sequence, no cached prefix (``step`` 0);
+  generation attention: one query token against ``isl + step`` cached tokens. Full attention
+  (``window_size`` 0) with bf16 activations and a bf16 KV cache are used; windowed and fp8-KV rows
+  are skipped (counted) until the cost rules price them;
+* all-reduce: ``message_size`` counts elements (aiconfigurator's ``CustomAllReduce(name, tokens,
+  hidden, tp)`` looks up ``tokens x hidden``), bf16, over NVLink; where a table holds both the CUDA-graph
+  and the eager variant of the engine's custom all-reduce, the graph one is what serving runs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibration.records import MeasurementRecord
+from perfmodel.errors import PerfmodelError
+from perfmodel.workload.io import dumps
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+PACKAGE = "aiconfigurator-core"
+MODULE = "aiconfigurator_core"
+LICENSE = "Apache-2.0 (NVIDIA CORPORATION & AFFILIATES; SPDX header of every collection_meta.yaml)"
+SOURCE_URL = "https://pypi.org/project/aiconfigurator-core/"
+#: perfmodel's spec name -> the package's data folder.
+GPU_FOLDERS = {"a100-sxm-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm"}
+ENGINES = ("trtllm", "vllm", "sglang")
+#: A kind of measurement -> (family folder, table file).
+TABLES = {
+    "gemm": ("gemm", "gemm_perf.parquet"),
+    "prefill_attention": ("attention", "context_attention_perf.parquet"),
+    "decode_attention": ("attention", "generation_attention_perf.parquet"),
+    "all_reduce": ("comm", "custom_allreduce_perf.parquet"),
+}
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+
+
+class AIConfiguratorDataError(PerfmodelError):
+    """The installed tables are missing or not in the layout this reader knows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Table:
+    """One measured table: which GPU, engine and engine version, and where it lies."""
+
+    gpu: str
+    engine: str
+    version: str
+    kind: str
+    path: Path
+    package_version: str = ""  # the aiconfigurator-core release the table came from (read when empty)
+
+
+def data_root() -> Path:
+    """The installed package's ``systems/data`` folder, or a clear error naming the extra to install."""
+    import importlib.util
+
+    spec = importlib.util.find_spec(MODULE)
+    if spec is None or not spec.submodule_search_locations:
+        raise AIConfiguratorDataError(
+            f"{PACKAGE} is not installed; the serving-engine tables come from it at calibration time: "
+            "pip install '.[calibration]'")
+    return Path(next(iter(spec.submodule_search_locations))) / "systems" / "data"
+
+
+def package_version() -> str:
+    from importlib.metadata import version
+
+    return version(PACKAGE)
+
+
+def _version_key(text: str):
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return (1, Version(text))
+    except InvalidVersion:
+        return (0, text)
+
+
+def versions(gpu: str, engine: str, kind: str, root: Path | None = None) -> tuple[str, ...]:
+    """Engine versions measured for ``kind`` on ``gpu``, oldest first."""
+    family, filename = TABLES[kind]
+    folder = (root or data_root()) / GPU_FOLDERS[gpu] / family / engine
+    if not folder.is_dir():
+        return ()
+    found = [child.name for child in folder.iterdir() if (child / filename).is_file()]
+    return tuple(sorted(found, key=_version_key))
+
+
+def table(gpu: str, engine: str, kind: str, version: str | None = None, root: Path | None = None) -> Table | None:
+    """The table of ``kind`` for ``engine`` on ``gpu`` (the newest version unless one is named); None if
+    the package measured none."""
+    if gpu not in GPU_FOLDERS:
+        raise AIConfiguratorDataError(f"no aiconfigurator folder is known for {gpu!r}; known: {', '.join(GPU_FOLDERS)}")
+    measured = versions(gpu, engine, kind, root)
+    if not measured:
+        return None
+    chosen = version or measured[-1]
+    if chosen not in measured:
+        raise AIConfiguratorDataError(f"{gpu} {engine} {kind}: no version {chosen!r}; measured: {', '.join(measured)}")
+    family, filename = TABLES[kind]
+    path = (root or data_root()) / GPU_FOLDERS[gpu] / family / engine / chosen / filename
+    return Table(gpu=gpu, engine=engine, version=chosen, kind=kind, path=path)
+
+
+def read_rows(source: Table):
+    """The table as a pandas DataFrame, with the columns each kind needs checked."""
+    import pandas as pd
+
+    frame = pd.read_csv(source.path) if source.path.suffix == ".csv" else pd.read_parquet(source.path)
+    if source.kind.endswith("attention") and "window_size" not in frame.columns:
+        # Older collections (vLLM 0.14 on A100) predate sliding windows: every row is full attention.
+        frame = frame.assign(window_size=0)
+    needed = {"gemm": ("gemm_dtype", "m", "n", "k", "latency"),
+              "prefill_attention": ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim",
+                                    "attn_dtype", "kv_cache_dtype", "window_size", "latency"),
+              "decode_attention": ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
+                                   "kv_cache_dtype", "window_size", "latency"),
+              "all_reduce": ("num_gpus", "message_size", "latency")}[source.kind]
+    missing = [column for column in needed if column not in frame.columns]
+    if missing:
+        raise AIConfiguratorDataError(f"{source.path}: columns {', '.join(missing)} missing; this reader knows "
+                                      f"{PACKAGE} 0.12's layout (columns found: {', '.join(frame.columns)})")
+    return frame
+
+
+def _record(source: Table, name: str, op_class: str, latency_ms: float, op: Op, row: int) -> MeasurementRecord:
+    return MeasurementRecord(
+        name=name, op_class=op_class, duration_s=float(latency_ms) * 1e-3, device=source.gpu,
+        tool=f"aiconfigurator:{source.engine}", tool_version=f"{source.engine} {source.version}; {PACKAGE} "
+        f"{source.package_version or package_version()}", flops_source="analytic_shapes", bytes_source="model_derived",
+        source_file=f"{GPU_FOLDERS[source.gpu]}/{TABLES[source.kind][0]}/{source.engine}/{source.version}/"
+                    f"{TABLES[source.kind][1]}",
+        source_row=int(row), clock="device", workload_json=dumps(Graph(name=name, ops=[op]), "json"))
+
+
+def gemm_op(m: int, n: int, k: int, dtype: str) -> Op:
+    """An ``m x k`` by ``k x n`` product; fp8 writes bf16 (the engines' scaled GEMMs do)."""
+    output = "bf16" if dtype == "fp8" else dtype
+    weight = TensorSpec(shape=(k, n), dtype=dtype, role="weight")
+    return Op(name="gemm", kind="matmul", inputs=(TensorSpec(shape=(m, k), dtype=dtype), weight),
+              outputs=(TensorSpec(shape=(m, n), dtype=output),), attrs={"m": m, "n": n, "k": k, "dtype": dtype})
+
+
+def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int) -> Op:
+    """Attention as the LLM graphs shape it: causal prefill when ``seq_q == seq_kv``, else ``seq_q`` new
+    tokens against a bf16 KV cache of ``seq_kv`` tokens read from HBM."""
+    prefill = seq_q == seq_kv
+    query = TensorSpec(shape=(batch, heads, seq_q, head_dim), dtype="bf16")
+    keys = TensorSpec(shape=(batch, kv_heads, seq_kv, head_dim), dtype="bf16",
+                      role="activation" if prefill else "kv_cache")
+    return Op(name="sdpa", kind="attention", inputs=(query, keys, keys), outputs=(query,),
+              attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq_q, "seq_kv": seq_kv,
+                     "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": "bf16"})
+
+
+def all_reduce_op(elements: int, gpus: int) -> Op:
+    return Op(name="all_reduce", kind="collective", attrs={"collective": "all_reduce", "bytes": 2.0 * elements,
+                                                           "group_size": gpus, "dtype": "bf16", "link": "nvlink"})
+
+
+def _eager(row) -> bool:
+    """The eager variant of an engine's all-reduce (``kernel_source`` names it: ``vLLM_custom_eager``,
+    ``SGLang_CustomAllReduce_eager``); TensorRT-LLM's tables hold only the one it serves with."""
+    return "eager" in str(row.get("kernel_source", "")).lower()
+
+
+def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[MeasurementRecord]:
+    """Measurement records of the rows of ``frame`` (rows of ``source``) that the cost rules price;
+    ``skipped`` counts the others by reason."""
+
+    def skip(reason: str, count: int = 1) -> None:
+        skipped[reason] = skipped.get(reason, 0) + count
+
+    kind = source.kind
+    for index, row in frame.iterrows():
+        latency = float(row["latency"])
+        if not math.isfinite(latency) or latency <= 0:
+            skip(f"{kind}: latency not a positive number")
+            continue
+        if kind == "gemm":
+            dtype = GEMM_DTYPES.get(row["gemm_dtype"])
+            if dtype is None:
+                skip(f"gemm {row['gemm_dtype']}: scale traffic / dequantization not priced yet")
+                continue
+            m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
+            yield _record(source, f"gemm_{dtype}_{m}x{n}x{k}", f"gemm:{dtype}", latency, gemm_op(m, n, k, dtype), index)
+            continue
+        if kind in ("prefill_attention", "decode_attention"):
+            if int(row["window_size"]) != 0 or row["kv_cache_dtype"] != "bfloat16" or (
+                    kind == "prefill_attention" and row["attn_dtype"] != "bfloat16"):
+                skip(f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache)")
+                continue
+            batch, heads, kv_heads, head_dim = (int(row[column]) for column in
+                                                ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
+            if kind == "prefill_attention":
+                seq_q = seq_kv = int(row["isl"])
+            else:
+                seq_q, seq_kv = 1, int(row["isl"]) + int(row["step"])
+            name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}"
+            op = attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim)
+            yield _record(source, name, kind.replace("_attention", "") + "_attention", latency, op, index)
+            continue
+        if _eager(row):
+            skip("all_reduce: eager variant (serving runs the CUDA-graph one)")
+            continue
+        gpus, elements = int(row["num_gpus"]), int(row["message_size"])
+        if gpus < 2:
+            skip("all_reduce on one GPU")
+            continue
+        yield _record(source, f"all_reduce_{gpus}x_{elements}", "all_reduce", latency, all_reduce_op(elements, gpus),
+                      index)
+
+
+def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):
+    """At most ``rows`` rows of ``frame`` per stratum, drawn at random with ``seed`` (a fixed seed: the
+    same sample on every machine)."""
+    if not strata:
+        return frame if len(frame) <= rows else frame.sample(n=rows, random_state=seed).sort_index()
+    parts = [group if len(group) <= rows else group.sample(n=rows, random_state=seed)
+             for _, group in frame.groupby(list(strata), sort=True)]
+    import pandas as pd
+
+    return pd.concat(parts).sort_index() if parts else frame.iloc[:0]
+
+
+#: Rows per table (and per GEMM dtype) that one fit takes: enough to span every shape decade the grids hold.
+SAMPLE_ROWS = {"gemm": 400, "prefill_attention": 300, "decode_attention": 300, "all_reduce": 200}
+STRATA = {"gemm": ("gemm_dtype",)}
+
+
+def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: dict[str, str] | None = None,
+                   root: Path | None = None, rows: dict[str, int] | None = None,
+                   ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
+    """Records of every table measured for ``engine`` on ``gpu`` (a fixed random sample of each); the
+    reasons rows were skipped; the version of each table read."""
+    found, skipped, read = [], {}, {}
+    for kind in TABLES:
+        source = table(gpu, engine, kind, (versions_by_kind or {}).get(kind), root)
+        if source is None:
+            continue
+        read[kind] = source.version
+        frame = read_rows(source)
+        total = len(frame)
+        if kind == "gemm":
+            frame = frame[frame["gemm_dtype"].isin(GEMM_DTYPES)]
+        elif kind != "all_reduce":
+            frame = frame[(frame["window_size"] == 0) & (frame["kv_cache_dtype"] == "bfloat16")]
+        else:
+            frame = frame[~frame.apply(_eager, axis=1)]
+        if len(frame) < total:
+            reason = f"{kind}: rows the rules do not price yet (see the module docstring)"
+            skipped[reason] = skipped.get(reason, 0) + total - len(frame)
+        chosen = sample(frame, (rows or SAMPLE_ROWS)[kind], seed, STRATA.get(kind, ()))
+        found.extend(records(source, chosen, skipped))
+    return found, skipped, read
+
+
+SAMPLE_DIRECTORY = Path(__file__).resolve().parent / "data" / "aiconfigurator"
+SAMPLE_GPU, SAMPLE_ENGINE, SAMPLE_SEED, SAMPLE_ROWS_PER_KIND = "h100-sxm", "sglang", 1, 40
+
+
+def sample_path(kind: str, directory: Path = SAMPLE_DIRECTORY) -> Path:
+    return directory / f"{GPU_FOLDERS[SAMPLE_GPU]}-{SAMPLE_ENGINE}-{kind}.csv"
+
+
+def write_sample(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
+    """The committed test sample: ``SAMPLE_ROWS_PER_KIND`` raw rows of each table of SGLang on H100, drawn
+    with a seed (1) other than the overlays' (0), so most are rows the shipped overlay was not fitted on."""
+    from perfmodel.yaml_source import write_text_atomically
+
+    written = []
+    for kind in TABLES:
+        source = table(SAMPLE_GPU, SAMPLE_ENGINE, kind)
+        if source is None:
+            continue
+        frame = read_rows(source).assign(package_version=package_version())
+        output = sample_path(kind, directory)
+        write_text_atomically(output, sample(frame, SAMPLE_ROWS_PER_KIND, SAMPLE_SEED).to_csv(index=False))
+        written.append(output)
+    return written
+
+
+def sample_records(directory: Path = SAMPLE_DIRECTORY) -> tuple[list[MeasurementRecord], dict[str, int]]:
+    """Records of the committed sample (no package needed)."""
+    import pandas as pd
+
+    found: list[MeasurementRecord] = []
+    skipped: dict[str, int] = {}
+    for kind in TABLES:
+        path = sample_path(kind, directory)
+        frame = pd.read_csv(path)
+        source = Table(gpu=SAMPLE_GPU, engine=SAMPLE_ENGINE, version=str(frame["version"].iloc[0]), kind=kind,
+                       path=path, package_version=str(frame["package_version"].iloc[0]))
+        found.extend(records(source, read_rows(source), skipped))
+    return found, skipped
+
+
+if __name__ == "__main__":  # python -m calibration.aiconfigurator: rewrite the committed test sample
+    for written in write_sample():
+        print(f"wrote {written}")

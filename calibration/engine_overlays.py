@@ -1,0 +1,220 @@
+"""Per-engine overlays: each GPU's parameters fitted to the kernels one serving engine runs.
+
+``python -m calibration.engine_overlays --write hardware_specs/gpu`` fits, for every GPU of
+:data:`calibration.aiconfigurator.GPU_FOLDERS` and every engine measured on it (TensorRT-LLM, vLLM,
+SGLang), the same parameters as the achievable overlays (:func:`calibration.fit.fit`: efficiencies per
+kind and dtype, a start-up latency per kind fitted where compute binds, memory latencies, link
+alpha-beta) to a fixed random sample of that engine's tables (GEMMs, prefill and decode attention, the
+engine's own all-reduce) from the installed ``aiconfigurator-core``. Each is written as
+``<gpu>-<engine>.yaml``, which ``extends`` the datasheet spec, is of kind ``achievable`` and is named
+in every output (``--engine`` on ``llm``, ``serve``, ``size``, ``validate``).
+
+Fixed costs come from the small shapes and rates from the large ones because the tables span both
+(m from 1 to 32k; KV from 2 to 128k tokens; messages from 128 elements to 512 Mi), which the older
+published tables did not (FlashAttention rows of 16k tokens, XLA collectives timed with a launch).
+
+Only microbenchmarks are used; application rows (LLM throughput, latency) never fit anything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+from calibration import aiconfigurator as tables
+from calibration.achievable import device_time_hardware
+
+# A GPU's shared memory feeds the tensor cores inside every GEMM and attention kernel: whole-kernel
+# times cannot separate its bandwidth from the tensor-core rate (fitted together, the H100 SGLang
+# GEMMs left bf16 compute at 3.8 +- 42 and shared memory at 0.56), so it stays at the datasheet.
+DATASHEET_LEVELS = ("smem",)
+
+
+# The engines decode under CUDA graphs by default, so an engine's overlay defaults to the graph mode
+# (``--mode dynamic`` still prices eager execution).
+ENGINE_GRAPHS_SOURCE = {
+    "url": "https://docs.vllm.ai/en/latest/design/cuda_graphs.html", "kind": "vendor-code",
+    "note": ("default_mode graph: vLLM captures CUDA graphs for decode batches unless enforce_eager is set (this page; "
+             "vllm/config/compilation.py cudagraph_mode); SGLang captures them up to --cuda-graph-max-bs "
+             "(https://docs.sglang.ai/advanced_features/server_arguments.html, --disable-cuda-graph to turn off); "
+             "TensorRT-LLM's PyTorch backend through cuda_graph_config (tensorrt_llm/llmapi/llm_args.py)")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineFit:
+    gpu: str
+    engine: str
+    result: object          # calibration.fit.FitResult
+    records: list
+    skipped: dict[str, int]
+    versions: dict[str, str]
+
+    @property
+    def name(self) -> str:
+        return overlay_name(self.gpu, self.engine)
+
+
+def overlay_name(gpu: str, engine: str) -> str:
+    return f"{gpu}-{engine}"
+
+
+def measured_engines(gpu: str, root: Path | None = None) -> tuple[str, ...]:
+    """Engines with at least a GEMM table on ``gpu``."""
+    return tuple(engine for engine in tables.ENGINES if tables.versions(gpu, engine, "gemm", root))
+
+
+def without_step_latency(hardware):
+    """The spec with no per-step latency on its scale-up link. The engines' own all-reduce kernels are
+    one-shot or two-shot over NVLink's shared memory, not rings of NCCL protocol steps: their fixed cost
+    is one alpha per collective (2.4 us for 128 elements on 2 H100s, 4.8 us on 8, SGLang's table),
+    below the datasheet's two NCCL LL128 steps (2 x 1.9 us) that an alpha can only add to. The overlay
+    then sets the link's step latency so that an all-reduce costs the fitted alpha (``overlay_text``)."""
+    import dataclasses
+
+    links = {name: dataclasses.replace(link, latency_s=0.0) if link.kind == "chip_to_chip" else link
+             for name, link in hardware.links.items()}
+    return dataclasses.replace(hardware, links=links)
+
+
+def memory_streams(gpu: str, spec) -> list:
+    """The device's published L2 and HBM stream rows (``calibration/data/published``): the memory system
+    is the engine's too, and kernel times alone cannot tell the L2's bandwidth from the tensor-core rate
+    (the tiled model has big GEMMs moving about as long through L2 as they compute: fitted on GEMMs only,
+    H100's bf16 efficiency came out 1.4 +- 4.7)."""
+    from calibration.achievable import published_records
+
+    return [record for record in published_records(gpu, spec).records if record.op_class.startswith("stream:")]
+
+
+def _with_measured_l2(hardware, streams, seed: int):
+    """The L2's bandwidth efficiency from the device's own L2 stream rows, fitted first and then held:
+    fitted together with the GEMMs, the tiled model's L2 traffic (about as long as a big GEMM's compute
+    at the datasheet's L2 rate) and the tensor-core rate trade places (H200 with TensorRT-LLM's tables
+    left bf16 compute unidentified and the L2 at 0.93 where its streams measure 1.83). Without L2 rows
+    (B200) the L2 stays at the datasheet. Returns the spec with the L2 so scaled, and the parameter to write."""
+    from calibration.fit import fit
+
+    l2_rows = [record for record in streams if record.op_class == "stream:l2"]
+    if len(l2_rows) < 4:
+        return hardware, {}
+    result = fit(l2_rows, hardware, mode="graph", seed=seed, folds=0, extra_seeds=0)
+    if "memory:l2" not in result.identified():
+        return hardware, {}
+    efficiency, error = result.params["memory:l2"]
+    memory = tuple(dataclasses.replace(level, bandwidth_bytes_per_s=level.bandwidth_bytes_per_s * efficiency)
+                   if level.name == "l2" else level for level in hardware.memory)
+    return dataclasses.replace(hardware, memory=memory), {"memory:l2": (efficiency, error)}
+
+
+def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
+               versions_by_kind: dict[str, str] | None = None, root: Path | None = None) -> EngineFit:
+    """Fit ``gpu``'s parameters to ``engine``'s tables (a fixed sample); ``heldout=False`` skips the extra
+    held-out splits (the one random-half split per class is always reported)."""
+    from calibration.fit import fit
+    from perfmodel.hardware.loader import load_hardware
+
+    records, skipped, read = tables.engine_records(gpu, engine, seed=seed, versions_by_kind=versions_by_kind,
+                                                   root=root)
+    spec = load_hardware(gpu)
+    streams = memory_streams(gpu, spec)
+    records += streams
+    hardware, on_die = _with_measured_l2(without_step_latency(device_time_hardware(spec)), streams, seed)
+    result = fit(records, hardware, mode="graph", seed=seed, datasheet_levels=DATASHEET_LEVELS + ("l2",),
+                 **({} if heldout else {"folds": 0, "extra_seeds": 0}))
+    result = dataclasses.replace(result, params={**result.params, **on_die})
+    return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read)
+
+
+def overlay_text(fitted: EngineFit) -> str:
+    from calibration.fit import LATENCY_BOUNDS_S
+    from calibration.report import fitted_spec_yaml
+    from perfmodel.costs.rules import collective_steps
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.units import format_quantity
+
+    latency_floor_s = LATENCY_BOUNDS_S[0]
+    spec = load_hardware(fitted.gpu)
+    result = fitted.result
+    read = ", ".join(f"{kind} {version}" for kind, version in fitted.versions.items())
+    by_class = ", ".join(f"{name} {100 * error:.1f}%" for name, error in result.heldout_by_class.items())
+    note = (f"fitted by perfmodel (calibration.engine_overlays) on {len(fitted.records)} per-op latencies that NVIDIA "
+            f"measured inside {fitted.engine} ({read}) on {fitted.gpu}: {tables.PACKAGE} {tables.package_version()}, "
+            f"license {tables.LICENSE}; a fixed random sample (seed 0) of each table; held-out median |error| "
+            f"{100 * (result.heldout_median_abs_error or 0):.1f}% ({by_class})"
+            + (f"; left at the datasheet: {', '.join(result.unidentified + result.at_bounds)}"
+               if result.unidentified or result.at_bounds else "")
+            + f"; {', '.join(f'memory:{level}' for level in DATASHEET_LEVELS)} held at the datasheet "
+              "(calibration.engine_overlays.DATASHEET_LEVELS)")
+    provenance = {"url": tables.SOURCE_URL, "kind": "measured", "note": note}
+    description = f"{spec.description} ({fitted.engine} kernels: {len(fitted.records)} measurements)"
+    output = Path(f"{fitted.name}.yaml")
+    links, params = {}, dict(result.params)
+    for name, link in spec.links.items():
+        if link.kind == "chip_to_chip":
+            # The fitted alpha (at the fit's floor where the data leave none) becomes the link's step
+            # latency: an all-reduce takes collective_steps of them (2 on a switch), so it costs alpha.
+            alpha = params.pop(f"collective_latency:{name}", (latency_floor_s, 0.0))[0]
+            steps = collective_steps("all_reduce", link.topology, 2)
+            links[name] = {"latency": format_quantity(alpha / steps, "seconds", digits=4),
+                           "field_sources": {"latency": "calibration"}}
+    result = dataclasses.replace(result, params=params)
+    return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,
+                            name=fitted.name, kind="achievable", provenance=provenance, description=description,
+                            overrides={"links": links, "scheduling": {"default_mode": "graph"},
+                                       "sources": {"engine-cuda-graphs": ENGINE_GRAPHS_SOURCE}})
+
+
+def write_overlay(fitted: EngineFit, directory: Path) -> Path:
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.yaml_source import write_text_atomically
+
+    output = directory / f"{fitted.name}.yaml"
+    write_text_atomically(output, overlay_text(fitted))
+    load_hardware(output)  # the overlay must load like any spec
+    return output
+
+
+def main(argv=None) -> int:
+    """``python -m calibration.engine_overlays [--write DIR] [--gpu GPU ...] [--engine ENGINE ...]``."""
+    import argparse
+
+    from calibration.report import text_report
+
+    parser = argparse.ArgumentParser(prog="python -m calibration.engine_overlays", description=main.__doc__)
+    parser.add_argument("--gpu", nargs="*", default=list(tables.GPU_FOLDERS), choices=list(tables.GPU_FOLDERS))
+    parser.add_argument("--engine", nargs="*", default=list(tables.ENGINES), choices=list(tables.ENGINES))
+    parser.add_argument("--write", type=Path, help="directory for the <gpu>-<engine>.yaml overlays")
+    parser.add_argument("--reports", type=Path, help="directory for the fit reports (<gpu>-<engine>.txt)")
+    args = parser.parse_args(argv)
+    from perfmodel.yaml_source import write_text_atomically
+
+    for gpu in args.gpu:
+        for engine in measured_engines(gpu):
+            if engine not in args.engine:
+                continue
+            fitted = fit_engine(gpu, engine, heldout=False)
+            report = text_report(fitted.result, fitted.records, device_time_hardware(_load(gpu)))
+            if fitted.skipped:
+                report += "\nskipped rows: " + ", ".join(f"{count} x {reason}" for reason, count in fitted.skipped.items())
+            if args.write:
+                print(f"wrote {write_overlay(fitted, args.write)}")
+            if args.reports:
+                write_text_atomically(args.reports / f"{fitted.name}.txt", report + "\n")
+            print(report.split("\n\nmeasurement")[0])
+    if args.write:
+        from perfmodel.hardware import compiled
+
+        if args.write.resolve().is_relative_to(compiled.shipped_directory().resolve()):
+            print(f"wrote {compiled.write_catalog()}")
+    return 0
+
+
+def _load(gpu: str):
+    from perfmodel.hardware.loader import load_hardware
+
+    return load_hardware(gpu)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
