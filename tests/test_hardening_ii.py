@@ -1,0 +1,114 @@
+"""Issue 38 ("Hardening II"): each reproducer of the issue gives a right answer or a clear error
+(what, where, the allowed range; exit 2 from the command line, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.errors import WorkloadError
+from perfmodel.hardware.loader import load_for_prediction
+from perfmodel.roofline import evaluate
+from perfmodel.workload.ir import Graph, Op, TensorSpec
+from perfmodel.workload.op_kinds import MAX_SIZE
+
+
+def _workload(tmp_path, ops: str, name: str = "w.yaml"):
+    path = tmp_path / name
+    path.write_text(f"schema_version: 1\nname: t\nops:\n{ops}", encoding="utf-8")
+    return path
+
+
+def _refused(capsys, argv: list[str]) -> str:
+    """The command exits 2 with an error and no traceback; returns the error text."""
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert "Traceback" not in error and "internal error" not in error, error
+    return error
+
+
+def _predict_json(capsys, path, spec: str = "h100-sxm") -> dict:
+    assert main(["predict", str(path), "--on", spec, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+# ------------------------------------------------------------------------- 1: attention by attrs
+ATTENTION_ATTRS = "{batch: 1, heads: 8, seq_q: 128, seq_kv: 128, head_dim: 64}"
+
+
+def test_attention_given_by_attributes_alone_is_priced_like_its_tensors(tmp_path, capsys):
+    """Issue 38 item 1: the attributes say everything; the dtype is the op's (fp32 without tensors),
+    so the same op with fp32 tensors costs the same FLOPs and compute time."""
+    alone = _predict_json(capsys, _workload(tmp_path, f"  - {{name: a, kind: attention, attrs: {ATTENTION_ATTRS}}}\n"))
+    tensor = "{shape: [1, 8, 128, 64], dtype: fp32}"
+    given = _predict_json(capsys, _workload(tmp_path, f"  - {{name: a, kind: attention, attrs: {ATTENTION_ATTRS}, "
+                                                      f"inputs: [{tensor}, {tensor}, {tensor}], outputs: [{tensor}]}}\n",
+                                            "tensors.yaml"))
+    # 4 x batch x heads x seq_q x seq_kv x head_dim for QK^T and PV, plus the softmax's 5 per score
+    assert alone["flops_total"] == given["flops_total"] == 8 * 128 * 128 * (4 * 64 + 5)
+    assert alone["ops"][0]["compute_s"] == pytest.approx(given["ops"][0]["compute_s"], rel=1e-12)
+    assert alone["total_s"] > 0 and math.isfinite(alone["total_s"])
+
+
+def test_a_matmul_given_by_attributes_alone_is_priced(tmp_path, capsys):
+    data = _predict_json(capsys, _workload(tmp_path, "  - {name: a, kind: matmul, attrs: {m: 64, n: 32, k: 16}}\n"))
+    assert data["flops_total"] == 2 * 64 * 32 * 16 and data["total_s"] > 0
+
+
+# ------------------------------------------------------------------------ 2, 3, 5, 7: sizes
+def _matmul(shape: str) -> str:
+    return (f"  - {{name: mm, kind: matmul, inputs: [{{shape: {shape}, dtype: bf16}}, "
+            "{shape: [64, 64], dtype: bf16, role: weight}]}\n")
+
+
+@pytest.mark.parametrize("ops, field, says", [
+    # item 2: a dimension past int64 (it overflowed converting to C long), and an attribute of 1e308
+    (_matmul("[100000000000000000000, 64, 64]"), "ops.0(mm).inputs.0.shape", "positive integer of at most 2**62"),
+    ("  - {name: mm, kind: matmul, attrs: {m: 1.0e+308, n: 4, k: 4}}\n", "ops.0(mm).attrs.m",
+     "must be a whole number from 1 to 2**62"),
+    # item 3: leading dimensions whose int64 product wrapped to 0 (a ZeroDivisionError)
+    (_matmul("[4294967296, 4294967296, 64, 64]"), "ops.0(mm).inputs.0.shape", "holds 7.56e+22 elements"),
+    # item 5: an element-wise shape of 10**200 x 10**200 (an OverflowError converting to float)
+    (f"  - {{name: ew, kind: elementwise, inputs: [{{shape: [{10**200}, {10**200}], dtype: bf16}}]}}\n",
+     "ops.0(ew).inputs.0.shape", "positive integer of at most 2**62"),
+    # item 7: a product past int64 that printed flops_total -2.5e24
+    (_matmul("[23536862382, 580209510, 64, 64]"), "ops.0(mm).inputs.0.shape", "holds 5.59e+22 elements"),
+])
+def test_sizes_past_the_limit_are_refused_with_op_and_field(tmp_path, capsys, ops, field, says):
+    error = _refused(capsys, ["predict", str(_workload(tmp_path, ops)), "--on", "h100-sxm"])
+    assert f"w.yaml:4: {field}" in error and says in error, error
+
+
+def test_the_largest_sizes_allowed_give_finite_non_negative_numbers():
+    """Item 7's principle at the limit: a tensor of 2**62 elements and a count of 2**62 still give
+    exact sizes and finite, non-negative FLOPs, bytes and times."""
+    big = Op(name="mm", kind="matmul", count=MAX_SIZE,
+             inputs=(TensorSpec(shape=(2**29, 2**29, 4, 4), dtype="bf16"), TensorSpec(shape=(4, 4), dtype="bf16")),
+             outputs=(TensorSpec(shape=(2**29, 2**29, 4, 4), dtype="bf16"),))
+    assert big.inputs[0].numel == MAX_SIZE
+    evaluation = evaluate(Graph(name="g", ops=[big]), load_for_prediction("h100-sxm"))
+    op = evaluation.ops[0]
+    assert op.flops == 2.0 * 2**58 * 4 * 4 * 4 * MAX_SIZE  # batch 2**58 of 4x4x4 products, 2**62 times
+    for value in (op.flops, op.compute_s, op.total_s, evaluation.total_s, *op.memory_s.values()):
+        assert math.isfinite(value) and value >= 0
+
+
+def test_one_past_the_limit_is_refused():
+    tensor = TensorSpec(shape=(2**31, 2**31 + 1), dtype="bf16")
+    with pytest.raises(WorkloadError, match=r"inputs\.0\.shape.*at most 2\*\*62"):
+        Graph(name="g", ops=[Op(name="e", kind="elementwise", inputs=(tensor,))])
+    with pytest.raises(WorkloadError, match=r"count must be a positive integer of at most 2\*\*62"):
+        Graph(name="g", ops=[Op(name="e", kind="copy", count=MAX_SIZE + 1)])
+
+
+# -------------------------------------------------------------------- 8: flops_per_element
+@pytest.mark.parametrize("value, says", [("1.0e+300", "must be a number from 0 to 1e+06, got 1e+300"),
+                                         (".inf", "must be finite"), ("-1", "must not be negative")])
+def test_flops_per_element_out_of_range_is_refused(tmp_path, capsys, value, says):
+    ops = (f"  - {{name: ew, kind: elementwise, attrs: {{flops_per_element: {value}}}, "
+           "inputs: [{shape: [1000000, 1000000], dtype: bf16}]}\n")
+    error = _refused(capsys, ["predict", str(_workload(tmp_path, ops)), "--on", "h100-sxm"])
+    assert "w.yaml:4: ops.0(ew).attrs.flops_per_element" in error and says in error, error
