@@ -112,3 +112,31 @@ def test_flops_per_element_out_of_range_is_refused(tmp_path, capsys, value, says
            "inputs: [{shape: [1000000, 1000000], dtype: bf16}]}\n")
     error = _refused(capsys, ["predict", str(_workload(tmp_path, ops)), "--on", "h100-sxm"])
     assert "w.yaml:4: ops.0(ew).attrs.flops_per_element" in error and says in error, error
+
+
+# ------------------------------------------------------------------ 4: a graph that takes no time
+def test_a_graph_that_takes_no_time_prints_no_share(tmp_path, capsys):
+    """Issue 38 item 4: a copy of no tensors on groq-lpu-v1 (static mode, no launch cost) takes 0 s;
+    the table printed 'share' by dividing by that total. A share of nothing is '-'."""
+    path = _workload(tmp_path, "  - {name: a, kind: copy}\n")
+    assert main(["predict", str(path), "--on", "groq-lpu-v1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    row = next(line.split() for line in lines if line.startswith("a "))
+    assert row[-2:] == ["-", "compute"] and lines[-1] == "total 0 s; by bound: compute -"
+    assert _predict_json(capsys, path, "groq-lpu-v1")["total_s"] == 0.0
+
+
+def test_the_scheduling_chart_of_a_graph_without_flops_has_no_program_point(tmp_path, capsys):
+    """Item 4 through ``roofline --kind scheduling``: the whole-program point divided the FLOPs by a
+    total of 0 s; a program without FLOPs or time has no point on a FLOP/s chart (as an op has none)."""
+    from perfmodel.roofline.charts import scheduling_roofline
+    from perfmodel.workload.io import load_graph
+
+    path = _workload(tmp_path, "  - {name: a, kind: copy}\n")
+    groq = load_for_prediction("groq-lpu-v1")
+    evaluation = evaluate(load_graph(path), groq)
+    assert evaluation.total_s == 0.0
+    assert all(point.kind != "program" for point in scheduling_roofline(groq, evaluation).points)
+    error = _refused(capsys, ["roofline", str(path), "--on", "groq-lpu-v1", "--kind", "scheduling",
+                              "-o", str(tmp_path / "chart.png")])
+    assert "groq-lpu-v1 charges no launch cost in this mode: no scheduling ceiling to draw" in error

@@ -69,12 +69,12 @@ def _predict(args) -> int:
         rows = [[op.name, op.kind, op.count, format_quantity(op.flops, "flops_per_s").replace("/s", ""),
                  format_quantity(op.compute_s, "seconds"), format_quantity(max(op.memory_s.values(), default=0), "seconds"),
                  format_quantity(op.scheduling_s, "seconds"), format_quantity(op.total_s, "seconds"),
-                 f"{100 * op.total_s / evaluation.total_s:.1f}%", op.bound] for op in ops]
+                 _share(op.total_s, evaluation.total_s, ".1f"), op.bound] for op in ops]
         print(format_table(["op", "kind", "count", "FLOP", "compute", "memory (max level)", "scheduling", "total",
                             "share", "bound"], rows))
         if len(evaluation.ops) > args.top:
             print(f"... {len(evaluation.ops) - args.top} more ops (--top N, --csv)")
-        bounds = ", ".join(f"{bound} {100 * time / evaluation.total_s:.0f}%"
+        bounds = ", ".join(f"{bound} {_share(time, evaluation.total_s, '.0f')}"
                            for bound, time in evaluation.time_by_bound.items())
         print(f"total {format_quantity(evaluation.total_s, 'seconds')}; by bound: {bounds}")
         if not evaluation.fits:
@@ -84,11 +84,18 @@ def _predict(args) -> int:
         if evaluation.unsupported:
             print(f"estimated without a cost rule: {evaluation.unsupported}")
         summary.append([evaluation.hardware, evaluation.mode, format_quantity(evaluation.total_s, "seconds"),
-                        f"{evaluation.flops_total / evaluation.total_s / 1e12:.2f}", evaluation.bound, evaluation.kernels])
+                        f"{evaluation.flops_total / evaluation.total_s / 1e12:.2f}" if evaluation.total_s > 0 else "-",
+                        evaluation.bound, evaluation.kernels])
     if len(evaluations) > 1:
         print()
         print(format_table(["spec", "mode", "total", "achieved TFLOP/s", "main bound", "kernels"], summary))
     return 0
+
+
+def _share(time_s: float, total_s: float, style: str) -> str:
+    """``time_s`` as a percentage of ``total_s``; '-' for a graph that takes no time (ops that move
+    nothing on a device without launch overhead)."""
+    return f"{100 * time_s / total_s:{style}}%" if total_s > 0 else "-"
 
 
 SCENARIO_AXES = ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "ffn", "layers")
