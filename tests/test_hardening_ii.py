@@ -140,3 +140,35 @@ def test_the_scheduling_chart_of_a_graph_without_flops_has_no_program_point(tmp_
     error = _refused(capsys, ["roofline", str(path), "--on", "groq-lpu-v1", "--kind", "scheduling",
                               "-o", str(tmp_path / "chart.png")])
     assert "groq-lpu-v1 charges no launch cost in this mode: no scheduling ceiling to draw" in error
+
+
+# --------------------------------------------------------------------------- 6: torch traces
+@pytest.mark.parametrize("duration", [{"a": 1}, [1, 2], True, "soon"])
+def test_a_trace_event_whose_duration_is_not_a_number_is_named(tmp_path, duration):
+    """Issue 38 item 6: a cpu_op whose ``dur`` is an object or a list, then a second cpu_op on the
+    same thread: ordering the thread's ops raised a TypeError; now a reader error names the file, the
+    event and the field."""
+    from calibration.readers import read_torch_trace
+    from calibration.readers.common import ReaderError
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": duration},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": 10, "dur": 5}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+    with pytest.raises(ReaderError) as error:
+        read_torch_trace(path)
+    assert str(error.value) == (f"{path}:event 0: column 'dur': missing or non-numeric duration in 'aten::mm': "
+                                f"expected a number of microseconds, got {duration!r}")
+
+
+def test_a_trace_event_whose_start_is_not_a_number_is_named(tmp_path):
+    from calibration.readers import read_torch_trace
+    from calibration.readers.common import ReaderError
+
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 0, "dur": 20},
+              {"ph": "X", "cat": "cpu_op", "name": "aten::add", "pid": 1, "tid": 1, "ts": [10], "dur": 5}]
+    path = tmp_path / "trace.json"
+    path.write_text(json.dumps({"traceEvents": events}), encoding="utf-8")
+    with pytest.raises(ReaderError, match=r"trace\.json:event 1: column 'ts': expected a start time in microseconds "
+                                          r"in 'aten::add', got \[10\]"):
+        read_torch_trace(path)
