@@ -172,3 +172,26 @@ def test_a_trace_event_whose_start_is_not_a_number_is_named(tmp_path):
     with pytest.raises(ReaderError, match=r"trace\.json:event 1: column 'ts': expected a start time in microseconds "
                                           r"in 'aten::add', got \[10\]"):
         read_torch_trace(path)
+
+
+# ------------------------------------------------------------------------ 9: validation rows
+@pytest.mark.parametrize("batch", ["-8", "0", "2.5", "+8"])
+def test_a_validation_row_with_a_count_that_is_not_one_is_refused(tmp_path, capsys, batch):
+    """Issue 38 item 9: batch -8 was read as no batch and predicted as batch 1 (-96% error, exit 0).
+    A count column that starts with a number must start with a positive whole one."""
+    from perfmodel.validation import default_csv
+
+    header, row = default_csv().read_text(encoding="utf-8").splitlines()[:2]
+    fields = row.split(",")
+    assert header.split(",")[5] == "batch" and fields[5] == "768"
+    fields[5] = batch
+    path = tmp_path / "measurements.csv"
+    path.write_text(f"{header}\n{','.join(fields)}\n", encoding="utf-8")
+    error = _refused(capsys, ["validate", "--csv", str(path)])
+    assert f"measurements.csv: row 2: column 'batch': '{batch}' is not a count; expected a positive whole number" \
+        in error, error
+    fields[5] = "768 (static)"  # a note after the count is read as before
+    path.write_text(f"{header}\n{','.join(fields)}\n", encoding="utf-8")
+    assert main(["validate", "--csv", str(path), "--json"]) == 0
+    (predicted,) = json.loads(capsys.readouterr().out)["rows"]
+    assert predicted["predicted"] > 0 and "batch 768" in predicted["how"]
