@@ -195,3 +195,50 @@ def test_a_validation_row_with_a_count_that_is_not_one_is_refused(tmp_path, caps
     assert main(["validate", "--csv", str(path), "--json"]) == 0
     (predicted,) = json.loads(capsys.readouterr().out)["rows"]
     assert predicted["predicted"] > 0 and "batch 768" in predicted["how"]
+
+
+# ------------------------------------------------------------------ 12: extends through a link
+SPEC = """\
+schema_version: 1
+name: {name}
+family: gpu
+vendor: Test
+description: a minimal valid spec
+sources:
+  sheet: {{url: https://example.com/sheet, kind: datasheet}}
+compute:
+  mma: {{kind: matrix, units: 4, peak: {{bf16: 100 TFLOP/s}}, source: sheet}}
+memory:
+  hbm: {{kind: dram, managed: hardware, capacity: 16 GB, bandwidth: 1 TB/s, source: sheet}}
+scheduling:
+  default_mode: dynamic
+  modes:
+    dynamic: {{kernel_launch: 5 us, source: sheet}}
+power: {{tdp: 300 W, source: sheet}}
+"""
+CHILD = "schema_version: 1\nname: child\nextends: base.yaml\nfamily: gpu\nvendor: Test\ndescription: what-if\n"
+
+
+def test_extends_through_a_link_that_leaves_the_directory_is_refused(tmp_path, capsys):
+    """Issue 38 item 12: 'extends: base.yaml' where base.yaml is a link beside the spec to a file in
+    another directory was followed (a name with a '/' or '..' was refused already)."""
+    from perfmodel.hardware.loader import load_hardware, validate_spec_file
+
+    outside, specs = tmp_path / "outside", tmp_path / "specs"
+    outside.mkdir()
+    specs.mkdir()
+    (outside / "base.yaml").write_text(SPEC.format(name="base"), encoding="utf-8")
+    (specs / "base.yaml").symlink_to(outside / "base.yaml")
+    child = specs / "child.yaml"
+    child.write_text(CHILD, encoding="utf-8")
+    [problem] = validate_spec_file(child)
+    assert problem.field == "extends" and problem.line == 3
+    assert problem.message == (f"'extends: base.yaml' is a link to {(outside / 'base.yaml').resolve()}, outside the spec's "
+                               f"directory ({specs}); extends reads only files in that directory (copy the file there)")
+    error = _refused(capsys, ["predict", "elementwise_chain", "--on", str(child)])
+    assert "is a link to" in error and "outside the spec's directory" in error
+    # A link to a file in the same directory is that directory's file, and is read.
+    (specs / "base.yaml").unlink()
+    (specs / "real.yaml").write_text(SPEC.format(name="base"), encoding="utf-8")
+    (specs / "base.yaml").symlink_to(specs / "real.yaml")
+    assert load_hardware(child).peak_flops_per_s("bf16") == 100e12
