@@ -242,3 +242,58 @@ def test_extends_through_a_link_that_leaves_the_directory_is_refused(tmp_path, c
     (specs / "real.yaml").write_text(SPEC.format(name="base"), encoding="utf-8")
     (specs / "base.yaml").symlink_to(specs / "real.yaml")
     assert load_hardware(child).peak_flops_per_s("bf16") == 100e12
+
+
+# ---------------------------------------------------------------------------- 13: atomic writes
+def test_rewriting_an_output_keeps_its_mode_and_leaves_no_temporary_file(tmp_path):
+    """Issue 38 item 13: a rewritten 0600 file came back 0644; a new file gets what open() would give;
+    missing parent directories are created; nothing is left beside the output."""
+    import os
+    import stat
+
+    from perfmodel.yaml_source import default_file_mode, write_text_atomically
+
+    private = tmp_path / "private.yaml"
+    private.write_text("old\n", encoding="utf-8")
+    private.chmod(0o600)
+    write_text_atomically(private, "new\n")
+    assert private.read_text(encoding="utf-8") == "new\n" and stat.S_IMODE(private.stat().st_mode) == 0o600
+    fresh = tmp_path / "made" / "for" / "it.yaml"
+    write_text_atomically(fresh, "x\n")
+    assert fresh.read_text(encoding="utf-8") == "x\n"
+    assert stat.S_IMODE(fresh.stat().st_mode) == default_file_mode()
+    assert sorted(os.listdir(tmp_path)) == ["made", "private.yaml"] and os.listdir(fresh.parent) == ["it.yaml"]
+
+
+def test_a_failed_write_removes_its_temporary_file_and_keeps_the_old_output(tmp_path):
+    from perfmodel.errors import PerfmodelError
+    from perfmodel.yaml_source import atomic_output
+
+    output = tmp_path / "table.parquet"
+    output.write_bytes(b"old")
+    with pytest.raises(RuntimeError, match="writer failed"), atomic_output(output, ".parquet") as temporary:
+        temporary.write_bytes(b"half")
+        raise RuntimeError("writer failed")
+    assert [path.name for path in tmp_path.iterdir()] == ["table.parquet"] and output.read_bytes() == b"old"
+    blocked = tmp_path / "file"
+    blocked.write_text("", encoding="utf-8")
+    with pytest.raises(PerfmodelError, match=r"cannot write .*file/out\.yaml: .*file is a file, not a directory"):
+        with atomic_output(blocked / "out.yaml"):
+            pass
+
+
+def test_a_rewritten_sweep_table_and_chart_keep_their_mode(tmp_path, capsys):
+    """The Parquet writer of ``sweep -o`` and the chart writer go through the same helper."""
+    import stat
+
+    pytest.importorskip("pyarrow")
+    table, chart = tmp_path / "sweep.parquet", tmp_path / "chart.png"
+    for path in (table, chart):
+        path.write_bytes(b"")
+        path.chmod(0o600)
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,2", "-o", str(table), "--json"]) == 0
+    assert main(["roofline", "elementwise_chain", "--on", "h100-sxm", "-o", str(chart)]) == 0
+    capsys.readouterr()
+    for path in (table, chart):
+        assert path.stat().st_size > 0 and stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["chart.png", "sweep.parquet"]

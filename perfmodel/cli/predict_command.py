@@ -130,7 +130,7 @@ def _sweep(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline.sweep import as_override, grid_size, sweep
     from perfmodel.workload.builders import transformer_block
-    from perfmodel.yaml_source import check_output_path, write_text_atomically
+    from perfmodel.yaml_source import atomic_output, check_output_path, write_text_atomically
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output", TABLE_SUFFIXES)
@@ -153,17 +153,11 @@ def _sweep(args) -> int:
     frame = pd.DataFrame(result.to_columns())
     if args.output:
         if args.output.suffix.lower() == ".parquet":
-            import os
-            import tempfile
-
-            handle, temporary = tempfile.mkstemp(dir=args.output.parent or ".", suffix=".parquet")
-            os.close(handle)
             try:
-                frame.to_parquet(temporary)
+                with atomic_output(args.output, ".parquet") as temporary:
+                    frame.to_parquet(temporary)
             except ImportError:
-                Path(temporary).unlink(missing_ok=True)
                 raise PerfmodelError("writing Parquet needs pyarrow: pip install pyarrow, or write .csv") from None
-            os.replace(temporary, args.output)
         else:
             write_text_atomically(args.output, frame.to_csv(index=False))
     if args.json:
