@@ -297,3 +297,18 @@ def test_a_rewritten_sweep_table_and_chart_keep_their_mode(tmp_path, capsys):
     for path in (table, chart):
         assert path.stat().st_size > 0 and stat.S_IMODE(path.stat().st_mode) == 0o600
     assert sorted(path.name for path in tmp_path.iterdir()) == ["chart.png", "sweep.parquet"]
+
+
+# ------------------------------------------------------------- 14: the dtype options of a command
+def test_a_missing_engine_names_the_options_of_the_command_that_set_dtypes(tmp_path, capsys):
+    """Issue 38 item 14: the error suggested '--dtype', which llm does not have (nor predict)."""
+    llm = _refused(capsys, ["llm", "--model", "llama-3.1-8b", "--on", "tpu-v5e", "--weights", "fp8",
+                            "--activations", "fp8"])
+    assert "has no engine for a matmul op in fp8" in llm and "--dtype" not in llm
+    assert "Here --weights, --activations and --kv set the dtypes (e.g. --weights bf16 --activations bf16)." in llm
+    ops = ("  - {name: mm, kind: matmul, inputs: [{shape: [64, 64], dtype: fp8}, "
+           "{shape: [64, 64], dtype: fp8, role: weight}]}\n")
+    predict = _refused(capsys, ["predict", str(_workload(tmp_path, ops)), "--on", "tpu-v5e"])
+    assert "--dtype" not in predict
+    assert predict.rstrip().endswith("Choose another dtype or device. Here the workload file sets the dtypes "
+                                     "(each tensor's dtype, or an op's attrs.dtype).")

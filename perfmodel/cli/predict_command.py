@@ -5,7 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides, spec_names
+from perfmodel.cli.overrides import (
+    WORKLOAD_DTYPES,
+    add_ideal_argument,
+    add_mode_argument,
+    add_set_argument,
+    parse_overrides,
+    spec_names,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
@@ -26,7 +33,7 @@ def register(commands) -> None:
     output = predict.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the JSON contract")
     output.add_argument("--csv", action="store_true", help="print one CSV row per op and spec")
-    predict.set_defaults(handler=_predict)
+    predict.set_defaults(handler=_predict, dtype_hint=WORKLOAD_DTYPES)
 
     sweep = commands.add_parser("sweep", help="evaluate a transformer block over a grid of scenario and spec values")
     sweep.add_argument("--on", required=True, help="one spec")

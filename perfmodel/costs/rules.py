@@ -31,7 +31,7 @@ from perfmodel.costs.traffic import (
     tile_elements_moved,
 )
 from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import NoEngineError, PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
 from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick
@@ -183,8 +183,8 @@ def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[Compute
             if runs(engine, "fp32"):
                 return engine, "fp32"
     offered = sorted({f"{e.name}:{d}" for e in engines for d in e.peak_flops_per_s})
-    raise PerfmodelError(f"{hardware.name} has no engine for a {op_kind} op in {dtype}; its engines offer "
-                         f"{', '.join(offered)}. Choose another dtype (for example --dtype bf16) or device.")
+    raise NoEngineError(f"{hardware.name} has no engine for {'an' if op_kind[0] in 'aeiou' else 'a'} {op_kind} op in "
+                        f"{dtype}; its engines offer {', '.join(offered)}. Choose another dtype or device.")
 
 
 # ----------------------------------------------------------------------------------------- traffic
