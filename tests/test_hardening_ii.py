@@ -312,3 +312,84 @@ def test_a_missing_engine_names_the_options_of_the_command_that_set_dtypes(tmp_p
     assert "--dtype" not in predict
     assert predict.rstrip().endswith("Choose another dtype or device. Here the workload file sets the dtypes "
                                      "(each tensor's dtype, or an op's attrs.dtype).")
+
+
+# ------------------------------------------------------------------ 10: fusion and added ops
+FUSING = [("h100-sxm", "graph"), ("mi300x", "graph"), ("tpu-v5e", "graph"), ("groq-lpu-v1", "static"),
+          ("ibm-spyre", "static"), ("cerebras-wse-3", "static")]
+SHAPE_KEEPING = ("elementwise", "copy", "norm", "softmax")  # one input, one output of the same shape
+
+
+def _activation(shape) -> TensorSpec:
+    return TensorSpec(shape=tuple(shape), dtype="bf16")
+
+
+def _shape_keeping(kind: str, name: str, shape) -> Op:
+    return Op(name=name, kind=kind, inputs=(_activation(shape),), outputs=(_activation(shape),))
+
+
+def _consistent_chain(draw, st) -> Graph:
+    """A chain whose every op reads exactly what the op before it wrote: a matmul (tokens x width by a
+    width x out weight), shape-keeping ops and a reduction over the last axis."""
+    rows, width = draw(st.integers(1, 4096)), draw(st.integers(1, 8192))
+    ops: list[Op] = []
+    for index in range(draw(st.integers(1, 3))):
+        kind = draw(st.sampled_from(("matmul", "reduction", *SHAPE_KEEPING)))
+        name = f"op{index}"
+        if kind == "matmul":
+            out = draw(st.integers(1, 8192))
+            ops.append(Op(name=name, kind="matmul", inputs=(_activation((rows, width)), TensorSpec(
+                shape=(width, out), dtype="bf16", role="weight")), outputs=(_activation((rows, out)),)))
+            width = out
+        elif kind == "reduction":
+            ops.append(Op(name=name, kind="reduction", inputs=(_activation((rows, width)),),
+                          outputs=(_activation((rows, 1)),)))
+            width = 1
+        else:
+            ops.append(_shape_keeping(kind, name, (rows, width)))
+    return Graph(name="chain", ops=ops, edges=[(a.name, b.name) for a, b in zip(ops, ops[1:], strict=False)])
+
+
+def test_adding_an_op_that_reads_what_its_producer_wrote_never_makes_a_graph_faster():
+    """Issue 38 item 10. In a fusing mode an added op may rightly save time where shapes do not match:
+    the IR's graph inputs and outputs are the tensors no op writes or reads, so a consumer that now also
+    reads an op's whole output makes it an intermediate, and a consumer whose inputs are larger than its
+    producer's output (a residual add: the rest is a graph input) reads more from its kernel once an added
+    op in that kernel writes the rest (costs/fusion.py). Mismatched shapes cannot be refused: the
+    project's own graphs link ops whose shapes differ (a fused gate/up projection read as two halves,
+    backward graphs' ordering edges, LLM stage graphs written by llm --graph-out). What must hold: in a
+    graph where every op reads what its producer wrote, adding a connected op that reads its producer's
+    whole output and writes the same shape (fed on to the next op) changes no graph input or output,
+    so it never makes the graph faster."""
+    from hypothesis import HealthCheck, given, seed, settings
+    from hypothesis import strategies as st
+
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline.arrays import evaluate_arrays
+
+    def total(graph, hardware, mode) -> float:
+        evaluation = evaluate_arrays(graph, hardware, mode=mode)
+        return float(evaluation.total_s.sum() + evaluation.program_s)
+
+    @seed(38)
+    @settings(max_examples=150, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(data=st.data())
+    def check(data):
+        spec, mode = data.draw(st.sampled_from(FUSING), label="spec, mode")
+        hardware = load_hardware(spec)
+        graph = _consistent_chain(data.draw, st)
+        position = data.draw(st.integers(1, len(graph.ops)), label="after op")
+        producer = graph.ops[position - 1]
+        extra = _shape_keeping(data.draw(st.sampled_from(SHAPE_KEEPING), label="added kind"), "extra",
+                               producer.outputs[0].shape)
+        ops = [*graph.ops[:position], extra, *graph.ops[position:]]
+        edges = [(producer.name, extra.name)]
+        edges += [(a.name, b.name) for a, b in zip(graph.ops, graph.ops[1:], strict=False) if a is not producer]
+        if position < len(graph.ops):  # the added op feeds the op that read the producer instead
+            edges.append((extra.name, graph.ops[position].name))
+        bigger = Graph(name="bigger", ops=ops, edges=edges)
+        before, after = total(graph, hardware, mode), total(bigger, hardware, mode)
+        assert after >= before * (1 - 1e-9), (spec, mode, [op.kind for op in graph.ops], extra.kind, position,
+                                              before, after)
+
+    check()
