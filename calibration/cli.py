@@ -3,7 +3,6 @@ perfmodel itself never imports calibration)."""
 
 from __future__ import annotations
 
-import os
 import statistics
 import sys
 from pathlib import Path
@@ -182,20 +181,12 @@ def _components(loaded, records, spec):
 def _write_spec(text: str, output: Path) -> None:
     """Write the fitted spec only once it loads like any other (beside its base, so that ``extends``
     resolves): a bad fit leaves no file behind."""
-    import tempfile
-
     from perfmodel.hardware.loader import load_hardware
-    from perfmodel.yaml_source import write_text_atomically
+    from perfmodel.yaml_source import atomic_output
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=output.parent, prefix=f".{output.stem}.", suffix=".yaml")
-    os.close(handle)
-    try:
-        write_text_atomically(temporary, text)
+    with atomic_output(output, ".yaml") as temporary:
+        temporary.write_text(text, encoding="utf-8")
         load_hardware(temporary)
-        os.replace(temporary, output)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
 
 
 def _check_calibrate_arguments(args) -> None:

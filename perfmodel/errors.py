@@ -13,6 +13,11 @@ class PerfmodelError(Exception):
     """Base class of every error that reports bad input (a spec, a workload, an option)."""
 
 
+class NoEngineError(PerfmodelError):
+    """A device has no engine for an op's dtype. The command line adds which of its options set the
+    dtypes (each command's ``dtype_hint``), since the library does not know how they were chosen."""
+
+
 class UnitError(PerfmodelError, ValueError):
     """A quantity string could not be parsed, or it has the wrong dimension."""
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
@@ -16,7 +15,7 @@ import numpy as np
 
 from perfmodel.errors import PerfmodelError
 from perfmodel.units import format_quantity
-from perfmodel.yaml_source import default_file_mode
+from perfmodel.yaml_source import atomic_output
 
 INTENSITY_RANGE_FLOP_PER_BYTE = (1e-2, 1e5)
 TERA = 1e12
@@ -288,15 +287,10 @@ def save_figure(figure_or_ax, path: str | Path) -> None:
     if isinstance(figure, np.ndarray):
         figure = figure.flat[0]
     figure = getattr(figure, "figure", figure)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=path.suffix)
-    os.close(handle)
     try:
-        figure.savefig(temporary, format=suffix, dpi=150)
-        os.chmod(temporary, default_file_mode())
-        os.replace(temporary, path)
+        with atomic_output(path, path.suffix) as temporary:
+            figure.savefig(temporary, format=suffix, dpi=150)
     finally:
-        Path(temporary).unlink(missing_ok=True)
         pyplot().close(figure)
 
 

@@ -137,6 +137,24 @@ def _int(text: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+# Columns read as counts by ``_int`` (a leading whole number, then any note: '4 (TP4)', '2048 ctx'), or
+# words that say how the count is set ('1 user', 'IFB max-load', 'unstated').
+COUNT_COLUMNS = ("chips", "batch", "input_len", "output_len")
+_LEADING_NUMBER = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+))")
+
+
+def _count_problem(row: dict) -> str | None:
+    """A count column that starts with a number other than a positive whole one ('-8', '0', '2.5'),
+    which ``_int`` would read as no count (or its integer part) and the row's fallback would replace."""
+    for column in COUNT_COLUMNS:
+        text = row.get(column) or ""
+        match = _LEADING_NUMBER.match(text)
+        if match and not (match.group(1).isdigit() and int(match.group(1)) > 0):
+            return (f"column {column!r}: {text.strip()!r} is not a count; expected a positive whole number "
+                    "(a note may follow, as in '4 (TP4)') or words ('1 user', 'IFB max-load', 'unstated')")
+    return None
+
+
 def _dtypes(precision: str, system: str) -> dict | None:
     p = precision.upper()
     if "INT8 WEIGHT" in p:
@@ -529,7 +547,12 @@ def _validate_file(path: str, stamp: int, ideal: bool, engine: str | None) -> tu
         missing = required - set(reader.fieldnames or [])
         if missing:
             raise PerfmodelError(f"{path}: missing column(s) {sorted(missing)}")
-        return tuple(validate_row(number, row, ideal, engine) for number, row in enumerate(reader, start=2))
+        rows = list(enumerate(reader, start=2))
+    for number, row in rows:  # refused before any row is predicted: a wrong count would predict another setup
+        problem = _count_problem(row)
+        if problem:
+            raise PerfmodelError(f"{path}: row {number}: {problem}")
+    return tuple(validate_row(number, row, ideal, engine) for number, row in rows)
 
 
 def summary(rows: list[ValidationRow]) -> dict:

@@ -221,27 +221,44 @@ def write_text_atomically(path: str | Path, text: str) -> None:
 
 
 def write_bytes_atomically(path: str | Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file and a rename, so nothing is half-written. A
-    directory or a special file (FIFO, device) at ``path`` is never replaced; a failed write is a
-    :class:`PerfmodelError` naming the file."""
+    """Write ``data`` to ``path`` through :func:`atomic_output`: nothing is half-written, a rewritten
+    file keeps its mode."""
+    with atomic_output(path) as temporary, temporary.open("wb") as stream:
+        stream.write(data)
+
+
+@contextlib.contextmanager
+def atomic_output(path: str | Path, suffix: str = ".tmp") -> Iterator[Path]:
+    """A temporary file beside ``path`` (named ``.<name>.<random><suffix>``) for the caller to write;
+    when the block ends without an exception it replaces ``path`` by a rename, so nothing is
+    half-written. The file gets ``path``'s mode when it replaces one (a private 0600 output stays
+    private), else what a plain open() would give (``default_file_mode``). Missing parent directories
+    are created. The temporary file is removed on every exit path. A directory or a special file (FIFO,
+    device) at ``path`` is never replaced; an operating-system failure is a :class:`PerfmodelError`
+    naming the file."""
+    import stat
+    import tempfile
+
     path = Path(path)
     if path.is_dir() or (path.exists() and not path.is_file()):
         raise PerfmodelError(f"cannot write {path}: it is a {'directory' if path.is_dir() else 'special file'}; give "
                              "a file name")
-    import tempfile
-
+    existing = next((parent for parent in path.parents if parent.exists()), None)
+    if existing is not None and not existing.is_dir():
+        raise PerfmodelError(f"cannot write {path}: {existing} is a file, not a directory to write into")
     try:
+        mode = stat.S_IMODE(path.stat().st_mode) if path.is_file() else default_file_mode()
         path.parent.mkdir(parents=True, exist_ok=True)
-        handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        handle, name = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=suffix)
+        os.close(handle)
     except OSError as error:
         raise PerfmodelError(f"cannot write {path}: {error.strerror or error}") from None
+    temporary = Path(name)
     try:
-        with os.fdopen(handle, "wb") as stream:
-            stream.write(data)
-        os.chmod(temporary, default_file_mode())
+        yield temporary
+        os.chmod(temporary, mode)
         os.replace(temporary, path)
-    except BaseException as error:
-        Path(temporary).unlink(missing_ok=True)
-        if isinstance(error, OSError):
-            raise PerfmodelError(f"cannot write {path}: {error.strerror or error}") from None
-        raise
+    except OSError as error:
+        raise PerfmodelError(f"cannot write {path}: {error.strerror or error}") from None
+    finally:
+        temporary.unlink(missing_ok=True)  # (gone already when it replaced the file)

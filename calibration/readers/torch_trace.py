@@ -56,10 +56,14 @@ def trace_events(path: Path, data=None) -> list[dict]:
 
 
 def _duration(event: dict, path, index: int) -> float:
+    value = event.get("dur")
     try:
-        seconds = float(event["dur"]) * US
-    except (KeyError, TypeError, ValueError):
-        raise fail(path, f"event {index}", "dur", f"missing or non-numeric duration in {event.get('name')!r}") from None
+        if isinstance(value, bool):
+            raise TypeError
+        seconds = float(value) * US
+    except (TypeError, ValueError):
+        raise fail(path, f"event {index}", "dur", f"missing or non-numeric duration in {event.get('name')!r}: "
+                                                  f"expected a number of microseconds, got {value!r}") from None
     return positive_duration(seconds, path, f"event {index}", "dur")
 
 
@@ -103,7 +107,7 @@ def read_torch_trace(path: str | Path, *, tool_version: str = "") -> list[Measur
                 flops_source="analytic_shapes", bytes_source="hw_counter" if "bytes" in args else "unknown",
                 source_file=str(path), source_row=index))
         return records
-    for index, event in _leaf_ops(cpu_ops):
+    for index, event in _leaf_ops(cpu_ops, path):
         args = event_args(event, path, index)
         records.append(MeasurementRecord(
             name=str(event.get("name", "")), op_class="cpu_op", duration_s=_duration(event, path, index),
@@ -114,17 +118,33 @@ def read_torch_trace(path: str | Path, *, tool_version: str = "") -> list[Measur
     return records
 
 
-def _leaf_ops(cpu_ops):
+def _start_us(event: dict, path, index: int) -> float:
+    """An event's ``ts`` (microseconds; 0 when absent): a finite number."""
+    value = event.get("ts", 0)
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        start = float(value)
+    except (TypeError, ValueError):
+        raise fail(path, f"event {index}", "ts", f"expected a start time in microseconds in {event.get('name')!r}, "
+                                                 f"got {value!r}") from None
+    if not math.isfinite(start):
+        raise fail(path, f"event {index}", "ts", f"start time {value!r} in {event.get('name')!r} is not finite")
+    return start
+
+
+def _leaf_ops(cpu_ops, path):
     """Ops that contain no other op on the same thread (the ones that did the work)."""
     by_thread: dict = {}
     for index, event in cpu_ops:
-        by_thread.setdefault((event.get("pid"), event.get("tid")), []).append((index, event))
+        # Each op's span, checked first: a duration that is not a number cannot be ordered or nested.
+        span = (_start_us(event, path, index), _duration(event, path, index) / US)
+        by_thread.setdefault((event.get("pid"), event.get("tid")), []).append((span, index, event))
     leaves = []
     for ops in by_thread.values():
-        ops.sort(key=lambda item: (float(item[1].get("ts", 0)), -float(item[1].get("dur", 0))))
-        for position, (index, event) in enumerate(ops):
-            end = float(event.get("ts", 0)) + float(event.get("dur", 0))
+        ops.sort(key=lambda item: (item[0][0], -item[0][1]))
+        for position, ((start, duration), index, event) in enumerate(ops):
             following = ops[position + 1] if position + 1 < len(ops) else None
-            if following is None or float(following[1].get("ts", 0)) >= end:
+            if following is None or following[0][0] >= start + duration:
                 leaves.append((index, event))
     return sorted(leaves)

@@ -11,7 +11,7 @@ import sys
 from typing import Sequence
 
 from perfmodel import __version__
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import NoEngineError, PerfmodelError
 
 
 class UsageError(PerfmodelError):
@@ -80,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_in(words))
+    args = None
     try:
         args = parser.parse_args(words)
         if not getattr(args, "handler", None):
@@ -87,7 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
         return int(args.handler(args) or 0)
     except (PerfmodelError, FileNotFoundError, IsADirectoryError, PermissionError) as error:
-        print(f"perfmodel: error: {error}", file=sys.stderr)
+        hint = getattr(args, "dtype_hint", None) if isinstance(error, NoEngineError) else None
+        print(f"perfmodel: error: {error}" + (f" Here {hint}." if hint else ""), file=sys.stderr)
         return 2
     except BrokenPipeError:  # output piped into head or less that closed early: not an error
         sys.stderr.close()

@@ -100,6 +100,7 @@ def register(commands) -> None:
                            "ties broken by the other two in the order chips, cost, watts")
     size.add_argument("--weights", default="bf16")
     size.add_argument("--kv", default=None)
+    size.set_defaults(dtype_hint="--weights and --kv set the dtypes (e.g. --weights bf16)")
     size.add_argument("--mode", choices=mode_choices(), help=mode_help() + " " + FAMILY_MODES_PLACEHOLDER)
     add_set_argument(size)
     add_ideal_argument(size)

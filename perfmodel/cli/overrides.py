@@ -81,8 +81,15 @@ def add_mode_argument(parser) -> None:
     parser.add_argument("--mode", choices=mode_choices(), help=mode_help())
 
 
+# Where the dtypes of a workload file's ops come from (predict, roofline: no option sets them); shown
+# after an error that a device has no engine for one (cli.main, errors.NoEngineError).
+WORKLOAD_DTYPES = "the workload file sets the dtypes (each tensor's dtype, or an op's attrs.dtype)"
+
+
 def add_dtype_arguments(parser) -> None:
     """The weight, KV-cache and activation dtypes of an LLM scenario (llm, serve)."""
     parser.add_argument("--weights", default="bf16", help="weight dtype (bf16, fp16, fp8, int8, int4...)")
     parser.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
     parser.add_argument("--activations", default="bf16", help="activation dtype")
+    parser.set_defaults(dtype_hint="--weights, --activations and --kv set the dtypes (e.g. --weights bf16 "
+                                   "--activations bf16)")

@@ -5,7 +5,14 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument, add_mode_argument, add_set_argument, parse_overrides, spec_names
+from perfmodel.cli.overrides import (
+    WORKLOAD_DTYPES,
+    add_ideal_argument,
+    add_mode_argument,
+    add_set_argument,
+    parse_overrides,
+    spec_names,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
@@ -26,7 +33,7 @@ def register(commands) -> None:
     output = predict.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the JSON contract")
     output.add_argument("--csv", action="store_true", help="print one CSV row per op and spec")
-    predict.set_defaults(handler=_predict)
+    predict.set_defaults(handler=_predict, dtype_hint=WORKLOAD_DTYPES)
 
     sweep = commands.add_parser("sweep", help="evaluate a transformer block over a grid of scenario and spec values")
     sweep.add_argument("--on", required=True, help="one spec")
@@ -69,12 +76,12 @@ def _predict(args) -> int:
         rows = [[op.name, op.kind, op.count, format_quantity(op.flops, "flops_per_s").replace("/s", ""),
                  format_quantity(op.compute_s, "seconds"), format_quantity(max(op.memory_s.values(), default=0), "seconds"),
                  format_quantity(op.scheduling_s, "seconds"), format_quantity(op.total_s, "seconds"),
-                 f"{100 * op.total_s / evaluation.total_s:.1f}%", op.bound] for op in ops]
+                 _share(op.total_s, evaluation.total_s, ".1f"), op.bound] for op in ops]
         print(format_table(["op", "kind", "count", "FLOP", "compute", "memory (max level)", "scheduling", "total",
                             "share", "bound"], rows))
         if len(evaluation.ops) > args.top:
             print(f"... {len(evaluation.ops) - args.top} more ops (--top N, --csv)")
-        bounds = ", ".join(f"{bound} {100 * time / evaluation.total_s:.0f}%"
+        bounds = ", ".join(f"{bound} {_share(time, evaluation.total_s, '.0f')}"
                            for bound, time in evaluation.time_by_bound.items())
         print(f"total {format_quantity(evaluation.total_s, 'seconds')}; by bound: {bounds}")
         if not evaluation.fits:
@@ -84,11 +91,18 @@ def _predict(args) -> int:
         if evaluation.unsupported:
             print(f"estimated without a cost rule: {evaluation.unsupported}")
         summary.append([evaluation.hardware, evaluation.mode, format_quantity(evaluation.total_s, "seconds"),
-                        f"{evaluation.flops_total / evaluation.total_s / 1e12:.2f}", evaluation.bound, evaluation.kernels])
+                        f"{evaluation.flops_total / evaluation.total_s / 1e12:.2f}" if evaluation.total_s > 0 else "-",
+                        evaluation.bound, evaluation.kernels])
     if len(evaluations) > 1:
         print()
         print(format_table(["spec", "mode", "total", "achieved TFLOP/s", "main bound", "kernels"], summary))
     return 0
+
+
+def _share(time_s: float, total_s: float, style: str) -> str:
+    """``time_s`` as a percentage of ``total_s``; '-' for a graph that takes no time (ops that move
+    nothing on a device without launch overhead)."""
+    return f"{100 * time_s / total_s:{style}}%" if total_s > 0 else "-"
 
 
 SCENARIO_AXES = ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "ffn", "layers")
@@ -123,7 +137,7 @@ def _sweep(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.roofline.sweep import as_override, grid_size, sweep
     from perfmodel.workload.builders import transformer_block
-    from perfmodel.yaml_source import check_output_path, write_text_atomically
+    from perfmodel.yaml_source import atomic_output, check_output_path, write_text_atomically
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output", TABLE_SUFFIXES)
@@ -146,17 +160,11 @@ def _sweep(args) -> int:
     frame = pd.DataFrame(result.to_columns())
     if args.output:
         if args.output.suffix.lower() == ".parquet":
-            import os
-            import tempfile
-
-            handle, temporary = tempfile.mkstemp(dir=args.output.parent or ".", suffix=".parquet")
-            os.close(handle)
             try:
-                frame.to_parquet(temporary)
+                with atomic_output(args.output, ".parquet") as temporary:
+                    frame.to_parquet(temporary)
             except ImportError:
-                Path(temporary).unlink(missing_ok=True)
                 raise PerfmodelError("writing Parquet needs pyarrow: pip install pyarrow, or write .csv") from None
-            os.replace(temporary, args.output)
         else:
             write_text_atomically(args.output, frame.to_csv(index=False))
     if args.json:

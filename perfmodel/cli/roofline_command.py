@@ -6,7 +6,7 @@ import csv
 import math
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_mode_argument, spec_names
+from perfmodel.cli.overrides import WORKLOAD_DTYPES, add_mode_argument, spec_names
 from perfmodel.errors import PerfmodelError
 from perfmodel.yaml_source import check_output_path, csv_failures, open_for_reading
 
@@ -23,7 +23,7 @@ def register(commands) -> None:
     roofline.add_argument("--dtype", help="dtype of the compute roof (default: the workload's)")
     add_mode_argument(roofline)
     roofline.add_argument("-o", "--output", type=Path, required=True, help="chart file: .png, .svg or .pdf")
-    roofline.set_defaults(handler=_roofline)
+    roofline.set_defaults(handler=_roofline, dtype_hint=WORKLOAD_DTYPES)
 
 
 REQUIRED_COLUMNS = ("name", "flops", "bytes", "duration_s")

@@ -55,6 +55,7 @@ def register(commands) -> None:
     train.add_argument("--master-dtype", default="fp32",
                        help="master weights, AdamW moments and reduced gradients (default fp32; a spec without an "
                             "fp32 vector engine needs bf16 here)")
+    train.set_defaults(dtype_hint="--compute-dtype and --master-dtype set the dtypes (e.g. --compute-dtype bf16)")
     train.add_argument("--domain-chips", type=_count,
                        help="chips per fast-link domain (an NVLink node, a TPU slice); default: the chip-to-chip "
                             "link's reach; groups that span domains use the spec's network link")

@@ -15,6 +15,14 @@ producer's output is materialized (written whole) unless every consumer of it is
 and together they read all of it. The IR names no graph outputs: an output with no consumer, or
 a part of one that no op reads, is one, and an op outside the group needs what it reads from memory.
 So a 1-element consumer of a 512 MB output removes its own 2-byte read, not the 512 MB write.
+
+Graph inputs and outputs follow from the edges, so adding a connected op can rightly save time: a
+fused consumer that reads all of an output makes it an intermediate, and a consumer whose inputs
+exceed what its kernel's producers wrote (the rest is a graph input) reads more from registers once
+an added op in its kernel writes that rest. Shapes are not required to match along an edge (the
+project's own graphs read a fused projection's output as two halves, and backward graphs chain ops
+in order); where every op reads what its producer wrote, an added op that reads its producer's whole
+output and writes the same shape never makes a graph faster (tests/test_hardening_ii.py).
 """
 
 from __future__ import annotations

@@ -31,7 +31,7 @@ from perfmodel.costs.traffic import (
     tile_elements_moved,
 )
 from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import NoEngineError, PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
 from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick
@@ -183,8 +183,8 @@ def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[Compute
             if runs(engine, "fp32"):
                 return engine, "fp32"
     offered = sorted({f"{e.name}:{d}" for e in engines for d in e.peak_flops_per_s})
-    raise PerfmodelError(f"{hardware.name} has no engine for a {op_kind} op in {dtype}; its engines offer "
-                         f"{', '.join(offered)}. Choose another dtype (for example --dtype bf16) or device.")
+    raise NoEngineError(f"{hardware.name} has no engine for {'an' if op_kind[0] in 'aeiou' else 'a'} {op_kind} op in "
+                        f"{dtype}; its engines offer {', '.join(offered)}. Choose another dtype or device.")
 
 
 # ----------------------------------------------------------------------------------------- traffic
@@ -303,14 +303,22 @@ def _matmul_dims(op: Op) -> tuple[RuleDimension, RuleDimension, RuleDimension, R
     if len(op.inputs) < 2:
         raise PerfmodelError(f"matmul {op.name!r} needs attrs m, n, k or two inputs")
     a, b = op.inputs[0].shape, op.inputs[1].shape
-    batch = int(np.prod(np.asarray(a[:-2]), dtype=np.int64)) if len(a) > 2 else 1
+    # The leading dimensions' product as TensorSpec.numel forms it: exact Python integers (a graph's
+    # element counts are at most 2**62), an array only where a dimension is swept.
+    batch: RuleDimension = 1
+    for dim in a[:-2]:
+        batch = batch * (dim if isinstance(dim, np.ndarray) else int(dim))
     return a[-2] if len(a) > 1 else 1, b[-1], a[-1], batch
 
 
 def _bytes_per_element(op: Op, slot: int, group: str = "inputs") -> float:
+    """The width of tensor ``slot`` of ``group``; else of the op's first tensor; else of its dtype (an op
+    given by attributes alone, ``Op.dtype``)."""
     tensors = getattr(op, group)
-    tensor = tensors[slot] if slot < len(tensors) else (op.inputs or op.outputs)[0]
-    return get_dtype(tensor.dtype).bytes_per_element
+    if slot < len(tensors):
+        return get_dtype(tensors[slot].dtype).bytes_per_element
+    tensors = op.inputs or op.outputs
+    return get_dtype(tensors[0].dtype if tensors else op.dtype).bytes_per_element
 
 
 # ----------------------------------------------------------------------------------------- pricing

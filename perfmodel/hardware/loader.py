@@ -122,6 +122,10 @@ def resolve_spec(name_or_path: str | Path, *, beside: Path | None = None) -> Pat
             known = ", ".join(sorted(index))
             raise FileNotFoundError(f"'extends: {text}' must name a catalog spec ({known}) or a file in "
                                     f"the same directory as the spec ({beside})")
+        target = candidate.resolve()  # a link beside the spec is followed only to a file in its directory
+        if target.parent != beside.resolve():
+            raise FileNotFoundError(f"'extends: {text}' is a link to {target}, outside the spec's directory "
+                                    f"({beside}); extends reads only files in that directory (copy the file there)")
         return candidate
     path = Path(text)
     if path.is_file():

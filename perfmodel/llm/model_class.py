@@ -313,11 +313,10 @@ def derive_shipped() -> dict:
 def main(argv: list[str] | None = None) -> int:
     import argparse
     import json
-    import os
-    import tempfile
 
     from perfmodel.llm.catalog import DERIVED_FILE
     from perfmodel.paths import data_directory
+    from perfmodel.yaml_source import write_text_atomically
 
     parser = argparse.ArgumentParser(description="Derive the shipped models' architectures from their classes")
     parser.add_argument("--write", action="store_true", help=f"write workloads/llm/{DERIVED_FILE}")
@@ -327,11 +326,7 @@ def main(argv: list[str] | None = None) -> int:
         print(text)
         return 0
     target = data_directory("workloads") / "llm" / DERIVED_FILE
-    handle, temporary = tempfile.mkstemp(dir=target.parent, suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        file.write(text)
-    os.chmod(temporary, 0o644)  # mkstemp makes it private; a data file is world-readable
-    os.replace(temporary, target)
+    write_text_atomically(target, text)
     print(f"wrote {target}")
     return 0
 

@@ -159,8 +159,9 @@ def scheduling_roofline(hardware: Hardware, evaluation: Evaluation, *, dtype: st
     """Compute roof plus the scheduling ceiling ``granularity / launch_s`` (see the module docstring)."""
     data = classic_roofline(hardware, evaluation, dtype=dtype)
     points = data.points
-    if execution_model(evaluation.mode).fuses:
-        # One program launch covers every op: the whole program is the point that meets that ceiling.
+    if execution_model(evaluation.mode).fuses and evaluation.flops_total > 0 and evaluation.total_s > 0:
+        # One program launch covers every op: the whole program is the point that meets that ceiling
+        # (a program without FLOPs or time has no point on a FLOP/s chart, as an op has none: _points).
         flops = evaluation.flops_total
         points = (*points, OpPoint(name="<whole program>", kind="program", bound=evaluation.bound,
                                    level=data.roofs[0].label, intensity_flop_per_byte=0.0,

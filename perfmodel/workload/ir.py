@@ -14,6 +14,7 @@ array of 10^6 values is a sweep of 10^6 scenarios evaluated at once.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Iterable, Literal, Mapping, Sequence
@@ -22,7 +23,7 @@ import numpy as np
 
 from perfmodel.dtypes import DTYPES, get_dtype
 from perfmodel.errors import PerfmodelError, Problem, WorkloadError
-from perfmodel.workload.op_kinds import OP_KIND_TABLE
+from perfmodel.workload.op_kinds import MAX_SIZE, OP_KIND_TABLE
 
 if TYPE_CHECKING:
     from perfmodel.hardware.execution_models import SIValue
@@ -144,9 +145,16 @@ class Graph:
 
 
 def _is_positive_dimension(dim: object) -> bool:
+    """A whole number from 1 to ``MAX_SIZE`` (an array of them in a sweep)."""
     if isinstance(dim, np.ndarray):
-        return dim.dtype.kind in "iu" and bool(np.all(dim > 0))
-    return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and bool(dim > 0)
+        return dim.dtype.kind in "iu" and bool(np.all(dim > 0)) and bool(np.all(dim <= MAX_SIZE))
+    return isinstance(dim, (int, np.integer)) and not isinstance(dim, bool) and bool(0 < dim <= MAX_SIZE)
+
+
+def _largest_numel(shape: tuple[Dimension, ...]) -> float:
+    """The largest element count of a shape of valid dimensions over its sweep points, in float64
+    (exact enough against ``MAX_SIZE``, which leaves int64 room to spare; no integer product overflows)."""
+    return math.prod(float(np.max(dim)) for dim in shape)
 
 
 def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
@@ -170,15 +178,19 @@ def graph_problems(graph: Graph, file: str = "<graph>") -> list[Problem]:
         else:  # typed attributes from the op-kind table, checked here so that a graph is whole when built
             for attr, message in kind.attribute_problems(op):
                 add(f"{where}.attrs" if attr == "*" else f"{where}.attrs.{attr}", message)
-        if not isinstance(op.count, int) or isinstance(op.count, bool) or op.count < 1:
-            add(f"{where}.count", f"count must be a positive integer, got {op.count!r}")
+        if not isinstance(op.count, int) or isinstance(op.count, bool) or not 1 <= op.count <= MAX_SIZE:
+            add(f"{where}.count", f"count must be a positive integer of at most 2**62, got {op.count!r}")
         for group, tensors in (("inputs", op.inputs), ("outputs", op.outputs)):
             for slot, tensor in enumerate(tensors):
                 path = f"{where}.{group}.{slot}"
                 if tensor.dtype not in DTYPES:
                     add(f"{path}.dtype", f"unknown dtype {tensor.dtype!r}; allowed: {', '.join(DTYPES)}")
                 if any(not _is_positive_dimension(dim) for dim in tensor.shape):
-                    add(f"{path}.shape", f"every dimension must be a positive integer, got {list(tensor.shape)}")
+                    add(f"{path}.shape", "every dimension must be a positive integer of at most 2**62, got "
+                                         f"{list(tensor.shape)}")
+                elif _largest_numel(tensor.shape) > MAX_SIZE:
+                    add(f"{path}.shape", f"{list(tensor.shape)} holds {_largest_numel(tensor.shape):.3g} elements; a "
+                                         f"tensor holds at most 2**62 ({MAX_SIZE:.2g}), so that sizes stay exact")
                 if tensor.role not in TENSOR_ROLES:
                     add(f"{path}.role", f"unknown role {tensor.role!r}; allowed: {', '.join(TENSOR_ROLES)}")
         if isinstance(op.attrs.get("dtype"), str) and op.attrs["dtype"] not in DTYPES:

@@ -25,17 +25,26 @@ from perfmodel.tracing import floats
 from perfmodel.units import FLOPS_PER_FMA
 
 ATTRIBUTE_TYPES = ("dimension", "number", "flag", "text")
+# The largest size the IR accepts: a dimension, a tensor's element count, an op's repeat count, a
+# ``dimension`` attribute. Sizes stay exact in 64-bit integers (2**63 - 1 is int64's largest) with room
+# for one doubling, and FLOPs and bytes (products of a few sizes) stay finite in float64 (~1.8e308).
+MAX_SIZE = 2**62
+# The most FLOPs per element an op may declare: far above any point-wise function's cost
+# (FLOPS_PER_ELEMENT_BY_FUNCTION tops out at 12) or a fused chain of them, and small enough that
+# FLOPs stay finite.
+MAX_FLOPS_PER_ELEMENT = 10**6
 
 
 @dataclass(frozen=True)
 class Attribute:
     """A typed op attribute: ``dimension`` (a positive integer, or an array of them in a sweep),
     ``number`` (a finite real >= 0, or an array), ``flag`` (true/false) or ``text`` (one of
-    ``choices`` when given)."""
+    ``choices`` when given). A dimension is at most ``MAX_SIZE``; a number at most ``maximum``."""
 
     type: str
     required: bool = False
     choices: tuple[str, ...] = ()
+    maximum: float = MAX_SIZE
 
     def problem(self, value: object) -> str | None:
         """What is wrong with ``value`` for this attribute, or None."""
@@ -57,22 +66,38 @@ class Attribute:
         if self.type == "dimension":
             if array.dtype.kind == "f" and not np.all(array == np.round(array)):
                 return f"must be a whole number, got {value!r}"
-            return None if np.all(array > 0) else f"must be more than zero, got {value!r}"
-        return None if np.all(array >= 0) else f"must not be negative, got {value!r}"
+            if not np.all(array > 0):
+                return f"must be more than zero, got {value!r}"
+        elif not np.all(array >= 0):
+            return f"must not be negative, got {value!r}"
+        return None if np.all(array <= self.maximum) else self._too_large(np.max(array))
 
     def _scalar_problem(self, value: float) -> str | None:
-        if not math.isfinite(value):
+        if isinstance(value, float) and not math.isfinite(value):  # (an int of any size is finite)
             return f"must be finite, got {value!r}"
         if self.type == "dimension":
             if value != int(value):
                 return f"must be a whole number, got {value!r}"
-            return None if value > 0 else f"must be more than zero, got {value!r}"
-        return None if value >= 0 else f"must not be negative, got {value!r}"
+            if value <= 0:
+                return f"must be more than zero, got {value!r}"
+        elif value < 0:
+            return f"must not be negative, got {value!r}"
+        return None if value <= self.maximum else self._too_large(value)
+
+    def _too_large(self, value: object) -> str:
+        allowed = "a whole number from 1" if self.type == "dimension" else "a number from 0"
+        return f"must be {allowed} to {_limit(self.maximum)}, got {value!r}"
+
+
+def _limit(value: float) -> str:
+    """A limit as a reader knows it: ``2**62 (4.6e+18)`` for MAX_SIZE."""
+    return f"2**62 ({MAX_SIZE:.2g})" if value == MAX_SIZE else f"{value:g}"
 
 
 DIMENSION = Attribute("dimension")
 REQUIRED_DIMENSION = Attribute("dimension", required=True)
 NUMBER = Attribute("number")
+FLOPS_PER_ELEMENT = Attribute("number", maximum=MAX_FLOPS_PER_ELEMENT)
 FLAG = Attribute("flag")
 TEXT = Attribute("text")
 # Attributes any op may carry.
@@ -252,15 +277,15 @@ register(OpKind(name="attention", engine="matrix", startup_latency=True, aten=fr
                         "backward: the gradient kernel)"))
 register(OpKind(name="elementwise", engine="vector", fusible=True, epilogue=True,
                 aten=POINTWISE_OPS | RANDOM_ELEMENTWISE_OPS,
-                attributes={"flops_per_element": NUMBER},
+                attributes={"flops_per_element": FLOPS_PER_ELEMENT},
                 summary="point-wise arithmetic, flops_per_element FLOPs per output element (default 1)"))
 register(OpKind(name="reduction", engine="vector", fusible=True, startup_latency=True, aten=frozenset(REDUCTION_OPS),
                 summary="a reduction (sum, mean, max, pooling): 1 FLOP per input element"))
 register(OpKind(name="norm", engine="vector", fusible=True, startup_latency=True, aten=frozenset(NORM_OPS),
-                attributes={"norm": TEXT, "flops_per_element": NUMBER},
+                attributes={"norm": TEXT, "flops_per_element": FLOPS_PER_ELEMENT},
                 summary="layer/RMS/group/batch normalization (RMS 5, others 8 FLOPs per element)"))
 register(OpKind(name="softmax", engine="vector", fusible=True, startup_latency=True, aten=frozenset(SOFTMAX_OPS),
-                attributes={"flops_per_element": NUMBER},
+                attributes={"flops_per_element": FLOPS_PER_ELEMENT},
                 summary="softmax: 5 FLOPs per element"))
 register(OpKind(name="embedding", engine="vector", aten=frozenset(GATHER_OPS),
                 summary="a gather of table rows: no FLOPs, reads the rows and indices, writes the rows"))
