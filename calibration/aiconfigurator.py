@@ -185,32 +185,41 @@ def _eager(row) -> bool:
     return "eager" in str(row.get("kernel_source", "")).lower()
 
 
+def unpriced(kind: str, row) -> str | None:
+    """Why the cost rules cannot price this row yet (the reason it is skipped), or None."""
+    if kind == "gemm":
+        dtype = row["gemm_dtype"]
+        return None if dtype in GEMM_DTYPES else f"gemm {dtype}: scale traffic / dequantization not priced yet"
+    if kind in ("prefill_attention", "decode_attention"):
+        if int(row["window_size"]) != 0 or row["kv_cache_dtype"] != "bfloat16" or (
+                kind == "prefill_attention" and row["attn_dtype"] != "bfloat16"):
+            return f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache)"
+        return None
+    if _eager(row):
+        return "all_reduce: eager variant (serving runs the CUDA-graph one)"
+    return "all_reduce on one GPU" if int(row["num_gpus"]) < 2 else None
+
+
+def _count(skipped: dict[str, int], reason: str, count: int = 1) -> None:
+    skipped[reason] = skipped.get(reason, 0) + count
+
+
 def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[MeasurementRecord]:
     """Measurement records of the rows of ``frame`` (rows of ``source``) that the cost rules price;
     ``skipped`` counts the others by reason."""
-
-    def skip(reason: str, count: int = 1) -> None:
-        skipped[reason] = skipped.get(reason, 0) + count
-
     kind = source.kind
     for index, row in frame.iterrows():
         latency = float(row["latency"])
-        if not math.isfinite(latency) or latency <= 0:
-            skip(f"{kind}: latency not a positive number")
+        reason = unpriced(kind, row) or (None if math.isfinite(latency) and latency > 0
+                                         else f"{kind}: latency not a positive number")
+        if reason:
+            _count(skipped, reason)
             continue
         if kind == "gemm":
-            dtype = GEMM_DTYPES.get(row["gemm_dtype"])
-            if dtype is None:
-                skip(f"gemm {row['gemm_dtype']}: scale traffic / dequantization not priced yet")
-                continue
+            dtype = GEMM_DTYPES[row["gemm_dtype"]]
             m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
             yield _record(source, f"gemm_{dtype}_{m}x{n}x{k}", f"gemm:{dtype}", latency, gemm_op(m, n, k, dtype), index)
-            continue
-        if kind in ("prefill_attention", "decode_attention"):
-            if int(row["window_size"]) != 0 or row["kv_cache_dtype"] != "bfloat16" or (
-                    kind == "prefill_attention" and row["attn_dtype"] != "bfloat16"):
-                skip(f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache)")
-                continue
+        elif kind in ("prefill_attention", "decode_attention"):
             batch, heads, kv_heads, head_dim = (int(row[column]) for column in
                                                 ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
             if kind == "prefill_attention":
@@ -218,18 +227,12 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
             else:
                 seq_q, seq_kv = 1, int(row["isl"]) + int(row["step"])
             name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}"
-            op = attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim)
-            yield _record(source, name, kind.replace("_attention", "") + "_attention", latency, op, index)
-            continue
-        if _eager(row):
-            skip("all_reduce: eager variant (serving runs the CUDA-graph one)")
-            continue
-        gpus, elements = int(row["num_gpus"]), int(row["message_size"])
-        if gpus < 2:
-            skip("all_reduce on one GPU")
-            continue
-        yield _record(source, f"all_reduce_{gpus}x_{elements}", "all_reduce", latency, all_reduce_op(elements, gpus),
-                      index)
+            yield _record(source, name, kind, latency, attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim),
+                          index)
+        else:
+            gpus, elements = int(row["num_gpus"]), int(row["message_size"])
+            yield _record(source, f"all_reduce_{gpus}x_{elements}", "all_reduce", latency,
+                          all_reduce_op(elements, gpus), index)
 
 
 def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):
@@ -250,8 +253,7 @@ STRATA = {"gemm": ("gemm_dtype",)}
 
 
 def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: dict[str, str] | None = None,
-                   root: Path | None = None, rows: dict[str, int] | None = None,
-                   ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
+                   root: Path | None = None) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
     """Records of every table measured for ``engine`` on ``gpu`` (a fixed random sample of each); the
     reasons rows were skipped; the version of each table read."""
     found, skipped, read = [], {}, {}
@@ -261,17 +263,11 @@ def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: di
             continue
         read[kind] = source.version
         frame = read_rows(source)
-        total = len(frame)
-        if kind == "gemm":
-            frame = frame[frame["gemm_dtype"].isin(GEMM_DTYPES)]
-        elif kind != "all_reduce":
-            frame = frame[(frame["window_size"] == 0) & (frame["kv_cache_dtype"] == "bfloat16")]
-        else:
-            frame = frame[~frame.apply(_eager, axis=1)]
-        if len(frame) < total:
-            reason = f"{kind}: rows the rules do not price yet (see the module docstring)"
-            skipped[reason] = skipped.get(reason, 0) + total - len(frame)
-        chosen = sample(frame, (rows or SAMPLE_ROWS)[kind], seed, STRATA.get(kind, ()))
+        # The sample is drawn from the rows the rules price, so every sampled row becomes a record.
+        reasons = frame.apply(lambda row, kind=kind: unpriced(kind, row), axis=1)
+        for reason, count in reasons.dropna().value_counts().items():
+            _count(skipped, str(reason), int(count))
+        chosen = sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()))
         found.extend(records(source, chosen, skipped))
     return found, skipped, read
 

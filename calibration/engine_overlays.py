@@ -70,8 +70,6 @@ def without_step_latency(hardware):
     is one alpha per collective (2.4 us for 128 elements on 2 H100s, 4.8 us on 8, SGLang's table),
     below the datasheet's two NCCL LL128 steps (2 x 1.9 us) that an alpha can only add to. The overlay
     then sets the link's step latency so that an all-reduce costs the fitted alpha (``overlay_text``)."""
-    import dataclasses
-
     links = {name: dataclasses.replace(link, latency_s=0.0) if link.kind == "chip_to_chip" else link
              for name, link in hardware.links.items()}
     return dataclasses.replace(hardware, links=links)
@@ -180,6 +178,7 @@ def main(argv=None) -> int:
     import argparse
 
     from calibration.report import text_report
+    from perfmodel.hardware.loader import load_hardware
 
     parser = argparse.ArgumentParser(prog="python -m calibration.engine_overlays", description=main.__doc__)
     parser.add_argument("--gpu", nargs="*", default=list(tables.GPU_FOLDERS), choices=list(tables.GPU_FOLDERS))
@@ -194,7 +193,7 @@ def main(argv=None) -> int:
             if engine not in args.engine:
                 continue
             fitted = fit_engine(gpu, engine, heldout=False)
-            report = text_report(fitted.result, fitted.records, device_time_hardware(_load(gpu)))
+            report = text_report(fitted.result, fitted.records, device_time_hardware(load_hardware(gpu)))
             if fitted.skipped:
                 report += "\nskipped rows: " + ", ".join(f"{count} x {reason}" for reason, count in fitted.skipped.items())
             if args.write:
@@ -208,12 +207,6 @@ def main(argv=None) -> int:
         if args.write.resolve().is_relative_to(compiled.shipped_directory().resolve()):
             print(f"wrote {compiled.write_catalog()}")
     return 0
-
-
-def _load(gpu: str):
-    from perfmodel.hardware.loader import load_hardware
-
-    return load_hardware(gpu)
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.loader import load_for_prediction
+from perfmodel.hardware.loader import NO_ENGINE, engine_overlays, load_for_prediction
 from perfmodel.paths import data_directory
 
 # trtllm-bench's max-load runs, TensorRT-LLM docs/source/performance/perf-overview.md at commit 00f37686
@@ -108,8 +108,6 @@ def _serving_spec(spec: str, system: str, ideal: bool, engine: str | None) -> st
     """The spec an LLM row is priced on: the overlay of the engine it was measured with (``engine`` None:
     the one its system names) where one ships for the device, else the device (its achievable overlay).
     ``engine`` ``none``: the device for every row; an engine name: that engine's overlay wherever it ships."""
-    from perfmodel.hardware.loader import NO_ENGINE, engine_overlays
-
     if ideal or engine == NO_ENGINE:
         return spec
     named, _ = _first(ENGINES, system) if engine is None else (engine, True)
