@@ -114,7 +114,7 @@ def counter_components(records, hardware: Hardware, mode: str | None = None) -> 
     count = len(records)
     compute_s, fixed_s, scheduling_s = np.zeros(count), np.zeros(count), np.zeros(count)
     memory_s = np.zeros((len(hardware.memory), count))
-    keys, kinds = [], []
+    keys, kinds, dtypes = [], [], []
     for index, record in enumerate(records):
         kind = record.op_class if record.op_class in OP_KIND_TABLE else kernel_kind(record.name)
         seconds, engine_name, dtype = _compute(record, hardware, kind)
@@ -122,6 +122,7 @@ def counter_components(records, hardware: Hardware, mode: str | None = None) -> 
         compute_s[index] = seconds
         keys.append(f"{kind}:{engine_name}:{dtype}" if engine_name else f"{kind}:-:-")
         kinds.append(kind)
+        dtypes.append(dtype if engine_name else "-")
         fixed_s[index] = (engine.kernel_fixed_s if engine is not None else 0.0) * record.launches
         for level, measured in record.bytes_by_level.items():
             if level in levels and not math.isnan(measured):
@@ -131,7 +132,9 @@ def counter_components(records, hardware: Hardware, mode: str | None = None) -> 
             scheduling_s[index] = record.launches * launch_s
     return Components(record_of_op=np.arange(count), compute_s=compute_s, memory_s=memory_s,
                       scheduling_s=scheduling_s, fixed_s=fixed_s, compute_keys=tuple(keys), kinds=tuple(kinds),
-                      counts=np.ones(count), level_names=tuple(level.name for level in hardware.memory),
+                      # a kernel's shape is not in its counters: it is priced as its kind (no kernel class)
+                      priced_kinds=tuple(kinds), dtypes=tuple(dtypes), counts=np.ones(count),
+                      level_names=tuple(level.name for level in hardware.memory),
                       execution_model=model, execution=execution, launch_s=launch_s,
                       records=count)
 

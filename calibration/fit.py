@@ -10,8 +10,11 @@ Parameters (all fitted in log space, so they stay positive):
   latency per level (``memory_latency``: the saturating efficiency in transfer size,
   ``latency + bytes / (bandwidth x e)``) where transfers spanning a decade of sizes bind it (a kind
   with its own efficiency whose transfers span less takes no part in it);
-* a fixed start-up latency per op kind (``compute_latency``: thread-pool wake-up, kernel prologue),
-  from records whose compute binds;
+* a fixed start-up latency per op kind and dtype (``compute_latency``: thread-pool wake-up, kernel
+  prologue; an fp8 GEMM's kernels are not bf16's), from records whose compute binds, falling back to
+  one per kind where a dtype has too few; kinds are the kinds that price the ops
+  (``costs.rules.pricing_kind``: decode attention apart from prefill attention) here and for the
+  efficiencies;
 * per link, alpha-beta for collectives: a base latency per collective (alpha) and a bandwidth
   efficiency (beta);
 * the per-kernel dispatch cost of the execution mode (``kernel_launch``), when the records pay one.
@@ -52,10 +55,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.costs.rules import kernel_busy_s
+from perfmodel.costs.rules import kernel_busy_s, pricing_kind
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
-from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters
+from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters, base_kind
 from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
@@ -80,6 +83,9 @@ INITIAL_LATENCY_S = 1e-6
 MEMORY_LATENCY_SCALE_S = 1e-6
 BOUND_TOLERANCE = 0.1  # log-space distance (10%) under which a parameter counts as at a bound of the fit
 LATENCY_PRIOR_LOG_SIGMA = math.log(10)  # latencies above their scale (_latency_prior): a factor 10 per width
+# A start-up latency per dtype needs that dtype's own kernels this short (datasheet compute time): a
+# fixed cost extrapolated from kernels hundreds of times longer is a guess (``_latency_groups``).
+SMALL_KERNEL_S = 10e-6
 COMPUTE_STARTS = (1.0, 0.3, 0.1)  # vector kinds' compute efficiencies the fit starts from (the datasheet's first)
 
 
@@ -93,7 +99,9 @@ class Components:
     scheduling_s: np.ndarray
     fixed_s: np.ndarray         # device-side fixed time per kernel, not fitted here
     compute_keys: tuple[str, ...]
-    kinds: tuple[str, ...]
+    kinds: tuple[str, ...]            # each op's kind
+    priced_kinds: tuple[str, ...]     # the kind whose parameters price it (``costs.rules.pricing_kind``)
+    dtypes: tuple[str, ...]           # the dtype its engine computes in (the cost's peak dtype)
     counts: np.ndarray
     level_names: tuple[str, ...]
     level_latency_s: tuple[float | None, ...] = ()  # each level's datasheet access latency (None: not given)
@@ -180,8 +188,17 @@ class FitResult:
                 by_kind.setdefault(pieces[0], []).append(value)
         for op_kind, efficiencies in by_kind.items():
             compute.setdefault(op_kind, float(np.exp(np.mean(np.log(efficiencies)))))
+        latency = group("latency:")
+        # A kind whose latency was fitted per dtype gets a kind-level one too (the geometric mean) for the
+        # dtypes no measurement covers, as its efficiencies do.
+        by_dtype: dict[str, list[float]] = {}
+        for key, value in latency.items():
+            if ":" in key:
+                by_dtype.setdefault(key.split(":")[0], []).append(value)
+        for op_kind, latencies in by_dtype.items():
+            latency.setdefault(op_kind, float(np.exp(np.mean(np.log(latencies)))))
         return Parameters(name=name, kind=kind, compute_efficiency=compute, memory_efficiency=group("memory:"),
-                          compute_latency_s=group("latency:"), memory_latency_s=group("memory_latency:"),
+                          compute_latency_s=latency, memory_latency_s=group("memory_latency:"),
                           link_efficiency=group("link:"), collective_latency_s=group("collective_latency:"))
 
 
@@ -192,14 +209,21 @@ def components(records, hardware: Hardware, mode: str | None = None,
     # Always from the datasheet: a calibrated spec's own factors must not become the starting point.
     arrays = evaluate_arrays(merged, hardware, mode=mode, fuse=False, parameters=Parameters(name="datasheet"))
     execution, model = hardware.scheduling.modes[arrays.mode], execution_model(arrays.mode)
-    keys = tuple(f"{op.kind}:{cost.engine}:{cost.peak_dtype}" for op, cost in zip(merged.ops, arrays.costs, strict=True))
+    priced = tuple(pricing_kind(op) for op in merged.ops)
+    # A kernel class shares its plain kind's compute efficiency: its tensor-core work is the same product
+    # (fitted apart, TensorRT-LLM's decode attention took 1% of the peak from query groups of 48-128 heads
+    # a KV head, whose fallback kernel re-reads the cache per query head, and charged it to Llama's group
+    # of 8); its start-up latency and memory efficiency are its own.
+    keys = tuple(f"{base_kind(kind)}:{cost.engine}:{cost.peak_dtype}"
+                 for kind, cost in zip(priced, arrays.costs, strict=True))
     library = library_dispatch_s(execution, merged.ops)
     library = None if library is None else library * arrays.counts
     # The launch cost the fit rescales is the mode's per-kernel dispatch; a library call's cost is the spec's.
     scheduling = arrays.scheduling_s if library is None else arrays.scheduling_s - library
     return Components(record_of_op=np.asarray(owner), compute_s=arrays.compute_s, memory_s=arrays.memory_s,
                       scheduling_s=scheduling, fixed_s=arrays.fixed_s, library_s=library,
-                      compute_keys=keys, kinds=tuple(op.kind for op in merged.ops),
+                      compute_keys=keys, kinds=tuple(op.kind for op in merged.ops), priced_kinds=priced,
+                      dtypes=tuple(cost.peak_dtype for cost in arrays.costs),
                       counts=arrays.counts, level_names=arrays.level_names,
                       level_latency_s=tuple(level.latency_s for level in hardware.memory),
                       execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
@@ -215,7 +239,7 @@ class Design:
 
     compute: tuple[tuple[str, np.ndarray], ...]          # (key, op mask)
     memory: tuple[tuple[str, int, np.ndarray], ...]      # (label, level index, op mask)
-    latency: tuple[str, ...]                             # op kinds
+    latency: tuple[tuple[str, np.ndarray], ...]          # ("kind:dtype" or "kind", op mask)
     memory_latency: tuple[tuple[str, int, np.ndarray], ...]  # (level name, level index, op mask)
     links: tuple[str, ...]                               # link names (efficiency and alpha each)
     launch: bool
@@ -224,7 +248,7 @@ class Design:
     @property
     def names(self) -> list[str]:
         return ([f"compute:{key}" for key, _ in self.compute] + [f"memory:{label}" for label, _, _ in self.memory]
-                + [f"latency:{kind}" for kind in self.latency]
+                + [f"latency:{label}" for label, _ in self.latency]
                 + [f"memory_latency:{name}" for name, _, _ in self.memory_latency]
                 + [f"link:{name}" for name in self.links] + [f"collective_latency:{name}" for name in self.links]
                 + (["kernel_launch_s"] if self.launch else []))
@@ -245,8 +269,8 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     for _label, level, mask in design.memory:
         memory[level, mask] = memory[level, mask] / values[position]
         position += 1
-    for kind in design.latency:
-        compute = compute + np.where(np.asarray(parts.kinds) == kind, values[position], 0.0) * parts.counts
+    for _label, mask in design.latency:
+        compute = compute + np.where(mask, values[position], 0.0) * parts.counts
         position += 1
     for _name, level, mask in design.memory_latency:
         memory[level] = memory[level] + np.where(mask & (parts.memory_s[level] > 0), values[position], 0.0) * parts.counts
@@ -293,6 +317,7 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     """Which parameters the records in ``subset`` can identify (see the module docstring)."""
     in_subset = np.isin(parts.record_of_op, subset)
     kinds = np.asarray(parts.kinds)
+    priced = np.asarray(parts.priced_kinds)
     keys = np.asarray(parts.compute_keys)
     link = parts.link_time
     busy = np.maximum.reduce([parts.compute_s, parts.memory_s.max(axis=0), link])
@@ -306,8 +331,12 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     # Sparse keys fall back along the lookup chain of Parameters.compute: "kind:engine:dtype", then
     # the kind, then "engine:dtype", then everything ("*"), each level needing enough measurements.
     compute_groups, left = [], compute_binding.copy()
-    fallbacks = (lambda key: key, lambda key: key.split(":")[0], lambda key: ":".join(key.split(":")[1:]),
-                 lambda key: "*")
+    def base(key: str) -> str:  # a kernel class's key as its plain kind's ("attention/decode:..." -> "attention:...")
+        kind, _, rest = key.partition(":")
+        return base_kind(kind) + (":" + rest if rest else "")
+
+    fallbacks = (lambda key: key, lambda key: key.split(":")[0], lambda key: base(key),
+                 lambda key: base(key.split(":")[0]), lambda key: ":".join(key.split(":")[1:]), lambda key: "*")
     for label_of in fallbacks:
         labels = np.asarray([label_of(key) for key in keys])
         for label in sorted(set(labels[left])):
@@ -330,13 +359,13 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
         # two kinds of work bind it (a CPU GEMM re-packs its operands; a stream does not). With one
         # kind, its efficiency is the level's and serves every kind; with several, the most measured
         # kind's serves the kinds never measured there (``level_defaults``, applied when written).
-        plentiful = [kind for kind in sorted(set(kinds[binding])) if index == outermost
-                     and _records_where(parts, binding & (kinds == kind)) >= MIN_RECORDS_PER_PARAMETER]
+        plentiful = [kind for kind in sorted(set(priced[binding])) if index == outermost
+                     and _records_where(parts, binding & (priced == kind)) >= MIN_RECORDS_PER_PARAMETER]
         if len(plentiful) > 1:
-            level_defaults.append((name, max(plentiful, key=lambda kind: _records_where(parts, binding & (kinds == kind)))))
+            level_defaults.append((name, max(plentiful, key=lambda kind: _records_where(parts, binding & (priced == kind)))))
         narrow = np.zeros_like(binding)
         for kind in plentiful if len(plentiful) > 1 else ():
-            mask = kinds == kind
+            mask = priced == kind
             memory_groups.append((f"{kind}:{name}", index, mask))
             covered |= mask
             # A kind with its own efficiency whose transfers span less than a decade cannot tell a
@@ -368,16 +397,63 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     # Like a memory latency, it needs compute times spanning more than a decade, or it cannot be told
     # from the efficiency (v5e's nine matmuls, 6 to 47 ms, fitted 66 +- 86 us that would have charged
     # every TPU matmul).
-    latency_kinds = tuple(kind for kind, entry in OP_KIND_TABLE.items() if entry.startup_latency
-                          if _records_where(parts, compute_binding & (kinds == kind)) >= MIN_RECORDS_FOR_LATENCY
-                          and _spans_a_decade(parts.compute_s[compute_binding & (kinds == kind)]))
+    latency_groups = _latency_groups(parts, compute_binding, in_subset)
     links = np.asarray(parts.links)
     link_names = tuple(name for name in sorted(set(links[in_subset])) if name
                        and _records_where(parts, in_subset & (links == name)) >= 2 * MIN_RECORDS_PER_PARAMETER)
     launch = bool(np.any(parts.scheduling_s[in_subset] > 0)) and parts.launch_s > 0
-    return Design(compute=tuple(compute_groups), memory=tuple(memory_groups), latency=latency_kinds,
+    return Design(compute=tuple(compute_groups), memory=tuple(memory_groups), latency=latency_groups,
                   memory_latency=tuple(memory_latency), links=link_names, launch=launch,
                   level_defaults=tuple(level_defaults))
+
+
+def _latency_groups(parts: Components, compute_binding: np.ndarray,
+                    in_subset: np.ndarray) -> tuple[tuple[str, np.ndarray], ...]:
+    """The start-up latencies the data identify, along the lookup chain of ``Parameters.latency``.
+
+    A kind's latency needs enough records whose compute binds, over more than a decade of times. It is
+    split by dtype (``matmul:bf16``, ``matmul:fp8``: an fp8 GEMM's kernels are not bf16's) only where
+    every dtype of the kind can tell its own: enough records over a decade, down to kernels shorter than
+    ``SMALL_KERNEL_S`` at the datasheet, where a fixed cost shows (the published H800 fp8 GEMMs, 32 us to
+    1.4 ms, fitted an fp8 latency of 8.9 +- 7.8 us that then cost the 1024-cubed fp8 GEMM 37%).
+
+    A kernel class (``kind/variant``) is told by all of its records, not only those whose compute
+    binds: it is priced apart because its kernels differ, and decode attention is memory-bound at the
+    datasheet for all but its largest query groups, yet its kernels have a floor no byte count explains
+    (NVIDIA's generation-attention tables: 8-10 us on an H100 for shapes that move a few kilobytes). A
+    class whose records cannot tell a latency shares its plain kind's."""
+    kinds, priced, dtypes = np.asarray(parts.kinds), np.asarray(parts.priced_kinds), np.asarray(parts.dtypes)
+    left = np.asarray([kind in OP_KIND_TABLE and OP_KIND_TABLE[kind].startup_latency for kind in kinds], dtype=bool)
+
+    def measured_by(mask: np.ndarray, kind: str) -> np.ndarray | None:
+        """The records that tell the latency of ``mask``'s ops (None: too few, or too alike in time)."""
+        measured = (in_subset if base_kind(kind) != kind else compute_binding) & mask
+        enough = _records_where(parts, measured) >= MIN_RECORDS_FOR_LATENCY
+        return measured if enough and _spans_a_decade(parts.compute_s[measured]) else None
+
+    groups: dict[str, np.ndarray] = {}
+    for kind in sorted(set(priced[left])):
+        of_kind = left & (priced == kind)
+        per_dtype = {}
+        for dtype in sorted(set(dtypes[of_kind])):
+            mask = of_kind & (dtypes == dtype)
+            measured = measured_by(mask, kind)
+            if measured is not None and float(parts.compute_s[measured].min()) <= SMALL_KERNEL_S:
+                per_dtype[f"{kind}:{dtype}"] = mask
+        if len(per_dtype) > 1 and len(per_dtype) == len(set(dtypes[of_kind])):
+            groups.update(per_dtype)
+            left &= ~of_kind
+        elif measured_by(of_kind, kind) is not None:
+            groups[kind] = of_kind
+            left &= ~of_kind
+    for kind in sorted(set(priced[left])):  # kernel classes left over: their plain kind's latency
+        base = base_kind(kind)
+        mask = left & (priced == kind)
+        if base in groups:
+            groups[base] = groups[base] | mask
+        elif base != kind and measured_by(mask, base) is not None:
+            groups[base] = mask
+    return tuple(groups.items())
 
 
 def _initial(parts: Components, design: Design) -> np.ndarray:

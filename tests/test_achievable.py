@@ -12,6 +12,7 @@ from calibration.achievable import OVERLAYS, TPU_OVERLAYS, published_records, wr
 from calibration.fit import fit
 from calibration.records import MeasurementRecord
 from perfmodel.cli import main
+from perfmodel.costs.rules import DECODE_ATTENTION
 from perfmodel.hardware.loader import load_for_prediction, load_hardware
 from perfmodel.hardware.model import Parameters
 from perfmodel.roofline import evaluate
@@ -192,7 +193,7 @@ def test_a_kind_measured_near_one_size_gets_its_own_efficiency_and_leaves_the_la
         seconds = evaluate(record.graph(), hardware, mode="graph", parameters=attention).total_s
         records.append(dataclasses.replace(record, duration_s=seconds))
     result = fit(records, hardware, mode="graph")
-    assert 0.5 < result.params["memory:attention:hbm"][0] < 0.68
+    assert 0.5 < result.params[f"memory:{DECODE_ATTENTION}:hbm"][0] < 0.68  # decode attention: its own kernel class
     assert result.params["memory:elementwise:hbm"][0] == pytest.approx(0.8, rel=0.03)
     written = result.parameters("fitted")
     assert written.kind == "calibrated"
@@ -205,7 +206,7 @@ def test_the_a100_overlay_prices_decode_attention_below_the_stream_rate():
     decode = [record for record in rows.records if record.name.startswith("decode_attention_")]
     assert len(decode) == 10 and all(record.graph().ops[0].attrs["seq_q"] == 1 for record in decode)
     efficiency = load_hardware("a100-sxm-80gb-achievable").efficiency
-    attention, stream = efficiency.memory("hbm", "attention"), efficiency.memory("hbm", "elementwise")
+    attention, stream = efficiency.memory("hbm", DECODE_ATTENTION), efficiency.memory("hbm", "elementwise")
     assert 0.4 < attention < stream < 1 and efficiency.memory("hbm", "matmul") == stream
 
 

@@ -303,7 +303,8 @@ def test_a_slow_vector_kernel_hidden_under_memory_at_the_datasheet_is_found_not_
     result = fit(records, spec, extra_seeds=0, folds=0)
     value, error = result.params["compute:softmax:simd:fp32"]
     assert value == pytest.approx(0.1, rel=0.1) and 0 < error < value
-    assert result.params.get("latency:softmax", (0.0, 0.0))[0] < 10 * spec.scheduling.modes["dynamic"].kernel_launch_s
+    latencies = [value for name, (value, _) in result.params.items() if name.startswith("latency:softmax")]
+    assert max(latencies, default=0.0) < 10 * spec.scheduling.modes["dynamic"].kernel_launch_s
     # The held-out case: train on two 512k-element softmaxes and the two largest, predict the small ones.
     names = [record.name for record in records]
     held = [names.index(f"softmax_{shape}") for shape in ("16x1024", "128x768")]

@@ -7,11 +7,11 @@ priced together: their numbers are stacked along a new first axis into one op, t
 once, and each op takes its row of the result. The numbers are those of a rule run op by op (the same
 formulas on the same float64 values; ``tests/test_columns.py`` checks it over the shipped workloads).
 
-Two ops are alike when they have the same kind, the same attribute names with the same non-numeric
-values (flags, text: they choose branches in the rules), and tensors of the same dtypes, roles and
-ranks. Collectives are priced op by op (their group size picks a topology's step count in Python),
-as is everything when the device itself is swept (array-valued spec fields would broadcast against
-the stacking axis).
+Two ops are alike when they are priced as the same kind (``rules.pricing_kind``), have the same
+attribute names with the same non-numeric values (flags, text: they choose branches in the rules),
+and tensors of the same dtypes, roles and ranks. Collectives are priced op by op (their group size
+picks a topology's step count in Python), as is everything when the device itself is swept
+(array-valued spec fields would broadcast against the stacking axis).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from perfmodel.costs.rules import CostContext, OpCost, op_cost
+from perfmodel.costs.rules import CostContext, OpCost, op_cost, pricing_kind
 from perfmodel.workload.ir import Op, TensorSpec
 
 # Kinds whose rules branch in Python on a numeric value, so that alike ops cannot share one run.
@@ -70,7 +70,7 @@ def _likeness(op: Op) -> Hashable | None:
             attrs.append((name, value))
         else:  # anything else (a list, a mapping) is not stacked
             return None
-    return (op.kind, tuple(attrs), tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.inputs]),
+    return (pricing_kind(op), tuple(attrs), tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.inputs]),
             tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.outputs]))
 
 

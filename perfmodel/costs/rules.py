@@ -33,7 +33,7 @@ from perfmodel.costs.traffic import (
 from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import NoEngineError, PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
-from perfmodel.hardware.model import ComputeEngine, Hardware, KernelShape, Link, Parameters
+from perfmodel.hardware.model import KERNEL_CLASS_SEPARATOR, ComputeEngine, Hardware, KernelShape, Link, Parameters
 from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
@@ -114,6 +114,33 @@ def op_cost(op: Op, context: CostContext) -> OpCost:
     """The cost of ``op`` (one instance; the caller multiplies by ``op.count``)."""
     rule = COST_RULES.get(op.kind, COST_RULES["other"])
     return warm_cache(op, context, rule(op, context))
+
+
+# The kernel class of attention with one query per sequence (``pricing_kind``).
+DECODE_ATTENTION = f"attention{KERNEL_CLASS_SEPARATOR}decode"
+
+
+def pricing_kind(op: Op) -> str:
+    """The kind whose parameters (efficiencies, start-up latency: ``Parameters``) price ``op``: its own,
+    except forward attention with one query per sequence, the generation step. Engines run other
+    kernels for it than for prefill (TensorRT-LLM's XQA and masked multi-head attention, FlashInfer's
+    and FlashAttention's decode kernels, split over the KV length as in flash-decoding), and their
+    fixed cost and rate differ: NVIDIA's generation-attention tables (``calibration.aiconfigurator``)
+    start at 8-10 us on H100 where context kernels start above 15 us, and large query groups (64 query
+    heads a KV head) run far below the tensor-core rate. Several queries (prefill, chunked prefill,
+    speculative verification) and the backward pass keep the attention class. An array of query counts
+    is the decode class only where every point has one query; a traced count decides (and guards) as
+    numbers do in the replay (``tracing``)."""
+    if op.kind != "attention" or op.attrs.get("backward", False):
+        return op.kind
+    queries = op.attrs.get("seq_q")
+    if queries is None:
+        return op.kind
+    if is_traced(queries):
+        one_query = all(bool(value == 1) for value in np.ravel(np.asarray(queries, dtype=object)))
+    else:
+        one_query = bool(np.all(np.asarray(queries) == 1))
+    return DECODE_ATTENTION if one_query else op.kind
 
 
 def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
@@ -407,7 +434,7 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
                                                                 engine.peak_flops_per_s[peak_dtype],
                                                                 inner_level.bandwidth_bytes_per_s)))
     if not shape:
-        return _select_kernel_scalar(context, op.kind, engine, peak_dtype, candidates, float(m), float(n), float(k),
+        return _select_kernel_scalar(context, pricing_kind(op), engine, peak_dtype, candidates, float(m), float(n), float(k),
                                      float(batch), bytes_per_element, a_compulsory_elements, traffic,
                                      float(side_compute_s))
     column = (len(candidates),) + (1,) * len(shape)
@@ -425,10 +452,10 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     inner = batch * (reads_a * a_bytes + reads_b * b_bytes + writes_c * c_bytes) * _granule_factor(
         hardware, 0, k, a_bytes)
     parameters = context.pricing
-    rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, op.kind)
-    compute = maximum(compute_time_s(executed, rate, parameters.compute_latency_s.get(op.kind, 0.0)),
-                         side_compute_s)
-    memory = memory_time_s(inner, inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, op.kind),
+    kind = pricing_kind(op)
+    rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, kind)
+    compute = maximum(compute_time_s(executed, rate, parameters.latency(kind, peak_dtype)), side_compute_s)
+    memory = memory_time_s(inner, inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, kind),
                            parameters.memory_latency(inner_level.name))
     time = kernel_busy_s(np.stack(np.broadcast_arrays(compute, memory)), context.overlap)
     best = argmin(time, axis=0)
@@ -451,7 +478,7 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
     granule = float(_granule_factor(hardware, 0, k, a_bytes))
     a_scale = 1.0 if a_compulsory_elements is None else float(a_compulsory_elements) / (m * k)
     rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, kind)
-    compute_latency = parameters.compute_latency_s.get(kind, 0.0)
+    compute_latency = parameters.latency(kind, peak_dtype)
     inner_bandwidth, inner_efficiency = inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, kind)
     inner_latency = parameters.memory_latency(inner_level.name)
     best: tuple[float, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)

@@ -238,8 +238,12 @@ class Parameters:
     ``matmul`` or ``norm``), ``"kind"``, ``"engine:dtype"``, ``"engine"``, ``"*"``;
     ``memory_efficiency`` keys: ``"kind:level"`` (a CPU GEMM re-packs its operands, say), a level name,
     or ``"*"``; ``scheduling_scale`` multiplies every overhead.
-    ``compute_latency_s`` (op kind -> seconds) is a fixed start-up cost of every instance of that kind
-    of op, which makes the effective efficiency size-dependent: ``e(F) = e F / (F + e peak t0)``.
+    ``compute_latency_s`` (``"kind:dtype"`` or ``"kind"`` -> seconds) is a fixed start-up cost of every
+    instance of that kind of op (in that dtype: an fp8 GEMM's kernels are not bf16's), which makes the
+    effective efficiency size-dependent: ``e(F) = e F / (F + e peak t0)``.
+    A kind may be a kernel class ``"kind/variant"`` (``attention/decode``: the one-query kernels engines
+    run for generation, see ``costs.rules.pricing_kind``); every lookup for it falls back to the plain
+    kind's parameters, so a parameter set fitted before the class existed prices it as before.
     ``memory_latency_s`` (level -> seconds) does the same for memory: a kernel that moves B bytes at a
     level takes ``latency + B / (bandwidth x e)``, a bandwidth efficiency that saturates with transfer
     size, ``e(B) = e B / (B + e bandwidth latency)`` (small transfers never reach the stream rate).
@@ -279,18 +283,48 @@ class Parameters:
         the shared one mixes in dtypes that run at other rates (fp8 reaches less of its peak)."""
         table = self.compute_efficiency
         twins = EQUIVALENT_DTYPES.get(dtype, ())
-        for key in (f"{kind}:{engine}:{dtype}", *[f"{kind}:{engine}:{twin}" for twin in twins], kind,
-                    f"{engine}:{dtype}", *[f"{engine}:{twin}" for twin in twins], engine, "*"):
-            if key is not None and key in table:
+        per_kind = [key for each in kind_chain(kind)
+                    for key in (f"{each}:{engine}:{dtype}", *[f"{each}:{engine}:{twin}" for twin in twins], each)]
+        for key in (*per_kind, f"{engine}:{dtype}", *[f"{engine}:{twin}" for twin in twins], engine, "*"):
+            if key in table:
                 return table[key]
         return 1.0
 
     def memory(self, level: str, kind: str | None = None) -> float:
         table = self.memory_efficiency
-        for key in (f"{kind}:{level}", level, "*"):
+        for key in (*[f"{each}:{level}" for each in kind_chain(kind)], level, "*"):
             if key in table:
                 return table[key]
         return 1.0
+
+    def latency(self, kind: str, dtype: str) -> float:
+        """The start-up latency of an instance of ``kind`` computing in ``dtype``: the dtype's own, its
+        same-rate twin's, then the kind's shared one (0 where none is fitted)."""
+        table = self.compute_latency_s
+        twins = EQUIVALENT_DTYPES.get(dtype, ())
+        for each in kind_chain(kind):
+            for key in (f"{each}:{dtype}", *[f"{each}:{twin}" for twin in twins], each):
+                if key in table:
+                    return table[key]
+        return 0.0
+
+
+# A kernel class is written ``kind/variant`` (``attention/decode``); not a dot, which ``--set`` paths split on.
+KERNEL_CLASS_SEPARATOR = "/"
+
+
+def base_kind(kind: str) -> str:
+    """The plain kind of a kernel class (``attention/decode`` -> ``attention``; a kind is its own)."""
+    return kind.split(KERNEL_CLASS_SEPARATOR, 1)[0]
+
+
+def kind_chain(kind: str | None) -> tuple[str, ...]:
+    """The kinds whose parameters serve ``kind``, most specific first: a kernel class ``kind/variant``
+    falls back to ``kind``."""
+    if kind is None:
+        return ()
+    base = base_kind(kind)
+    return (kind,) if base == kind else (kind, base)
 
 
 @dataclass(frozen=True, kw_only=True)

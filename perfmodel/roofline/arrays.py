@@ -47,6 +47,7 @@ from perfmodel.costs.rules import (
     compute_time_s,
     kernel_busy_s,
     memory_time_s,
+    pricing_kind,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
@@ -324,15 +325,17 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     if len(kept_shares):
         bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
-    # Rates and efficiencies depend on (engine, dtype, kind) only: looked up once per distinct key.
+    # Rates and efficiencies depend on (engine, dtype, kind) only: looked up once per distinct key. The
+    # kind is the one that prices the op (``pricing_kind``: decode attention has its own kernels).
+    priced_as = [pricing_kind(op) for op in graph.ops]
     rates: dict[tuple[str, str, str], Any] = {}
-    for c, op in zip(costs, graph.ops, strict=True):
-        key = (c.engine, c.peak_dtype, op.kind)
+    for c, kind in zip(costs, priced_as, strict=True):
+        key = (c.engine, c.peak_dtype, kind)
         if key not in rates:
             rates[key] = compute_rate_flops_per_s(hardware, parameters, *key)
-    peaks = stack([rates[(c.engine, c.peak_dtype, op.kind)] for c, op in zip(costs, graph.ops, strict=True)])
-    latency = stack([parameters.compute_latency_s.get(op.kind, 0.0) for op in graph.ops])
-    kinds = {op.kind for op in graph.ops}
+    peaks = stack([rates[(c.engine, c.peak_dtype, kind)] for c, kind in zip(costs, priced_as, strict=True)])
+    latency = stack([parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)])
+    kinds = set(priced_as)
     compute_s = compute_time_s(executed, peaks, latency)
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
@@ -344,7 +347,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
     def efficiencies(level: str) -> np.ndarray:
         by_kind = {kind: parameters.memory(level, kind) for kind in kinds}
-        return stack([by_kind[op.kind] for op in graph.ops])
+        return stack([by_kind[kind] for kind in priced_as])
 
     memory_s = np.stack([memory_time_s(bytes_by_level[index], floats(level.bandwidth_bytes_per_s),
                                        efficiencies(level.name), parameters.memory_latency(level.name))

@@ -1,0 +1,130 @@
+"""Kernel classes and per-dtype start-up latencies (issue 29): decode attention is priced with its own
+parameters, an fp8 GEMM with its own fixed cost, and every lookup falls back to what was there before."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from calibration.achievable import device_time_hardware
+from calibration.aiconfigurator import attention_op, gemm_op
+from calibration.fit import fit
+from calibration.records import MeasurementRecord
+from perfmodel.costs.rules import DECODE_ATTENTION, pricing_kind
+from perfmodel.hardware.loader import load_hardware
+from perfmodel.hardware.model import Parameters, kind_chain
+from perfmodel.roofline import evaluate
+from perfmodel.workload.io import dumps
+from perfmodel.workload.ir import Graph, Op
+
+
+def _attention(seq_q, seq_kv=1024, batch=8, **extra) -> Op:
+    op = attention_op(batch, 32, 8, seq_q, seq_kv, 128)  # the engines' tables' op (causal when seq_q == seq_kv)
+    return dataclasses.replace(op, attrs={**op.attrs, **extra}) if extra else op
+
+
+def _matmul(m: int, n: int, k: int, dtype: str) -> Op:
+    return gemm_op(m, n, k, dtype)
+
+
+def test_one_query_per_sequence_is_the_decode_class():
+    assert pricing_kind(_attention(1)) == DECODE_ATTENTION
+    assert pricing_kind(_attention(128)) == "attention"                     # prefill
+    assert pricing_kind(_attention(4)) == "attention"                       # speculative verification
+    assert pricing_kind(_attention(1, backward=True)) == "attention"        # the backward kernel
+    def swept(queries):
+        op = _attention(1)
+        return dataclasses.replace(op, attrs={**op.attrs, "seq_q": np.array(queries)})
+
+    assert pricing_kind(swept([1, 1, 1])) == DECODE_ATTENTION
+    assert pricing_kind(swept([1, 64])) == "attention"                      # a sweep that includes prefill
+    assert pricing_kind(_matmul(1, 4096, 4096, "bf16")) == "matmul"
+
+
+def test_lookups_fall_back_from_the_class_and_the_dtype_to_the_kind():
+    assert kind_chain(DECODE_ATTENTION) == (DECODE_ATTENTION, "attention") and kind_chain("matmul") == ("matmul",)
+    old = Parameters(compute_efficiency={"attention": 0.4, "matmul": 0.8}, memory_efficiency={"attention:hbm": 0.6},
+                     compute_latency_s={"attention": 20e-6, "matmul": 5e-6})
+    # A parameter set fitted before the class and the dtypes existed prices them as before.
+    assert old.compute("tensor_cores", "bf16", DECODE_ATTENTION) == 0.4
+    assert old.memory("hbm", DECODE_ATTENTION) == 0.6
+    assert old.latency(DECODE_ATTENTION, "bf16") == 20e-6 and old.latency("matmul", "fp8") == 5e-6
+    new = dataclasses.replace(old, compute_latency_s={"attention": 20e-6, f"{DECODE_ATTENTION}:bf16": 9e-6,
+                                                      "matmul:fp8": 12e-6, "matmul:bf16": 2e-6, "matmul": 4e-6},
+                              compute_efficiency={"attention": 0.4, f"{DECODE_ATTENTION}:tensor_cores:bf16": 0.1})
+    assert new.latency(DECODE_ATTENTION, "bf16") == 9e-6
+    assert new.latency(DECODE_ATTENTION, "fp16") == 9e-6           # fp16 runs at bf16's rate: its twin
+    assert new.latency(DECODE_ATTENTION, "fp8") == 20e-6           # no fp8 decode entry: the plain kind's
+    assert new.latency("matmul", "fp8") == 12e-6 and new.latency("matmul", "tf32") == 4e-6
+    assert new.latency("softmax", "fp32") == 0.0
+    assert new.compute("tensor_cores", "bf16", DECODE_ATTENTION) == 0.1
+    assert new.compute("tensor_cores", "bf16", "attention") == 0.4
+
+
+def test_the_evaluation_charges_the_class_and_dtype_latency():
+    hardware = load_hardware("h100-sxm")
+    parameters = Parameters(name="p", kind="calibrated",
+                            compute_latency_s={"attention": 30e-6, f"{DECODE_ATTENTION}:bf16": 7e-6,
+                                               "matmul:bf16": 1e-6, "matmul:fp8": 15e-6})
+    decode = evaluate(Graph(name="d", ops=[_attention(1, seq_kv=16, batch=1)]), hardware, mode="graph",
+                      parameters=parameters)
+    prefill = evaluate(Graph(name="p", ops=[_attention(16, seq_kv=16, batch=1)]), hardware, mode="graph",
+                       parameters=parameters)
+    assert 7e-6 <= decode.ops[0].compute_s < 8e-6 and 30e-6 <= prefill.ops[0].compute_s < 31e-6
+    fp8 = evaluate(Graph(name="f", ops=[_matmul(16, 256, 256, "fp8")]), hardware, mode="graph", parameters=parameters)
+    bf16 = evaluate(Graph(name="b", ops=[_matmul(16, 256, 256, "bf16")]), hardware, mode="graph", parameters=parameters)
+    assert fp8.ops[0].compute_s >= 15e-6 > 2e-6 > bf16.ops[0].compute_s
+
+
+def _record(op: Op, seconds: float, op_class: str, index: int) -> MeasurementRecord:
+    return MeasurementRecord(name=f"r{index}", op_class=op_class, duration_s=seconds,
+                             workload_json=dumps(Graph(name=f"r{index}", ops=[op]), "json"))
+
+
+def test_the_fit_recovers_latencies_per_dtype_and_for_the_decode_class():
+    """Synthetic truth with a bf16 GEMM start-up of 2 us, an fp8 one of 12 us and a decode-attention floor of
+    9 us below a prefill one of 25 us: the fit gives each its own latency, within 15%. Device time only, as
+    the engines' tables time kernels (no graph-launch cost to hide the small shapes under)."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated",
+                       compute_efficiency={"matmul:tensor_cores:bf16": 0.8, "matmul:tensor_cores:fp8": 0.55,
+                                           "attention": 0.4},
+                       compute_latency_s={"matmul:bf16": 2e-6, "matmul:fp8": 12e-6, "attention": 25e-6,
+                                          f"{DECODE_ATTENTION}:bf16": 9e-6})
+    ops = [(_matmul(size, size, size, dtype), f"gemm:{dtype}") for dtype in ("bf16", "fp8")
+           for size in (64, 128, 256, 512, 1024, 2048, 4096, 8192)]
+    ops += [(_attention(seq, seq_kv=seq, batch=batch), "prefill") for seq in (64, 256, 1024, 4096)
+            for batch in (1, 8)]
+    ops += [(_attention(1, seq_kv=seq_kv, batch=batch), "decode") for seq_kv in (16, 256, 4096, 32768)
+            for batch in (1, 8, 64)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       op_class, index) for index, (op, op_class) in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    fitted = {name: value for name, (value, _) in result.params.items()}
+    assert fitted["latency:matmul:bf16"] == pytest.approx(2e-6, rel=0.15)
+    assert fitted["latency:matmul:fp8"] == pytest.approx(12e-6, rel=0.15)
+    # one dtype of attention here: one latency per kind (a split needs two dtypes that each show theirs)
+    assert fitted["latency:attention"] == pytest.approx(25e-6, rel=0.15)
+    assert fitted[f"latency:{DECODE_ATTENTION}"] == pytest.approx(9e-6, rel=0.15)
+    # Written as a parameter set, a dtype no record measured takes the kind's geometric mean.
+    written = result.parameters("fitted")
+    assert written.latency("matmul", "tf32") == pytest.approx((fitted["latency:matmul:bf16"]
+                                                               * fitted["latency:matmul:fp8"]) ** 0.5)
+
+
+def test_a_dtype_without_small_kernels_shares_the_kind_latency():
+    """fp8 GEMMs measured only at sizes far above any fixed cost (the published H800 rows: 32 us and up)
+    cannot tell a latency of their own: the kind keeps one, shared with bf16."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated", compute_efficiency={"matmul": 0.8},
+                       compute_latency_s={"matmul": 4e-6})
+    ops = [_matmul(size, size, size, "bf16") for size in (128, 256, 512, 1024, 2048, 4096, 8192)]
+    ops += [_matmul(size, size, size, "fp8") for size in (4096, 8192, 16384, 32768)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       op.dtype, index) for index, op in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    names = [name for name in result.params if name.startswith("latency:")]
+    assert names == ["latency:matmul"]
+    assert result.params["latency:matmul"][0] == pytest.approx(4e-6, rel=0.15)
