@@ -131,7 +131,8 @@ def main() -> None:
     print("| framework | install weight | distributions | import | start-up to first page |")
     print("|---|---:|---:|---:|---:|")
     for r in rows:
-        print(f"| {r['framework']} | {r['install_mb']:.0f} MB | {r['distributions']} | {r['import_s']:.2f} s | {r['startup_s']:.2f} s |")
+        print(f"| {r['framework']} | {r['install_mb']:.0f} MB | {r['distributions']} | {r['import_s']:.2f} s | "
+              f"{r['startup_s']:.2f} s |")
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp_out = out.with_suffix(".json.tmp")

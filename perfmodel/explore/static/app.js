@@ -263,7 +263,7 @@ async function runServing() {
   await Plotly.react($("sv-chart"), traces, {
     title: { text: `load vs latency (simulated, ${r[0].requests} requests a rate)${knee === null ? "" : `; knee at ${knee}/s`}` },
     xaxis: { type: "log", title: { text: "offered load (requests/s, Poisson)" } }, yaxis: { title: { text: "output tokens/s" } },
-    yaxis2: { type: "log", title: { text: "latency p99 (s)" }, overlaying: "y", side: "right" }, shapes, margin: { t: 50 },
+    yaxis2: { type: "log", tickformat: ".2~s", title: { text: "latency p99 (s)" }, overlaying: "y", side: "right" }, shapes, margin: { t: 50 },
     legend: { x: 0.02, y: 0.98 } }, plotConfig);
   table($("sv-table"), ["rate (req/s)", "req/s", "tokens/s", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "steady"],
         r.map((x, i) => [cell(String(data.rates[i]), null, data.rates[i]), cell(plain(x.requests_per_s), `sv-rps-${i}`, x.requests_per_s),
