@@ -28,7 +28,7 @@ COMMAND_MODULES = {
     "specs": "specs_command", "models": "catalog_command", "workloads": "catalog_command",
     "predict": "predict_command", "sweep": "predict_command", "capture": "capture_command", "llm": "llm_command",
     "size": "llm_command", "serve": "serve_command", "train": "train_command", "validate": "validate_command",
-    "roofline": "roofline_command", "bench": "calibration", "calibrate": "calibration",
+    "roofline": "roofline_command", "explore": "explore_command", "bench": "calibration", "calibrate": "calibration",
 }
 
 

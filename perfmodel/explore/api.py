@@ -1,0 +1,337 @@
+"""The explorer's JSON API: one pure function per view, each taking the page's inputs (a dict of JSON
+values) and returning JSON-ready data computed by the engine's public API. The server
+(``perfmodel.explore.server``) only routes ``POST /api/<name>`` to ``VIEWS[name]``; the browser tests
+call these same functions for the numbers they expect on the page.
+
+Inputs use the command line's vocabulary: spec names as ``perfmodel specs list`` prints them, what-ifs
+as ``--set FIELD=VALUE`` (``{"memory.hbm.bandwidth": "6.4 TB/s"}``), parameter sets ``achievable``
+(the fitted overlay where one ships, as ``perfmodel llm`` without ``--ideal``) or ``ideal`` (datasheet).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import threading
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from typing import Any
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.jsonable import to_jsonable
+
+PARAMETER_SETS = ("achievable", "ideal")
+ROOFLINE_KINDS = ("classic", "hierarchical", "scheduling")
+LLM_PREFIX = "llm:"  # a roofline workload "llm:MODEL:prefill" is one pipeline stage of that LLM phase
+QUANTITY = re.compile(r"^\s*([-+]?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*$")
+MAX_RATES, MAX_REQUESTS = 12, 2000
+
+
+def _text(inputs: Mapping[str, Any], key: str, default: str | None = None) -> str:
+    value = inputs.get(key, default)
+    if not isinstance(value, str) or not value.strip():
+        raise PerfmodelError(f"input {key!r}: expected a non-empty string, got {value!r}")
+    return value.strip()
+
+
+def _count(inputs: Mapping[str, Any], key: str, default: int, low: int = 1, high: int = 10**7) -> int:
+    value = inputs.get(key, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise PerfmodelError(f"input {key!r}: expected a whole number, got {value!r}") from None
+    if not low <= number <= high or number != float(value):
+        raise PerfmodelError(f"input {key!r}: expected a whole number from {low} to {high}, got {value!r}")
+    return number
+
+
+def _overrides(inputs: Mapping[str, Any]) -> dict[str, str] | None:
+    """The what-ifs, ``{field: value}`` as ``--set field=value`` takes them (None: none)."""
+    given = inputs.get("set") or {}
+    if not isinstance(given, Mapping):
+        raise PerfmodelError(f"input 'set': expected a mapping of spec field to value, got {given!r}")
+    return {str(field): str(value) for field, value in given.items()} or None
+
+
+def load_system(name: str, parameters: str = "achievable", overrides: Mapping[str, str] | None = None):
+    """The spec a view prices: ``perfmodel llm --on NAME [--ideal] [--set ...]`` loads the same."""
+    from perfmodel.hardware.loader import load_for_prediction
+
+    if parameters not in PARAMETER_SETS:
+        raise PerfmodelError(f"parameter set {parameters!r}: expected one of {', '.join(PARAMETER_SETS)}")
+    return load_for_prediction(name, overrides=overrides, ideal=parameters == "ideal", engine=None)
+
+
+# --- the pickers -------------------------------------------------------------------------------------------
+
+def options(_inputs: Mapping[str, Any] | None = None) -> dict:
+    """What the pickers offer: devices (the catalog without overlays), every spec, models, workloads."""
+    return _options()
+
+
+@lru_cache(maxsize=1)
+def _options() -> dict:
+    from perfmodel.hardware.loader import catalog
+    from perfmodel.llm.catalog import model_names
+    from perfmodel.paths import data_directory
+
+    entries = catalog()
+    names = {entry.name for entry in entries}
+    overlay = re.compile(r"-(achievable|fitted|trtllm|vllm|sglang)$")
+    devices = [entry.name for entry in entries if not (overlay.search(entry.name)
+                                                       and overlay.sub("", entry.name) in names)]
+    workloads = sorted(path.stem for path in data_directory("workloads").glob("*.yaml"))
+    return {"devices": devices, "specs": sorted(names), "models": model_names(), "workloads": workloads,
+            "parameter_sets": list(PARAMETER_SETS), "roofline_kinds": list(ROOFLINE_KINDS)}
+
+
+# --- what-ifs: the numeric fields of a spec in the --set vocabulary ------------------------------------------
+
+def _merged_spec(name: str) -> dict:
+    from perfmodel.hardware.loader import _read_merged, resolve_spec
+
+    path = resolve_spec(name)
+    merged = _read_merged(path, (path.resolve(),), [])
+    if merged is None:
+        raise PerfmodelError(f"spec {name!r} could not be read (perfmodel specs validate {path})")
+    return merged.data
+
+
+def _leaves(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
+    if isinstance(data, Mapping):
+        out: list[tuple[str, Any]] = []
+        for key, value in data.items():
+            if prefix == "" and key in ("sources", "alternatives", "notes", "extends"):
+                continue
+            out.extend(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
+        return out
+    return [(prefix, data)]
+
+
+def spec_fields(name: str) -> list[tuple[str, Any]]:
+    """Every field of spec ``name`` (its ``extends`` chain merged) as ``(dotted path, value as written)``."""
+    return [(path, value) for path, value in _leaves(_merged_spec(name)) if path != "schema_version"]
+
+
+def spec_numbers(name: str) -> list[dict]:
+    """Every numeric field of spec ``name`` as written (value with its unit), the field's path being
+    what ``--set`` takes; a what-if slider scales the number and keeps the unit."""
+    fields = []
+    for path, value in spec_fields(name):
+        if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+            continue
+        match = QUANTITY.match(str(value))
+        if match is None or not re.fullmatch(r"[A-Za-z/%]*(/[A-Za-z]+)?", match.group(2).replace(" ", "")):
+            continue
+        number = float(match.group(1))
+        if number > 0 and math.isfinite(number):
+            fields.append({"field": path, "value": str(value), "number": number, "unit": match.group(2)})
+    return fields
+
+
+def scaled(value: str, factor: float) -> str:
+    """A spec value (``3.35 TB/s``) times ``factor``, in its own unit: the text ``--set`` takes."""
+    match = QUANTITY.match(value)
+    if match is None:
+        raise PerfmodelError(f"{value!r} is not a number with a unit")
+    number = float(match.group(1)) * factor
+    if re.fullmatch(r"[-+]?\d+", match.group(1)) and not match.group(2) and float(number).is_integer():
+        return str(int(number))
+    return f"{number:.6g} {match.group(2)}".strip()
+
+
+def whatif_fields(inputs: Mapping[str, Any]) -> dict:
+    system = _text(inputs, "system")
+    spec = load_system(system, str(inputs.get("parameters", "achievable")))
+    return {"system": system, "spec": spec.name, "fields": spec_numbers(spec.origin or spec.name)}
+
+
+# --- Roofline ---------------------------------------------------------------------------------------------
+
+def roofline_graph(workload: str, phase_inputs: Mapping[str, Any]):
+    """A shipped workload name, a workload or captured-graph file, or ``llm:MODEL:prefill|decode`` (one
+    pipeline stage of that phase at the page's batch, prompt and generation, as ``perfmodel llm
+    --graph-out`` writes it)."""
+    from perfmodel.workload.io import load_graph
+
+    if not workload.startswith(LLM_PREFIX):
+        return load_graph(workload)
+    from perfmodel.llm import Parallelism, Scenario
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.graphs import stage_graph
+
+    model, _, phase = workload[len(LLM_PREFIX):].rpartition(":")
+    if phase not in ("prefill", "decode") or not model:
+        raise PerfmodelError(f"workload {workload!r}: expected llm:MODEL:prefill or llm:MODEL:decode")
+    batch, prompt, gen = (_count(phase_inputs, key, default) for key, default in
+                          (("batch", 1), ("prompt", 1024), ("gen", 256)))
+    scenario = Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=gen)
+    context = prompt if phase == "prefill" else prompt + max(gen // 2, 1)
+    return stage_graph(load_architecture(model), scenario, Parallelism(), phase=phase, context=context)
+
+
+def roofline(inputs: Mapping[str, Any]) -> dict:
+    """One chart per system: its roofs and the workload's ops as points (the ``perfmodel roofline`` data)."""
+    from perfmodel.roofline import evaluate
+    from perfmodel.roofline.charts import classic_roofline, hierarchical_roofline, scheduling_roofline
+
+    kind = str(inputs.get("kind", "classic"))
+    if kind not in ROOFLINE_KINDS:
+        raise PerfmodelError(f"roofline kind {kind!r}: expected one of {', '.join(ROOFLINE_KINDS)}")
+    systems = inputs.get("systems") or []
+    if not isinstance(systems, list) or not systems:
+        raise PerfmodelError("input 'systems': pick at least one system")
+    graph = roofline_graph(_text(inputs, "workload", "transformer_block"), inputs)
+    builder = {"classic": classic_roofline, "hierarchical": hierarchical_roofline, "scheduling": scheduling_roofline}[kind]
+    overrides = _overrides(inputs)
+    charts = []
+    for position, system in enumerate(systems):
+        hardware = load_system(str(system), str(inputs.get("parameters", "achievable")),
+                               overrides if position == 0 else None)
+        evaluation = evaluate(graph, hardware)
+        data = builder(hardware, evaluation)
+        charts.append({"system": str(system), "spec": hardware.name, "total_s": evaluation.total_s,
+                       "time_by_bound": dict(evaluation.time_by_bound), **to_jsonable(data),
+                       "ridge_flop_per_byte": float(data.ridge_flop_per_byte),
+                       "scheduling_ridge_flops_per_launch": float(data.scheduling_ridge_flops_per_launch)})
+    return {"workload": graph.name, "kind": kind, "ops": len(graph.ops), "charts": charts}
+
+
+# --- LLM --------------------------------------------------------------------------------------------------
+
+def llm(inputs: Mapping[str, Any]) -> dict:
+    """``perfmodel llm --condensed`` for one model on one or two systems (side by side): TTFT, TPOT,
+    throughput, memory per chip, the bound of each phase and its time by bound."""
+    from perfmodel.llm import Parallelism, Scenario, llm_predict
+    from perfmodel.llm.catalog import load_architecture
+
+    architecture = load_architecture(_text(inputs, "model", "llama-2-7b"))
+    systems = [str(name) for name in (inputs.get("systems") or []) if name]
+    if not systems:
+        raise PerfmodelError("input 'systems': pick at least one system")
+    weights = _text(inputs, "weights", "bf16")
+    scenario = Scenario(batch=_count(inputs, "batch", 1), prompt_tokens=_count(inputs, "prompt", 1024),
+                        generated_tokens=_count(inputs, "gen", 256), weight_dtype=weights, kv_dtype=weights
+                        if weights in ("bf16", "fp16") else "bf16", activation_dtype="bf16")
+    parallelism = Parallelism(tp=_count(inputs, "tp", 1, high=4096), pp=_count(inputs, "pp", 1, high=4096))
+    overrides = _overrides(inputs)
+    results = []
+    for position, system in enumerate(systems[:2]):
+        hardware = load_system(system, str(inputs.get("parameters", "achievable")),
+                               overrides if position == 0 else None)
+        result = llm_predict(architecture, hardware, scenario, parallelism)
+        results.append({"system": system, **result.to_dict(), "memory_total_bytes": float(result.memory_bytes.total)})
+    return {"model": architecture.name, "results": results}
+
+
+# --- Serving and sizing --------------------------------------------------------------------------------------
+
+def _lengths(inputs: Mapping[str, Any]):
+    from perfmodel.serving import parse_length
+
+    return (parse_length(_text(inputs, "prompt_dist", "fixed:512"), "prompt"),
+            parse_length(_text(inputs, "output_dist", "fixed:128"), "output"))
+
+
+def _seconds(inputs: Mapping[str, Any], key: str) -> float | None:
+    from perfmodel.units import parse_quantity
+
+    text = inputs.get(key)
+    return None if text in (None, "") else parse_quantity(str(text), "seconds")
+
+
+def _rates(inputs: Mapping[str, Any]) -> list[float]:
+    raw = inputs.get("rates", "0.5,1,2,4,8")
+    try:
+        rates = [float(item) for item in str(raw).split(",") if item.strip()]
+    except ValueError:
+        raise PerfmodelError(f"input 'rates': expected a comma list of requests per second, got {raw!r}") from None
+    if not rates or len(rates) > MAX_RATES or any(not (rate > 0 and math.isfinite(rate)) for rate in rates):
+        raise PerfmodelError(f"input 'rates': 1 to {MAX_RATES} positive rates (requests/s), got {raw!r}")
+    return sorted(rates)
+
+
+def serving(inputs: Mapping[str, Any]) -> dict:
+    """``perfmodel serve --rates ...``: one simulation per Poisson rate, and the knee."""
+    from perfmodel.cli.serve_command import _knee
+    from perfmodel.llm import Parallelism
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.serving import ArrivalProcess, Server, max_context
+
+    architecture = load_architecture(_text(inputs, "model", "llama-2-7b"))
+    hardware = load_system(_text(inputs, "system", "h100-sxm"), str(inputs.get("parameters", "achievable")),
+                           _overrides(inputs))
+    prompt, output = _lengths(inputs)
+    rates = _rates(inputs)
+    requests = _count(inputs, "requests", 200, high=MAX_REQUESTS)
+    ttft_slo, tpot_slo = _seconds(inputs, "ttft_slo"), _seconds(inputs, "tpot_slo")
+    server = Server(architecture, hardware, Parallelism(tp=_count(inputs, "tp", 1, high=4096),
+                                                        pp=_count(inputs, "pp", 1, high=4096)),
+                    max_context=max_context(prompt, output))
+    results = [server.simulate(ArrivalProcess(kind="poisson", rate_per_s=rate), requests, prompt, output,
+                               seed=_count(inputs, "seed", 0, low=0), ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo)
+               for rate in rates]
+    return {"model": architecture.name, "spec": hardware.name, "mode": server.mode, "rates": rates,
+            "knee_rate_per_s": _knee(rates, results, ttft_slo),
+            "results": [to_jsonable(result.to_dict(per_request=False)) for result in results]}
+
+
+def size(inputs: Mapping[str, Any]) -> dict:
+    """``perfmodel size``: the fewest chips per system meeting p99 TTFT/TPOT targets at a Poisson rate."""
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.serving import ArrivalProcess
+    from perfmodel.serving.sizing import Target, rank, size_deployment
+
+    architecture = load_architecture(_text(inputs, "model", "llama-2-7b"))
+    prompt, output = _lengths(inputs)
+    targets = [Target(metric=metric, statistic="p99", limit_s=limit) for metric, limit in
+               (("ttft", _seconds(inputs, "ttft_slo")), ("tpot", _seconds(inputs, "tpot_slo"))) if limit is not None]
+    rate = float(inputs.get("rate", 4.0))
+    systems = [str(name) for name in (inputs.get("systems") or [])]
+    if not systems:
+        raise PerfmodelError("input 'systems': pick at least one system")
+    sizings = [size_deployment(architecture, load_system(system, str(inputs.get("parameters", "achievable"))), targets,
+                               ArrivalProcess(kind="poisson", rate_per_s=rate), prompt, output,
+                               requests=_count(inputs, "requests", 200, high=MAX_REQUESTS)) for system in systems]
+    return {"model": architecture.name, "rate_per_s": rate, "targets": [target.to_dict() for target in targets],
+            "systems": [to_jsonable(sizing.to_dict()) for sizing in rank(sizings)]}
+
+
+# --- Specs and accuracy ----------------------------------------------------------------------------------------
+
+def specs(inputs: Mapping[str, Any]) -> dict:
+    """Every field of a spec as written, with the source each sourced field names (``perfmodel specs show``)."""
+    name = _text(inputs, "system", "h100-sxm")
+    hardware = load_system(name, "ideal")
+    rows = []
+    for path, value in spec_fields(name):
+        source_id = hardware.field_sources.get(path, "")
+        source = hardware.sources.get(source_id)
+        rows.append({"field": path, "value": to_jsonable(value), "source": source_id,
+                     "kind": source.kind if source else "", "url": source.url if source else ""})
+    return {"system": hardware.name, "description": hardware.description, "family": hardware.family,
+            "vendor": hardware.vendor, "fields": rows,
+            "sources": {key: {"kind": s.kind, "url": s.url, "note": s.note} for key, s in hardware.sources.items()}}
+
+
+_VALIDATION: dict[str, Any] = {}
+_VALIDATION_LOCK = threading.Lock()
+
+
+def validation(_inputs: Mapping[str, Any] | None = None) -> dict:
+    """``perfmodel validate``: every row of the validation table and the medians (computed once, ~30 s)."""
+    from perfmodel.validation import summary
+    from perfmodel.validation import validate as run
+
+    with _VALIDATION_LOCK:
+        if "rows" not in _VALIDATION:
+            rows = run()
+            _VALIDATION["rows"] = [{**to_jsonable(row), "error": row.error} for row in rows]
+            _VALIDATION["summary"] = to_jsonable(summary(rows))
+    return {"rows": _VALIDATION["rows"], "summary": _VALIDATION["summary"]}
+
+
+VIEWS: dict[str, Callable[[Mapping[str, Any]], dict]] = {
+    "options": options, "whatif_fields": whatif_fields, "roofline": roofline, "llm": llm, "serving": serving,
+    "size": size, "specs": specs, "validation": validation,
+}
