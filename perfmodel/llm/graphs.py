@@ -298,7 +298,7 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
 
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
                 context, context_shards: int = 1, sequence_parallel: bool = False,
-                moe_capacity_factor: float | None = None) -> Graph:
+                moe_capacity_factor: float | None = None, every_logit: bool = False) -> Graph:
     """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
     token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
     step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
@@ -315,7 +315,10 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     all-gather before the block and a reduce-scatter after it (the same bytes on the wire).
 
     ``moe_capacity_factor``: None prices a MoE layer's experts on the tokens routed to them (a dropless
-    grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``)."""
+    grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``).
+
+    ``every_logit`` (prefill): logits for every new token, not only each sequence's last (a
+    speculative verifier scoring its drafted tokens, ``serving.speculation``)."""
     a, s, p = architecture, scenario, parallelism
     training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
@@ -375,7 +378,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
     elif p.tp > 1:
         ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
-    rows = tokens if training else batch  # inference computes logits for each sequence's last token only
+    rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
     ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, layers, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
             _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
