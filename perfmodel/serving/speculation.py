@@ -123,7 +123,7 @@ def drafter(target: Architecture, speculation: Speculation, scenario: Scenario,
         moe = speculation.method == "mtp" and target.is_moe_layer(last)
         model = replace(target, name=f"{target.name}.{speculation.method}", layers=1, moe_layers=None,
                         layer_windows=None if target.layer_windows is None else (target.layer_windows[last],),
-                        **({} if moe else {"experts": 1, "experts_per_token": 1}))
+                        experts=target.experts if moe else 1, experts_per_token=target.experts_per_token if moe else 1)
     tp = parallelism.tp
     one = Parallelism(tp=tp, ep=parallelism.ep if model.experts > 1 else 1)
     try:

@@ -30,6 +30,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -116,7 +117,10 @@ class StepCosts:
 
     def __init__(self, architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
                  *, max_batch: int, max_tokens_per_step: int, max_context: int, resident_bytes: float,
-                 mode: str | None = None, speculation: Speculation | None = None) -> None:
+                 mode: str | None = None, speculation: Speculation | None = None,
+                 context_points: Sequence[int] | None = None, prompt_points: Sequence[int] | None = None) -> None:
+        """``context_points`` / ``prompt_points``: price decode at these contexts only and prefill these fresh prompt
+        lengths only (no earlier tokens), instead of the grids (a quick estimate: ``serving.search``)."""
         check(architecture, replace(scenario, batch=1), parallelism)
         if parallelism.chips > 1 and not any(link.kind in ("chip_to_chip", "network")
                                              for link in hardware.links.values()):
@@ -126,7 +130,8 @@ class StepCosts:
         batches = np.arange(1, max_batch + 1, dtype=np.int64)
         decode_scenario = replace(scenario, batch=batches)
         send = Graph(name="send", ops=[pipeline_send(decode_scenario, a, "decode")])
-        contexts = np.unique(np.linspace(1, max(max_context, 2), CONTEXT_POINTS).round().astype(np.int64))
+        contexts = np.unique(np.asarray(context_points, dtype=np.int64)) if context_points is not None else \
+            np.unique(np.linspace(1, max(max_context, 2), CONTEXT_POINTS).round().astype(np.int64))
         columns = []
         self.speculation = speculation
         draft = None if speculation is None else drafter(a, speculation, scenario, p)
@@ -144,12 +149,14 @@ class StepCosts:
         self._decode = np.stack(columns, axis=1).tolist()  # [batch - 1][context index]: plain floats, fast to read
         points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
                                  np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
-        tokens = np.unique(points.round().astype(np.int64))
+        tokens = np.unique(points.round().astype(np.int64)) if prompt_points is None else \
+            np.unique(np.asarray(prompt_points, dtype=np.int64))
         # Every token count at once: the prefill graph with the prompt length an array (the graph
         # builders broadcast it like a batch array), once per count of earlier tokens in the cache.
         prompts = replace(scenario, batch=1, prompt_tokens=tokens)
         send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
-        earlier = np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
+        earlier = np.zeros(1, dtype=np.int64) if prompt_points is not None else \
+            np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
         rows = []
         for before in earlier:
             graph = stage_graph(a, prompts, p, phase="prefill", context=tokens + int(before))
@@ -172,7 +179,7 @@ class StepCosts:
                           p: Parallelism, draft: tuple[Architecture, Parallelism], speculation: Speculation,
                           context: int, resident_bytes: float) -> np.ndarray:
         """One speculative step per batch size at ``context``, per token it yields (module docstring)."""
-        batches = decode_scenario.batch
+        batches = np.asarray(decode_scenario.batch)
         k = speculation.tokens
         model, split = draft
         graph = stage_graph(model, decode_scenario, split, phase="decode", context=context)
