@@ -208,3 +208,47 @@ def test_cli_disagg_and_speculation(capsys):
 def test_cli_bad_input(extra, message, capsys):
     assert main([*SERVE, *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+# ------------------------------------------------------------------------------ wide expert parallelism
+def test_wide_expert_parallelism_graph_memory_and_link():
+    from perfmodel.llm.graphs import Scenario, check, stage_graph
+    from perfmodel.llm.metrics import memory_per_chip
+    from perfmodel.roofline import evaluate
+
+    architecture = load_architecture("deepseek-v3")
+    hardware = load_for_prediction("h200-sxm", engine="none")
+    scenario = Scenario(batch=16, prompt_tokens=1, generated_tokens=1, weight_dtype="fp8")
+    timings = {}
+    for dp in (8, 32):
+        layout = Parallelism(tp=1, ep=dp, dp=dp)
+        assert layout.chips == dp
+        graph = stage_graph(architecture, scenario, layout, phase="decode", context=2048)
+        dispatch = next(op for op in graph.ops if op.name == "layers.moe.dispatch")
+        # each chip receives its share of every group's routed tokens: 16 x dp x 8 / ep = 128 tokens
+        assert dispatch.attrs["bytes"] == 16 * 8 * architecture.hidden * 2
+        timings[dp] = next(op for op in evaluate(graph, hardware).ops if op.name == "layers.moe.dispatch")
+    assert timings[8].bound == "link:nvlink"  # 8 chips: within the NVLink domain
+    assert timings[32].bound == "link:network"  # 32 chips: over the network link, alpha-beta by hand
+    assert timings[32].link_s == pytest.approx(58 * (31 / 32 * 16 * 8 * 7168 * 2 / 50e9 + 4e-6))
+    # the routed experts are spread over tp x dp chips; the rest is replicated in each group
+    experts = architecture.moe_layer_count * architecture.experts * architecture.expert_parameters
+    whole = memory_per_chip(architecture, scenario, Parallelism()).weights
+    wide = memory_per_chip(architecture, scenario, Parallelism(tp=1, ep=32, dp=32)).weights
+    assert wide == pytest.approx(whole - experts * (1 - 1 / 32))
+    for bad, message in ((Parallelism(tp=1, ep=64, dp=32), "at most tp=1 x dp=32"),
+                         (Parallelism(tp=2, ep=24, dp=4), "must divide")):
+        with pytest.raises(PerfmodelError, match=message):
+            check(architecture, scenario, bad)
+    with pytest.raises(PerfmodelError, match="no experts"):
+        check(load_architecture("llama-3.1-8b"), scenario, Parallelism(dp=2))
+
+
+def test_cli_wide_ep_decode_workers(capsys):
+    argv = ["serve", "--model", "deepseek-v3", "--on", "h200-sxm", "--tp", "8", "--weights", "fp8", "--rate", "2/s",
+            "--requests", "40", "--prompt-dist", "fixed:1024", "--output-dist", "fixed:32", "--disagg", "1P1D",
+            "--decode-tp", "1", "--decode-dp", "16", "--decode-ep", "16", "--decode-max-batch", "8", "--json"]
+    assert main(argv) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["disaggregated"]["chips"] == 8 + 16
+    assert "dp 16 ep 16" in data["disaggregated"]["label"]

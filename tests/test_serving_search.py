@@ -85,8 +85,9 @@ def test_speculation_with_zero_acceptance_never_makes_the_front_better(searched)
 @pytest.mark.parametrize("engine", ENGINES)
 @pytest.mark.parametrize("speculation", [None, Speculation(method="eagle", tokens=3, acceptance=0.8),
                                          Speculation(method="mtp", tokens=1, acceptance=0.85)])
-def test_exported_flags_are_the_documented_ones(engine, speculation):
-    worker = Worker(role="serve", parallelism=Parallelism(tp=4, pp=2, ep=4), max_batch=64, max_tokens_per_step=8192,
+@pytest.mark.parametrize("layout", [Parallelism(tp=4, pp=2, ep=4), Parallelism(tp=1, ep=16, dp=16)])
+def test_exported_flags_are_the_documented_ones(engine, speculation, layout):
+    worker = Worker(role="serve", parallelism=layout, max_batch=64, max_tokens_per_step=8192,
                     memory_utilization=0.9, block_size=16, kv_dtype="fp8", speculation=speculation, count=2)
     for workers in ([worker], [replace(worker, role="prefill", speculation=None), replace(worker, role="decode")]):
         launch = launch_settings(engine, "meta-llama/Llama-3.1-70B-Instruct", workers)
@@ -94,7 +95,7 @@ def test_exported_flags_are_the_documented_ones(engine, speculation):
         assert set(launch.flags()) <= allowed
         assert DOCUMENTED_FLAGS[engine]["source"].startswith("https://")
         text = launch.text()
-        assert "4" in text and "64" in text
+        assert str(layout.tp * layout.dp) in text and "64" in text
         if speculation is not None:
             assert any("spec" in flag or flag == "--extra_llm_api_options" for flag in launch.flags())
 
@@ -135,3 +136,14 @@ def test_cli_search_and_export(capsys, tmp_path):
 def test_cli_search_bad_input(extra, message, capsys):
     assert main([*SEARCH, "--simulate", "0", *extra]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_moe_search_tries_wide_expert_parallelism():
+    architecture = load_architecture("qwen3-30b-a3b")
+    hardware = {"sglang": load_for_prediction("h100-sxm", engine="sglang")}
+    result = search(architecture, hardware, 16, prompt_tokens=1024, output_tokens=128, batches=(16, 64), max_pp=1,
+                    simulate=0)
+    wide = [c for c in result.configurations if c.layout.dp > 1]
+    assert {c.layout.dp for c in wide} >= {2, 4, 8, 16} and all(c.layout.ep == c.layout.dp for c in wide)
+    assert any(c.disaggregated for c in wide) and any(not c.disaggregated for c in wide)
+    assert all(c.prefill_layout is None or c.prefill_layout.dp == 1 for c in result.configurations)

@@ -63,12 +63,19 @@ def add_disagg_arguments(parser) -> None:
                                                            "(default --pp)")
         parser.add_argument(f"--{role}-max-batch", type=int, help=f"--disagg: most running sequences of a {role} "
                                                                   "worker (default --max-batch)")
+    parser.add_argument("--decode-ep", type=int, help="--disagg: expert parallelism of a decode worker (MoE; at "
+                                                      "most decode tp x dp)")
+    parser.add_argument("--decode-dp", type=int,
+                        help="--disagg: attention data parallelism of a decode worker: dp groups of decode-tp chips, "
+                             "each with its own batch of --decode-max-batch, the experts spread over --decode-ep of "
+                             "all their chips (wide expert parallelism; all-to-alls over the network link past the "
+                             "NVLink domain)")
     parser.add_argument("--kv-link", metavar="LINK", help="--disagg: the spec's link the KV cache crosses (default: "
                                                           "its network link, else its chip-to-chip link)")
 
 
 DISAGG_ONLY = ("prefill_tp", "prefill_pp", "prefill_max_batch", "decode_tp", "decode_pp", "decode_max_batch",
-               "kv_link")
+               "decode_ep", "decode_dp", "kv_link")
 
 
 def check_disagg_arguments(args) -> None:
@@ -100,15 +107,16 @@ def run_disaggregated(args, architecture, hardware, config, speculation, *, requ
     kv = args.kv or args.activations
     dtypes = dict(weight_dtype=args.weights, kv_dtype=kv, activation_dtype=args.activations, mode=args.mode)
 
-    def server(tp, pp, max_batch, spec):
+    def server(tp, pp, max_batch, spec, ep=1, dp=1):
         limits = config if max_batch is None else replace(config, max_batch=max_batch,
                                                           max_tokens_per_step=max(config.max_tokens_per_step,
                                                                                   max_batch))
-        return Server(architecture, hardware, Parallelism(tp=tp, pp=pp), config=limits, max_context=longest,
-                      speculation=spec, **dtypes)
+        return Server(architecture, hardware, Parallelism(tp=tp, pp=pp, ep=ep, dp=dp), config=limits,
+                      max_context=longest, speculation=spec, **dtypes)
 
     prefill = server(args.prefill_tp or args.tp, args.prefill_pp or args.pp, args.prefill_max_batch, None)
-    decode = server(args.decode_tp or args.tp, args.decode_pp or args.pp, args.decode_max_batch, speculation)
+    decode = server(args.decode_tp or args.tp, args.decode_pp or args.pp, args.decode_max_batch, speculation,
+                    ep=args.decode_ep or 1, dp=args.decode_dp or 1)
     link = kv_link(hardware, prefill.parallelism.chips, decode.parallelism.chips, args.kv_link)
     deployment = Disaggregated(prefill=prefill, decode=decode, prefill_workers=prefill_workers,
                                decode_workers=decode_workers, link=link, kv_dtype=kv)

@@ -18,7 +18,9 @@ A disaggregated deployment ``xPyD`` runs ``x`` prefill workers and ``y`` decode 
    name). Each prefill worker's link is first come first served: a transfer starts when its prefill
    has ended and the worker's previous transfer is done.
 3. **Decode.** Requests are dealt round robin to the decode workers in the order their transfers
-   end; each worker simulates its stream with the prompts already computed and the first token
+   end (to each attention-data-parallel group of a worker with ``dp`` > 1: wide expert parallelism,
+   ``llm.graphs.Parallelism``; the groups step together, each with its own batch, and are simulated
+   as equal shares of the stream); each worker simulates its stream with the prompts already computed and the first token
    generated (``handed_off``): admission takes the prompt's KV blocks, then it decodes (queueing
    when the batch or the KV cache is full; preemption recomputes on the decode worker).
 
@@ -214,7 +216,7 @@ def simulate_pool(server: Server, replicas: int, times: np.ndarray, prompts: np.
         raise PerfmodelError(f"replicas must be at least 1, got {replicas}")
     first, finish = np.full(len(times), math.nan), np.full(len(times), math.nan)
     gaps, preemptions = [], 0
-    for share in _deal(len(times), replicas):
+    for share in _deal(len(times), replicas * server.parallelism.dp):  # each attention-dp group its share
         if not share.size:
             continue
         result = _run(server, times[share], prompts[share], outputs[share], prefix_share=prefix_share)
@@ -253,8 +255,9 @@ class Disaggregated:
     @property
     def label(self) -> str:
         p, d = self.prefill.parallelism, self.decode.parallelism
+        wide = f" dp {d.dp} ep {d.ep}" if d.dp > 1 else f" ep {d.ep}" if d.ep > 1 else ""
         return (f"disaggregated {self.prefill_workers}P{self.decode_workers}D: prefill tp {p.tp} pp {p.pp}, "
-                f"decode tp {d.tp} pp {d.pp}, KV over {self.link.name}")
+                f"decode tp {d.tp} pp {d.pp}{wide}, KV over {self.link.name}")
 
     def simulate(self, times: np.ndarray, prompts: np.ndarray, outputs: np.ndarray, *, prefix_share: float = 0.0,
                  ttft_slo_s: float | None = None, tpot_slo_s: float | None = None) -> PoolResult:
@@ -265,7 +268,7 @@ class Disaggregated:
         transfer = np.full(count, math.nan)
         preemptions = 0
         payload = kv_transfer_bytes(self.prefill.architecture, prompts, self.kv_dtype)
-        for share in _deal(count, self.prefill_workers):
+        for share in _deal(count, self.prefill_workers * self.prefill.parallelism.dp):
             if not share.size:
                 continue
             result = _run(self.prefill, times[share], prompts[share], np.ones(share.size, dtype=np.int64),
@@ -286,7 +289,8 @@ class Disaggregated:
         gaps = []
         if going.size:
             order = going[np.argsort(transfer_end[going], kind="stable")]
-            for share in _deal(order.size, self.decode_workers, order):
+            ranks = self.decode_workers * self.decode.parallelism.dp  # attention-dp groups run their own batches
+            for share in _deal(order.size, ranks, order):
                 if not share.size:
                     continue
                 result = _run(self.decode, transfer_end[share], prompts[share], outputs[share], handed_off=True)

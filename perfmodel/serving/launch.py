@@ -4,7 +4,7 @@ Only flags each engine's documentation defines are written (``DOCUMENTED_FLAGS``
 list was read from; a test checks every exported flag against them):
 
 * vLLM, ``vllm serve`` engine arguments (https://docs.vllm.ai/en/latest/configuration/engine_args.html):
-  ``--tensor-parallel-size``, ``--pipeline-parallel-size``, ``--enable-expert-parallel``,
+  ``--tensor-parallel-size``, ``--pipeline-parallel-size``, ``--data-parallel-size``, ``--enable-expert-parallel``,
   ``--max-num-seqs``, ``--max-num-batched-tokens``, ``--gpu-memory-utilization``, ``--block-size``,
   ``--kv-cache-dtype``, ``--speculative-config`` (JSON: ``method`` eagle / eagle3 / deepseek_mtp /
   draft_model, ``model``, ``num_speculative_tokens``; https://docs.vllm.ai/en/latest/features/spec_decode.html)
@@ -12,7 +12,8 @@ list was read from; a test checks every exported flag against them):
   https://docs.vllm.ai/en/latest/features/disagg_prefill.html).
 * SGLang, ``python -m sglang.launch_server`` server arguments
   (https://docs.sglang.ai/advanced_features/server_arguments.html): ``--tp-size``, ``--pp-size``,
-  ``--ep-size``, ``--max-running-requests``, ``--chunked-prefill-size``, ``--mem-fraction-static``,
+  ``--ep-size``, ``--dp-size`` and ``--enable-dp-attention`` (``--tp-size`` then counts all the
+  worker's chips), ``--max-running-requests``, ``--chunked-prefill-size``, ``--mem-fraction-static``,
   ``--page-size``, ``--kv-cache-dtype``, ``--speculative-algorithm`` (EAGLE, EAGLE3, NEXTN for MTP;
   https://docs.sglang.ai/advanced_features/speculative_decoding.html), ``--speculative-num-steps``,
   ``--speculative-eagle-topk``, ``--speculative-num-draft-tokens``, ``--speculative-draft-model-path``,
@@ -20,7 +21,8 @@ list was read from; a test checks every exported flag against them):
 * TensorRT-LLM, ``trtllm-serve`` (https://nvidia.github.io/TensorRT-LLM/commands/trtllm-serve/trtllm-serve.html):
   ``--tp_size``, ``--pp_size``, ``--ep_size``, ``--max_batch_size``, ``--max_num_tokens``,
   ``--kv_cache_free_gpu_memory_fraction``, ``--extra_llm_api_options`` (a YAML file of LLM API
-  options: ``speculative_config`` with ``decoding_type`` Eagle / MTP / DraftTarget, ``max_draft_len``,
+  options: ``enable_attention_dp`` with ``--tp_size`` counting all the worker's chips,
+  ``speculative_config`` with ``decoding_type`` Eagle / MTP / DraftTarget, ``max_draft_len``,
   ``num_nextn_predict_layers``, ``speculative_model_dir``;
   https://nvidia.github.io/TensorRT-LLM/advanced/speculative-decoding.html).
 
@@ -41,11 +43,13 @@ ENGINES = ("vllm", "sglang", "trtllm")
 COMMANDS = {"vllm": "vllm serve", "sglang": "python -m sglang.launch_server", "trtllm": "trtllm-serve"}
 DOCUMENTED_FLAGS = {
     "vllm": {"source": "https://docs.vllm.ai/en/latest/configuration/engine_args.html",
-             "flags": ("--tensor-parallel-size", "--pipeline-parallel-size", "--enable-expert-parallel",
+             "flags": ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size",
+                       "--enable-expert-parallel",
                        "--max-num-seqs", "--max-num-batched-tokens", "--gpu-memory-utilization", "--block-size",
                        "--kv-cache-dtype", "--speculative-config", "--kv-transfer-config")},
     "sglang": {"source": "https://docs.sglang.ai/advanced_features/server_arguments.html",
-               "flags": ("--tp-size", "--pp-size", "--ep-size", "--max-running-requests", "--chunked-prefill-size",
+               "flags": ("--tp-size", "--pp-size", "--ep-size", "--dp-size", "--enable-dp-attention",
+                         "--max-running-requests", "--chunked-prefill-size",
                          "--mem-fraction-static", "--page-size", "--kv-cache-dtype", "--speculative-algorithm",
                          "--speculative-num-steps", "--speculative-eagle-topk", "--speculative-num-draft-tokens",
                          "--speculative-draft-model-path", "--disaggregation-mode")},
@@ -118,6 +122,9 @@ def launch_settings(engine: str, model: str, workers: list[Worker], *, draft_mod
         notes.append("prefill and decode workers need the engine's KV-transfer setup and a router in front "
                      "(vLLM: a kv_connector; SGLang: --disaggregation-mode with its mini load balancer; "
                      "TensorRT-LLM: trtllm-serve disaggregated with a context/generation config)")
+    if any(worker.parallelism.dp > 1 for worker in workers):
+        notes.append("the batch limit is perfmodel's per attention-data-parallel group; check whether the engine's "
+                     "flag counts requests per group or per worker")
     if any(worker.count > 1 for worker in workers):
         notes.append("start the stated number of identical workers behind a load balancer")
     return Launch(engine=engine, model=model, commands=tuple(commands), files=files, notes=tuple(notes))
@@ -126,6 +133,8 @@ def launch_settings(engine: str, model: str, workers: list[Worker], *, draft_mod
 def _vllm(model: str, w: Worker, draft: str | None) -> tuple[list[str], str]:
     p = w.parallelism
     argv = ["vllm", "serve", model, "--tensor-parallel-size", str(p.tp), "--pipeline-parallel-size", str(p.pp)]
+    if p.dp > 1:
+        argv += ["--data-parallel-size", str(p.dp)]
     if p.ep > 1:
         argv.append("--enable-expert-parallel")
     argv += ["--max-num-seqs", str(w.max_batch), "--max-num-batched-tokens", str(w.max_tokens_per_step),
@@ -146,8 +155,11 @@ def _vllm(model: str, w: Worker, draft: str | None) -> tuple[list[str], str]:
 
 def _sglang(model: str, w: Worker, draft: str | None) -> tuple[list[str], str]:
     p = w.parallelism
-    argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(p.tp),
+    # SGLang's --tp-size counts every chip of the worker; --dp-size groups them for DP attention
+    argv = ["python", "-m", "sglang.launch_server", "--model-path", model, "--tp-size", str(p.tp * p.dp),
             "--pp-size", str(p.pp)]
+    if p.dp > 1:
+        argv += ["--dp-size", str(p.dp), "--enable-dp-attention"]
     if p.ep > 1:
         argv += ["--ep-size", str(p.ep)]
     argv += ["--max-running-requests", str(w.max_batch), "--chunked-prefill-size", str(w.max_tokens_per_step),
@@ -169,21 +181,23 @@ def _sglang(model: str, w: Worker, draft: str | None) -> tuple[list[str], str]:
 
 def _trtllm(model: str, w: Worker, draft: str | None) -> tuple[list[str], str]:
     p = w.parallelism
-    argv = ["trtllm-serve", model, "--tp_size", str(p.tp), "--pp_size", str(p.pp)]
+    # TensorRT-LLM's tp_size counts every chip; attention data parallelism is an LLM API option
+    argv = ["trtllm-serve", model, "--tp_size", str(p.tp * p.dp), "--pp_size", str(p.pp)]
     if p.ep > 1:
         argv += ["--ep_size", str(p.ep)]
     argv += ["--max_batch_size", str(w.max_batch), "--max_num_tokens", str(w.max_tokens_per_step),
              "--kv_cache_free_gpu_memory_fraction", f"{w.memory_utilization:g}"]
     s = w.speculation
-    extra = ""
+    lines = ["enable_attention_dp: true"] if p.dp > 1 else []
     if s is not None:
-        lines = ["speculative_config:"]
+        lines.append("speculative_config:")
         if s.method == "mtp":
             lines += ["  decoding_type: MTP", f"  num_nextn_predict_layers: {s.tokens}"]
         else:
             kind = "Eagle" if s.method == "eagle" else "DraftTarget"
             path = draft or (s.draft_model.name if s.draft_model is not None else "<EAGLE-3 head>")
             lines += [f"  decoding_type: {kind}", f"  max_draft_len: {s.tokens}", f"  speculative_model_dir: {path}"]
-        extra = "\n".join(lines) + "\n"
+    extra = "\n".join(lines) + "\n" if lines else ""
+    if extra:
         argv += ["--extra_llm_api_options", f"{w.role}-extra-llm-api-options.yaml"]
     return argv, extra

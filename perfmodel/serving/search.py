@@ -4,7 +4,9 @@ chip, and simulation of the front (pure core). In the manner of NVIDIA's AIConfi
 Vidur-Search (arXiv 2405.05465).
 
 1. **Workers.** For each engine (its hardware overlay), each layout (``llm.sizing.candidate_parallelisms``:
-   tp within the chip-to-chip domain, pp powers of two, at most ``chips``) and each speculation
+   tp within the chip-to-chip domain, pp powers of two, at most ``chips``; for MoE models also wide
+   expert parallelism, ``wide_expert_layouts``: dp attention groups of one chip, ep = dp; as decode
+   workers or aggregated replicas, each group running a batch of its own) and each speculation
    setting, one ``Server`` is built at the largest batch limit (its KV cache and step-cost grids;
    a smaller batch limit reuses them: its KV budget is then slightly conservative).
 2. **Estimate** (steady state, every configuration, fast). The context is ``prompt + output / 2``.
@@ -109,15 +111,18 @@ class Configuration:
     @property
     def label(self) -> str:
         spec = "" if self.speculation is None else f", {self.speculation.method} k={self.speculation.tokens}"
+        wide = f"dp{self.layout.dp}ep{self.layout.ep}" if self.layout.dp > 1 else ""
         if self.disaggregated:
             assert self.prefill_layout is not None
             return (f"{self.engine} {self.prefill_workers}P(tp{self.prefill_layout.tp}pp{self.prefill_layout.pp})"
-                    f"{self.workers}D(tp{self.layout.tp}pp{self.layout.pp}) batch {self.max_batch}{spec}")
-        return f"{self.engine} {self.workers}x(tp{self.layout.tp}pp{self.layout.pp}) batch {self.max_batch}{spec}"
+                    f"{self.workers}D(tp{self.layout.tp}pp{self.layout.pp}{wide}) batch {self.max_batch}{spec}")
+        return (f"{self.engine} {self.workers}x(tp{self.layout.tp}pp{self.layout.pp}{wide}) batch "
+                f"{self.max_batch}{spec}")
 
     def to_dict(self) -> dict:
         return {"label": self.label, "engine": self.engine, "hardware": self.hardware,
                 "disaggregated": self.disaggregated, "tp": self.layout.tp, "pp": self.layout.pp,
+                "ep": self.layout.ep, "dp": self.layout.dp,
                 "workers": self.workers,
                 "prefill_tp": None if self.prefill_layout is None else self.prefill_layout.tp,
                 "prefill_pp": None if self.prefill_layout is None else self.prefill_layout.pp,
@@ -213,7 +218,7 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
     configurations: list[Configuration] = []
     for engine, hardware in hardware_by_engine.items():
         layouts = [p for p in candidate_parallelisms(architecture, hardware, scenario)
-                   if p.chips <= chips and p.pp <= max_pp]
+                   if p.chips <= chips and p.pp <= max_pp] + wide_expert_layouts(architecture, hardware, chips)
         built: dict[tuple[Parallelism, Speculation | None], _Estimate] = {}
         for layout in layouts:
             for speculation in speculations:
@@ -229,7 +234,7 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
         base: dict[str, Any] = dict(engine=engine, hardware=hardware.name, max_tokens_per_step=budget,
                                     price_usd_per_chip_hour=price, tdp_watts=tdp)
         prefill_s = {layout: estimate.prefill_s for (layout, speculation), estimate in built.items()
-                     if speculation is None}
+                     if speculation is None and layout.dp == 1}
         for (layout, speculation), estimate in built.items():
             fits = estimate.kv_tokens // context
             for batch in batches:
@@ -239,7 +244,7 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                 prefill = estimate.prefill_s
                 replicas = chips // layout.chips
                 tpot = decode + batch * prefill / output_tokens
-                rate = replicas * batch / (tpot * output_tokens)
+                rate = replicas * layout.dp * batch / (tpot * output_tokens)  # dp groups: a batch each
                 ttft = prefill + decode
                 configurations.append(Configuration(
                     **base, disaggregated=False, layout=layout, workers=replicas, prefill_layout=None,
@@ -256,10 +261,10 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                         decode_workers = (chips - prefill_workers * prefill_layout.chips) // layout.chips
                         if decode_workers < 1:
                             break
-                        rate = min(prefill_workers / prefill_time,
-                                   decode_workers * batch / (decode * output_tokens))
+                        groups = decode_workers * layout.dp
+                        rate = min(prefill_workers / prefill_time, groups * batch / (decode * output_tokens))
                         # prefill-bound: the decode workers run the batch that carries the rate, not the limit
-                        running = min(batch, estimate.batch_for(rate * output_tokens / decode_workers))
+                        running = min(batch, estimate.batch_for(rate * output_tokens / groups))
                         tpot = estimate.decode_s[running - 1]
                         used = prefill_workers * prefill_layout.chips + decode_workers * layout.chips
                         configurations.append(Configuration(
@@ -280,6 +285,21 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                         output_tokens=output_tokens, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s,
                         configurations=tuple(configurations), front=tuple(front), simulated=tuple(simulated),
                         workers_built=len(estimates))
+
+
+def wide_expert_layouts(architecture: Architecture, hardware: Hardware, chips: int) -> list[Parallelism]:
+    """MoE models: attention data parallelism over ``dp`` chips (tp 1) with the experts spread over all
+    of them (``ep = dp``), for ``dp`` a power of two from 2 that divides the experts, up to ``chips``
+    (within the chip-to-chip domain or past it: the all-to-alls then cross the network link)."""
+    if architecture.experts <= 1 or not any(link.kind in ("chip_to_chip", "network")
+                                            for link in hardware.links.values()):
+        return []
+    out, dp = [], 2
+    while dp <= chips:
+        if architecture.experts % dp == 0:
+            out.append(Parallelism(tp=1, ep=dp, dp=dp))
+        dp *= 2
+    return out
 
 
 def _spread(front: Sequence[Configuration], count: int) -> list[Configuration]:
