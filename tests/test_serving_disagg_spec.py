@@ -199,6 +199,8 @@ def test_cli_disagg_and_speculation(capsys):
     (["--rate", "1/s", "--disagg", "1Q1D"], "xPyD"),
     (["--rate", "1/s", "--decode-tp", "2"], "only apply with --disagg"),
     (["--users", "4", "--disagg", "1P1D"], "open-loop"),
+    (["--rate", "1/s", "--disagg", "1P1D", "--chart", "x.png"], "drop --chart"),
+    (["--rate", "1/s", "--disagg", "1P1D", "--decode-dp", "0"], "--decode-dp must be at least 1"),
     (["--rate", "1/s", "--acceptance", "0.5"], "need --speculative"),
     (["--rate", "1/s", "--speculative", "eagle", "--acceptance", "1.5"], "acceptance rate"),
     (["--rate", "1/s", "--speculative", "draft"], "--draft-model"),

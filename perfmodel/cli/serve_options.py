@@ -89,7 +89,7 @@ def check_disagg_arguments(args) -> None:
         if value is not None and value < 1:
             raise PerfmodelError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
     conflicts = [flag for flag, value in (("--users", args.users), ("--rates", args.rates),
-                                          ("--scenario", args.scenario)) if value is not None]
+                                          ("--scenario", args.scenario), ("--chart", args.chart)) if value is not None]
     if conflicts:
         raise PerfmodelError(f"--disagg simulates one open-loop stream (--rate or --trace); drop {' and '.join(conflicts)}")
 
