@@ -259,6 +259,36 @@ def plot_pareto(options_by_system: dict, ax=None):
     return ax
 
 
+def plot_search(result, ax=None):
+    """``serving.search``: every configuration (tokens/s per user against tokens/s per chip; aggregated and
+    disaggregated marked apart), the Pareto front joined by a line, the SLO region shaded."""
+    ax = _new_axes(ax)
+    configurations = result.configurations
+    for disaggregated, marker, name in ((False, "o", "aggregated"), (True, "^", "disaggregated")):
+        chosen = [c for c in configurations if c.disaggregated == disaggregated]
+        if chosen:
+            ax.scatter([c.tokens_per_s_per_user for c in chosen], [c.tokens_per_s_per_chip for c in chosen], s=6,
+                       alpha=0.25, marker=marker, label=f"{name} ({len(chosen)})")
+    front = list(result.front)
+    ax.plot([c.tokens_per_s_per_user for c in front], [c.tokens_per_s_per_chip for c in front], "k.-",
+            label=f"Pareto front ({len(front)})")
+    inside = [c for c in front if c.meets_slo]
+    if inside:
+        ax.scatter([c.tokens_per_s_per_user for c in inside], [c.tokens_per_s_per_chip for c in inside], s=30,
+                   facecolors="none", edgecolors="tab:green", label="front in the SLO region")
+    if result.tpot_slo_s is not None:
+        ax.axvspan(1 / result.tpot_slo_s, ax.get_xlim()[1], color="tab:green", alpha=0.08,
+                   label=f"TPOT <= {format_quantity(result.tpot_slo_s, 'seconds')}")
+    ax.set_xscale("log")
+    ax.set_xlabel("tokens/s per user (1 / TPOT)")
+    ax.set_ylabel("tokens/s per chip")
+    ax.set_title(f"{result.model} on {result.chips} chips: prompt {result.prompt_tokens}, output "
+                 f"{result.output_tokens}", fontsize="medium")
+    ax.grid(True, which="major", alpha=0.3)
+    ax.legend(fontsize="x-small")
+    return ax
+
+
 def plot_spec_rooflines(records: Sequence[dict], ax=None):
     """The classic roofline of each spec record (``perfmodel specs compare --json`` rows)."""
     ax = _new_axes(ax)

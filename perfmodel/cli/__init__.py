@@ -27,8 +27,9 @@ class _Parser(argparse.ArgumentParser):
 COMMAND_MODULES = {
     "specs": "specs_command", "models": "catalog_command", "workloads": "catalog_command",
     "predict": "predict_command", "sweep": "predict_command", "capture": "capture_command", "llm": "llm_command",
-    "size": "llm_command", "serve": "serve_command", "train": "train_command", "validate": "validate_command",
-    "roofline": "roofline_command", "explore": "explore_command", "bench": "calibration", "calibrate": "calibration",
+    "size": "llm_command", "serve": "serve_command", "search": "search_command", "train": "train_command",
+    "validate": "validate_command", "roofline": "roofline_command", "explore": "explore_command",
+    "bench": "calibration", "calibrate": "calibration",
 }
 
 

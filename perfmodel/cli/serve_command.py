@@ -16,6 +16,13 @@ from perfmodel.cli.overrides import (
     parse_overrides,
     seed,
 )
+from perfmodel.cli.serve_options import (
+    add_disagg_arguments,
+    add_speculation_arguments,
+    check_disagg_arguments,
+    run_disaggregated,
+    speculation_from,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
@@ -87,6 +94,8 @@ def register(commands) -> None:
     add_set_argument(serve)
     add_ideal_argument(serve)
     add_engine_argument(serve)
+    add_speculation_arguments(serve)
+    add_disagg_arguments(serve)
     serve.add_argument("--json", action="store_true")
     serve.add_argument("--chart", type=Path, metavar="FILE.png",
                        help="write a chart (.png, .svg or .pdf): the TTFT, TPOT and inter-token latency "
@@ -159,6 +168,7 @@ def _serve(args) -> int:
                              f"prefix cache), got {args.prefix_share}")
     if args.chart is not None and args.chart.suffix.lower() not in CHART_SUFFIXES:
         raise PerfmodelError(f"--chart {args.chart}: the file must end in .png, .svg or .pdf")
+    check_disagg_arguments(args)
     streams, rates = _arrivals(args)
     trace = prompt = output = None
     if args.trace is not None:
@@ -187,9 +197,14 @@ def _serve(args) -> int:
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
                            block_size=args.block_size, memory_utilization=args.memory_utilization,
                            kv_admission=args.kv_admission)
+    speculation = speculation_from(args)
+    if args.disagg is not None:
+        return run_disaggregated(args, architecture, hardware, config, speculation, requests=requests, prompt=prompt,
+                                 output=output, trace=trace, longest=longest, ttft_slo=ttft_slo, tpot_slo=tpot_slo)
     server = Server(architecture, hardware, Parallelism(tp=args.tp, pp=args.pp), config=config,
                     max_context=longest, weight_dtype=args.weights,
-                    kv_dtype=args.kv or args.activations, activation_dtype=args.activations, mode=args.mode)
+                    kv_dtype=args.kv or args.activations, activation_dtype=args.activations, mode=args.mode,
+                    speculation=speculation)
     if args.scenario == "server":
         return _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header_of(server))
     runs = max(len(streams), 1)
@@ -274,7 +289,8 @@ def header_of(server) -> str:
             f"(tp {server.parallelism.tp}, pp {server.parallelism.pp}, {server.mode} mode), max batch "
             f"{config.max_batch}, {config.max_tokens_per_step} tokens a step, KV cache {server.kv.blocks} blocks "
             f"of {config.block_size} tokens ({format_quantity(server.kv.budget_bytes, 'bytes', binary=True)} a chip)"
-            + (", whole sequences reserved at admission" if config.kv_admission == "reserve" else ""))
+            + (", whole sequences reserved at admission" if config.kv_admission == "reserve" else "")
+            + ("" if server.speculation is None else f"; {server.speculation.label}"))
 
 
 def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header) -> int:

@@ -754,6 +754,11 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
     group = int(_attr(op, "group_size"))
     payload = floats(op.attrs.get("bytes", op.input_bytes))
     link = choose_link(context.hardware, op.attrs.get("link"))
+    if op.attrs.get("beyond_domain") and link.max_chips is not None and group > link.max_chips:
+        # a group wider than the chip-to-chip domain (wide expert parallelism across nodes): the whole
+        # collective is priced on the scale-out link (conservative: its intra-node share is not split off)
+        link = next((other for other in context.hardware.links.values() if other.kind == op.attrs["beyond_domain"]),
+                    link)
     wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link, collective, group)
     latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)

@@ -42,13 +42,19 @@ class Scenario:
 
 @dataclass(frozen=True, kw_only=True)
 class Parallelism:
+    """``tp`` x ``pp`` chips run a copy of the model; ``dp`` > 1 (attention data parallelism, with wide
+    expert parallelism: DeepSeek-V3's decode, SGLang's ``--enable-dp-attention``) runs ``dp`` such
+    groups side by side, each on its own sequences (the scenario's batch is one group's), whose MoE
+    layers spread the experts over ``ep`` <= ``tp x dp`` chips of all groups."""
+
     tp: int = 1
     pp: int = 1
     ep: int = 1
+    dp: int = 1
 
     @property
     def chips(self) -> int:
-        return self.tp * self.pp
+        return self.tp * self.pp * self.dp
 
 
 # The most sequences a scenario may batch: orders of magnitude beyond any deployment, and the size
@@ -72,24 +78,30 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
     for role in ("weight_dtype", "kv_dtype", "activation_dtype"):
         if getattr(scenario, role) not in DTYPES:
             problems.append(f"{role} {getattr(scenario, role)!r} is unknown; allowed: {', '.join(DTYPES)}")
-    tp, pp, ep = parallelism.tp, parallelism.pp, parallelism.ep
-    if min(tp, pp, ep) < 1:
-        problems.append("tp, pp and ep must be at least 1")
+    tp, pp, ep, dp = parallelism.tp, parallelism.pp, parallelism.ep, parallelism.dp
+    if min(tp, pp, ep, dp) < 1:
+        problems.append("tp, pp, ep and dp must be at least 1")
     elif architecture.heads % tp:
         problems.append(f"tp={tp} does not divide {architecture.heads} attention heads")
     elif architecture.kv_heads % tp and tp % architecture.kv_heads:
         problems.append(f"tp={tp} neither divides nor is a multiple of {architecture.kv_heads} KV heads")
     if pp > architecture.layers:
         problems.append(f"pp={pp} is more than the {architecture.layers} layers")
-    if min(tp, pp, ep) >= 1:  # every shard must keep some of the MLP and of the vocabulary
-        split = max(tp // ep, 1) if architecture.experts > 1 else tp
+    if min(tp, pp, ep, dp) >= 1:  # every shard must keep some of the MLP and of the vocabulary
+        split = max(tp * dp // ep, 1) if architecture.experts > 1 else tp
         if architecture.intermediate // split < 1:
             problems.append(f"tp={tp} leaves no MLP width on a chip: {architecture.name}'s intermediate size is "
                             f"{architecture.intermediate}")
         if architecture.vocab // tp < 1:
             problems.append(f"tp={tp} leaves no vocabulary on a chip: {architecture.name} has {architecture.vocab} tokens")
-    if ep > 1 and (architecture.experts % ep or ep > tp):
-        problems.append(f"ep={ep} must divide the {architecture.experts} experts and be at most tp={tp}")
+    if ep > 1 and (architecture.experts % ep or ep > tp * dp):
+        problems.append(f"ep={ep} must divide the {architecture.experts} experts and be at most tp={tp}"
+                        + (f" x dp={dp}" if dp > 1 else ""))
+    if dp > 1 and architecture.experts <= 1:
+        problems.append(f"dp={dp} (attention data parallelism) is for MoE models with wide expert parallelism; "
+                        f"{architecture.name} has no experts: run dp replicas instead")
+    elif min(tp, ep, dp) >= 1 and dp > 1 and (tp * dp) % ep:
+        problems.append(f"ep={ep} must divide tp x dp = {tp * dp} chips")
     if problems:
         raise PerfmodelError("; ".join(problems))
 
@@ -111,9 +123,9 @@ def _elementwise(name, tokens, width, dtype, count, inputs=1, flops_per_element=
               attrs={"flops_per_element": flops_per_element, **attrs})
 
 
-def _collective(name, collective, payload_bytes, group, dtype, count) -> Op:
+def _collective(name, collective, payload_bytes, group, dtype, count, **extra) -> Op:
     return Op(name=name, kind="collective", count=count, provenance=f"c10d.{collective}",
-              attrs={"collective": collective, "bytes": payload_bytes, "group_size": group, "dtype": dtype})
+              attrs={"collective": collective, "bytes": payload_bytes, "group_size": group, "dtype": dtype, **extra})
 
 
 def expert_capacity(architecture: Architecture, seq, capacity_factor: float):
@@ -298,7 +310,7 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
 
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
                 context, context_shards: int = 1, sequence_parallel: bool = False,
-                moe_capacity_factor: float | None = None) -> Graph:
+                moe_capacity_factor: float | None = None, every_logit: bool = False) -> Graph:
     """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
     token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
     step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
@@ -315,7 +327,10 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     all-gather before the block and a reduce-scatter after it (the same bytes on the wire).
 
     ``moe_capacity_factor``: None prices a MoE layer's experts on the tokens routed to them (a dropless
-    grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``)."""
+    grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``).
+
+    ``every_logit`` (prefill): logits for every new token, not only each sequence's last (a
+    speculative verifier scoring its drafted tokens, ``serving.speculation``)."""
     a, s, p = architecture, scenario, parallelism
     training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
@@ -352,13 +367,16 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         ops += _dropping_moe(a, s, batch, seq, a.expert_width // p.tp, groups.moe, moe_capacity_factor)
     elif groups.moe:
         local_experts = a.experts // p.ep
-        routed = tokens * a.experts_per_token / p.ep
+        # the tokens of all dp groups (each group's tp chips hold the same ones) meet at the ep chips
+        routed = tokens * p.dp * a.experts_per_token / p.ep
         touched = minimum(local_experts, maximum(routed, 1))
         per_expert = whole(maximum(np.ceil(routed / touched), 1))
-        width = a.expert_width // (p.tp // p.ep)
+        width = a.expert_width // (p.tp * p.dp // p.ep)
+        # wide expert parallelism may span more chips than the chip-to-chip domain (costs.rules)
+        wide = {"beyond_domain": "network"} if p.dp > 1 else {}
         if p.ep > 1:
             ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act,
-                                   groups.moe))
+                                   groups.moe, **wide))
         touched = whole(touched)
         ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, groups.moe, batch=touched),
                 _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, groups.moe, inputs=2,
@@ -366,7 +384,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
                 _linear("layers.moe.experts.down", per_expert, width, hidden, s, groups.moe, batch=touched)]
         if p.ep > 1:
             ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act,
-                                   groups.moe))
+                                   groups.moe, **wide))
         if a.shared_intermediate:  # every token also passes the shared experts (a dense gated MLP, tp-split)
             ops += _dense_mlp(a, s, "layers.moe.shared_experts", tokens, a.shared_intermediate // p.tp, groups.moe)
     if groups.dense:
@@ -375,7 +393,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
     elif p.tp > 1:
         ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
-    rows = tokens if training else batch  # inference computes logits for each sequence's last token only
+    rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
     ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, layers, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
             _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]

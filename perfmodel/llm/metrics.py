@@ -189,8 +189,11 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     widest = a.hidden + _widest_mlp(a) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
     workspace = np.asarray(scenario.batch) * a.vocab / tp * LOGIT_BYTES
-    return MemoryPerChip(weights=stage_parameters * weight_bytes / tp, kv_cache=kv, activations=activations,
-                         workspace=workspace)
+    weights = stage_parameters * weight_bytes / tp
+    if parallelism.dp > 1:  # wide expert parallelism: the routed experts are spread over tp x dp chips
+        experts = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.experts * a.expert_parameters
+        weights -= experts * weight_bytes / tp * (1 - 1 / parallelism.dp)
+    return MemoryPerChip(weights=weights, kv_cache=kv, activations=activations, workspace=workspace)
 
 
 def _widest_mlp(a: Architecture) -> int:

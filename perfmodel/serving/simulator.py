@@ -62,6 +62,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario
+from perfmodel.serving.speculation import Speculation, drafter
 from perfmodel.serving.steps import KVCapacity, StepCosts, kv_capacity
 from perfmodel.serving.workload import ArrivalProcess, ClosedLoop, LengthDistribution, Trace
 
@@ -309,18 +310,21 @@ class Server:
     def __init__(self, architecture: Architecture, hardware: Hardware, parallelism: Parallelism = Parallelism(), *,
                  config: ServingConfig = ServingConfig(), max_context: int | None = None,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", activation_dtype: str = "bf16",
-                 mode: str | None = None) -> None:
+                 mode: str | None = None, speculation: Speculation | None = None) -> None:
         self.architecture, self.hardware, self.parallelism, self.config = architecture, hardware, parallelism, config
+        self.speculation = speculation
         context = min(max_context or architecture.max_positions, architecture.max_positions)
         scenario = Scenario(batch=1, prompt_tokens=1, generated_tokens=1, weight_dtype=weight_dtype,
                             kv_dtype=kv_dtype, activation_dtype=activation_dtype)
+        self.scenario = scenario
+        draft = None if speculation is None else drafter(architecture, speculation, scenario, parallelism)
         self.kv: KVCapacity = kv_capacity(architecture, hardware, scenario, parallelism,
                                           block_size=config.block_size, max_batch=config.max_batch,
                                           max_tokens_per_step=config.max_tokens_per_step,
-                                          memory_utilization=config.memory_utilization)
+                                          memory_utilization=config.memory_utilization, drafter=draft)
         self.costs = StepCosts(architecture, hardware, scenario, parallelism, max_batch=config.max_batch,
                                max_tokens_per_step=config.max_tokens_per_step, max_context=context,
-                               resident_bytes=self.kv.state_bytes, mode=mode)
+                               resident_bytes=self.kv.state_bytes, mode=mode, speculation=speculation)
         self.mode = self.costs.mode
 
     def _blocks(self, tokens: int) -> int:
@@ -375,13 +379,17 @@ class Server:
 
     def _run(self, arrivals: ArrivalProcess | ClosedLoop | Trace, times: np.ndarray | None, prompts: np.ndarray,
              outputs: np.ndarray, lengths: str, *, seed: int, ttft_slo_s: float | None, tpot_slo_s: float | None,
-             prefix_share: float, progress: Callable[[int], None] | None, trace_name: str = "") -> ServingResult:
+             prefix_share: float, progress: Callable[[int], None] | None, trace_name: str = "",
+             handed_off: bool = False) -> ServingResult:
         if not (math.isfinite(prefix_share) and 0 <= prefix_share < 1):
             raise PerfmodelError(f"prefix share must be a fraction in [0, 1), got {prefix_share!r}")
         requests = len(prompts)
         reserve = self.config.kv_admission == "reserve"
         prompts, outputs = np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
         state = _State(prompts, outputs, self._cached(prompts, prefix_share), self._block_array)
+        if handed_off:  # prefilled elsewhere: the prompt's KV cache and the first token arrive with the request
+            state.computed[:] = prompts
+            state.generated[:] = 1
         reserved = int(state.cached_blocks.max())  # the shared prefix stays resident
         longest = int(np.max(prompts + outputs))
         own = int(np.max(self._block_array(prompts + outputs) - state.cached_blocks))
@@ -507,6 +515,9 @@ class Server:
                     prefill_tokens += take
                     earlier_sum += take * computed
             if admitted:
+                if handed_off:  # the first token reaches the user as the decode worker takes the request
+                    fresh = [index for index in admitted if math.isnan(state.first[index])]
+                    state.first[fresh] = state.last[fresh] = now
                 batch.append(admitted, state)
                 need = np.concatenate([need, np.asarray(admitted_needs, dtype=np.int64)])
             if not (spent or admitted):

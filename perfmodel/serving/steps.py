@@ -15,6 +15,10 @@
   step are priced as one chunk of their total length after their token-weighted mean ``e``: exact for
   one chunk; for several fresh prompts their attention is over-charged (as one prompt of the total
   length).
+* Speculative decoding (``speculation``, ``serving.speculation``): a decode step is the drafter's
+  ``k`` decode steps plus the verifier's pass over ``k + 1`` tokens a sequence, divided by the tokens a
+  step yields on average (the simulator then advances one token per step: expected-value stepping);
+  the drafter also prefills every prompt, and its weights and KV cache share the memory.
 * KV capacity: what ``memory_utilization`` of the chip's on-device memory holds after the weights
   of the fullest stage (kept resident when they fit; else streamed from an external store where the
   spec has one, ``costs.residency``), the
@@ -26,6 +30,7 @@
 from __future__ import annotations
 
 from bisect import bisect_right
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -39,6 +44,7 @@ from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.llm.metrics import memory_per_chip, phase_time
 from perfmodel.roofline.arrays import evaluate_arrays
+from perfmodel.serving.speculation import Speculation, drafter
 from perfmodel.workload.ir import Graph
 
 CONTEXT_POINTS = 17
@@ -64,8 +70,10 @@ class KVCapacity:
 
 def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism, *,
                 block_size: int, max_batch: int, max_tokens_per_step: int,
-                memory_utilization: float) -> KVCapacity:
-    """The paged KV cache of one replica (see the module docstring)."""
+                memory_utilization: float,
+                drafter: tuple[Architecture, Parallelism] | None = None) -> KVCapacity:
+    """The paged KV cache of one replica (see the module docstring); ``drafter``: a speculative
+    drafter's architecture and parallelism, whose weights and KV cache share the chips."""
     if not 0 < memory_utilization <= 1:
         raise PerfmodelError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
     a = architecture
@@ -74,6 +82,8 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     workspace = float(memory.workspace) * max_batch
     activations = float(memory.activations)
     weights = float(np.max(memory.weights))
+    if drafter is not None:
+        weights += float(np.max(memory_per_chip(drafter[0], one, drafter[1]).weights))
     # Weights stay on the chip when they fit beside a full step's buffers (the one residency rule,
     # costs.residency); otherwise an external store streams them (Cerebras MemoryX) and the KV cache
     # may use the whole memory.
@@ -87,6 +97,10 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     # context in every layer (a paged cache without a hybrid allocator; conservative).
     per_token = len(a.stage_layers(parallelism.pp)) * a.kv_elements_per_token() \
         * DTYPES[scenario.kv_dtype].bytes_per_element * a.kv_tp_share(parallelism.tp)
+    if drafter is not None:
+        model, split = drafter
+        per_token += model.layers * model.kv_elements_per_token() * DTYPES[scenario.kv_dtype].bytes_per_element \
+            * model.kv_tp_share(split.tp)
     blocks = int(budget // (per_token * block_size)) if budget > 0 else 0
     if blocks < 1:
         raise PerfmodelError(
@@ -103,7 +117,10 @@ class StepCosts:
 
     def __init__(self, architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
                  *, max_batch: int, max_tokens_per_step: int, max_context: int, resident_bytes: float,
-                 mode: str | None = None) -> None:
+                 mode: str | None = None, speculation: Speculation | None = None,
+                 context_points: Sequence[int] | None = None, prompt_points: Sequence[int] | None = None) -> None:
+        """``context_points`` / ``prompt_points``: price decode at these contexts only and prefill these fresh prompt
+        lengths only (no earlier tokens), instead of the grids (a quick estimate: ``serving.search``)."""
         check(architecture, replace(scenario, batch=1), parallelism)
         if parallelism.chips > 1 and not any(link.kind in ("chip_to_chip", "network")
                                              for link in hardware.links.values()):
@@ -113,33 +130,69 @@ class StepCosts:
         batches = np.arange(1, max_batch + 1, dtype=np.int64)
         decode_scenario = replace(scenario, batch=batches)
         send = Graph(name="send", ops=[pipeline_send(decode_scenario, a, "decode")])
-        contexts = np.unique(np.linspace(1, max(max_context, 2), CONTEXT_POINTS).round().astype(np.int64))
+        contexts = np.unique(np.asarray(context_points, dtype=np.int64)) if context_points is not None else \
+            np.unique(np.linspace(1, max(max_context, 2), CONTEXT_POINTS).round().astype(np.int64))
         columns = []
+        self.speculation = speculation
+        draft = None if speculation is None else drafter(a, speculation, scenario, p)
         for context in contexts:
-            graph = stage_graph(a, decode_scenario, p, phase="decode", context=int(context))
-            stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
-                                    stream_items=batches)
-            columns.append(np.broadcast_to(phase_time(stage, hardware, p, send), batches.shape))
+            if speculation is None:
+                graph = stage_graph(a, decode_scenario, p, phase="decode", context=int(context))
+                stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                        stream_items=batches)
+                columns.append(np.broadcast_to(phase_time(stage, hardware, p, send), batches.shape))
+            else:
+                assert draft is not None
+                columns.append(self._speculative_step(a, hardware, decode_scenario, p, draft, speculation,
+                                                      int(context), resident_bytes))
         self.contexts = [float(c) for c in contexts]
         self._decode = np.stack(columns, axis=1).tolist()  # [batch - 1][context index]: plain floats, fast to read
         points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
                                  np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
-        tokens = np.unique(points.round().astype(np.int64))
+        tokens = np.unique(points.round().astype(np.int64)) if prompt_points is None else \
+            np.unique(np.asarray(prompt_points, dtype=np.int64))
         # Every token count at once: the prefill graph with the prompt length an array (the graph
         # builders broadcast it like a batch array), once per count of earlier tokens in the cache.
         prompts = replace(scenario, batch=1, prompt_tokens=tokens)
         send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
-        earlier = np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
+        earlier = np.zeros(1, dtype=np.int64) if prompt_points is not None else \
+            np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
         rows = []
         for before in earlier:
             graph = stage_graph(a, prompts, p, phase="prefill", context=tokens + int(before))
             stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
                                     stream_items=tokens)
-            rows.append(np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape))
+            row = np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape)
+            if draft is not None:  # the drafter reads every prompt too
+                model, split = draft
+                graph = stage_graph(model, prompts, split, phase="prefill", context=tokens + int(before))
+                stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                        stream_items=tokens)
+                row = row + np.broadcast_to(phase_time(stage, hardware, split, send), tokens.shape)
+            rows.append(row)
         self.prefill_tokens = tokens.astype(float)
         self.prefill_earlier = [float(e) for e in earlier]
         self.prefill_times = np.array(rows, dtype=float)  # [earlier index, token index]
         self.max_batch, self.max_tokens_per_step = max_batch, max_tokens_per_step
+
+    def _speculative_step(self, a: Architecture, hardware: Hardware, decode_scenario: Scenario,
+                          p: Parallelism, draft: tuple[Architecture, Parallelism], speculation: Speculation,
+                          context: int, resident_bytes: float) -> np.ndarray:
+        """One speculative step per batch size at ``context``, per token it yields (module docstring)."""
+        batches = np.asarray(decode_scenario.batch)
+        k = speculation.tokens
+        model, split = draft
+        graph = stage_graph(model, decode_scenario, split, phase="decode", context=context)
+        send = Graph(name="send", ops=[pipeline_send(decode_scenario, model, "decode")])
+        stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes, stream_items=batches)
+        drafting = k * np.broadcast_to(phase_time(stage, hardware, split, send), batches.shape)
+        verify = replace(decode_scenario, prompt_tokens=k + 1)
+        graph = stage_graph(a, verify, p, phase="prefill", context=context + k, every_logit=True)
+        send = Graph(name="send", ops=[pipeline_send(verify, a, "prefill")])
+        stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                stream_items=batches * (k + 1))
+        verifying = np.broadcast_to(phase_time(stage, hardware, p, send), batches.shape)
+        return (drafting + verifying) / speculation.tokens_per_step
 
     def prefill_s(self, tokens: int, earlier: float = 0.0) -> float:
         """``tokens`` prompt tokens after ``earlier`` tokens already in the KV cache."""
