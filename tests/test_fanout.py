@@ -142,3 +142,22 @@ def test_a_worker_killed_mid_run_loses_no_chunk(cluster, tmp_path):
     got = concatenate(parts)
     for name, values in expected.to_columns().items():
         np.testing.assert_array_equal(got.to_columns()[name], values)
+
+
+def test_calibration_fit_on_a_cluster_equals_the_local_fit(cluster):
+    import math
+
+    from calibration.fit import fit
+    from perfmodel.roofline import evaluate
+    from tests.test_calibration import _record, _synthetic_suite
+
+    spec = load_for_prediction("epyc-zen4-2vcpu", ideal=True)
+    rng = np.random.default_rng(7)
+    records = [_record(graph, evaluate(graph, spec, fuse=False).total_s * math.exp(rng.normal(0, 0.05)), op_class)
+               for op_class, graph in _synthetic_suite()]
+    local, spread = fit(records, spec), fit(records, spec, mapper=cluster)
+    assert local.kfold_median_abs_error is not None and len(local.heldout_other_seeds) == 4
+    for name in ("params", "heldout_median_abs_error", "heldout_by_class", "kfold_median_abs_error",
+                 "heldout_other_seeds", "cost"):
+        assert getattr(spread, name) == getattr(local, name), name
+    np.testing.assert_array_equal(spread.predicted_s, local.predicted_s)
