@@ -17,6 +17,7 @@ UNMAPPED_SHOWN = 10  # unmapped entries printed in the text report (--json lists
 def register(commands) -> None:
     from calibration.harness import ALLOCATOR_NOTES, NOISE_LIMIT
     from calibration.readers.detect import FORMATS
+    from perfmodel.cli.overrides import add_fanout_arguments
 
     bench = commands.add_parser("bench", help="time the standard measurement suite on this machine")
     bench.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -52,6 +53,7 @@ def register(commands) -> None:
     calibrate.add_argument("--tensor-flops-per-instruction", type=float,
                            help="Nsight Compute: FLOPs per sm__inst_executed_pipe_tensor instruction (512 on V100)")
     calibrate.add_argument("--json", action="store_true")
+    add_fanout_arguments(calibrate)
     calibrate.set_defaults(handler=_calibrate)
 
 
@@ -228,7 +230,10 @@ def _calibrate(args) -> int:
     if warning:
         print(f"perfmodel: warning: {warning}", file=sys.stderr)
     explained = _explained(loaded)
-    result = fit(records, spec, seed=args.seed, parts=_components(loaded, records, spec))
+    from perfmodel.cli.overrides import fanout
+
+    with fanout(args, "held-out fit") as mapper:
+        result = fit(records, spec, seed=args.seed, parts=_components(loaded, records, spec), mapper=mapper)
     text = fitted_spec_yaml(result, spec, args.spec, args.measurements[0], args.output, records)
     _write_spec(text, args.output)
     chart = args.chart or args.output.with_suffix(".residuals.png")

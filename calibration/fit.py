@@ -57,6 +57,7 @@ import numpy as np
 
 from perfmodel.costs.rules import kernel_busy_s, pricing_kind
 from perfmodel.errors import PerfmodelError
+from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
 from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters, base_kind
 from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
@@ -574,12 +575,14 @@ def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, folds: int = 5,
-        extra_seeds: int = 4, parts: Components | None = None, datasheet_levels: tuple[str, ...] = ()) -> FitResult:
+        extra_seeds: int = 4, parts: Components | None = None, datasheet_levels: tuple[str, ...] = (),
+        mapper: Mapper = serial_map) -> FitResult:
     """Fit on all records; report the held-out error of a random half split and of k folds.
 
     ``parts``: the model's components of the records when they do not come from re-evaluating each
     record's graph (the counter route builds them from measured FLOPs and bytes). ``datasheet_levels``:
-    memory levels left at the datasheet (``Components.datasheet_levels``)."""
+    memory levels left at the datasheet (``Components.datasheet_levels``). ``mapper``: where the held-out
+    fits run (``perfmodel.fanout``; the same answer anywhere)."""
     if len(records) < 4:
         raise PerfmodelError(f"a fit needs at least 4 measurements, got {len(records)}")
     parts = components(records, hardware, mode, datasheet_levels) if parts is None else parts
@@ -595,12 +598,21 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     datasheet = {name: (parts.launch_s if name == "kernel_launch_s" else
                         1.0 if name.split(":")[0] in ("compute", "memory", "link") else 0.0) for name in names}
     classes = tuple(record.op_class for record in records)
-    heldout, by_class = heldout_half(parts, measured, classes, seed, weights)
+    # The held-out fits (a half split per seed: the extra seeds show how much the split itself moves the
+    # answer; then k folds) are independent pieces of work for ``mapper``.
+    seeds = range(seed, seed + 1 + extra_seeds)
+    halves = [split_half(classes, each) for each in seeds]
+    fold_splits = kfold_splits(len(measured), seed, folds)
+    heldout_runs = list(mapper(_HeldOut(parts=parts, measured=measured, weights=weights), halves + fold_splits))
+    summaries = [_half_summary(errors, test, classes)
+                 for errors, (_, test) in zip(heldout_runs[:len(halves)], halves, strict=True)]
+    heldout, by_class = summaries[0]
     others = []
-    for other in range(seed + 1, seed + 1 + extra_seeds):  # how much the split itself moves the answer
-        median, classes_error = heldout_half(parts, measured, classes, other, weights)
+    for other, (median, classes_error) in zip(seeds[1:], summaries[1:], strict=True):
         worst = max(classes_error, key=classes_error.get)
         others.append((other, median, worst, classes_error[worst]))
+    folded = heldout_runs[len(halves):]
+    kfold_error = float(np.median(np.concatenate([np.abs(errors) for errors in folded]))) if folded else None
     low_bounds, high_bounds = _bounds(design)
     unidentified = tuple(name for name, free in zip(names, unbound, strict=True) if free)
     # Within 10% of a bound (log space): a latency that ends at 1.07 ns has run into its 1 ns floor. An
@@ -625,7 +637,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     return FitResult(params=params, datasheet=datasheet, predicted_s=predicted, measured_s=measured, classes=classes,
                      names=tuple(record.name for record in records), cost=float(solution.cost),
                      heldout_median_abs_error=heldout, heldout_by_class=by_class,
-                     kfold_median_abs_error=kfold(parts, measured, seed, folds, weights),
+                     kfold_median_abs_error=kfold_error,
                      heldout_other_seeds=tuple(others), at_bounds=at_bounds, unidentified=unidentified, flags=flags,
                      level_defaults=design.level_defaults,
                      success=bool(solution.success), message=message + f"; optimizer: {solution.message}")
@@ -666,7 +678,11 @@ def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int,
     """Fit on a random half of the measurements, predict the other half (stratified by class)."""
     weights = np.ones(len(measured)) if weights is None else weights
     train, test = split_half(classes, seed)
-    errors = heldout_errors(parts, measured, train, test, weights)
+    return _half_summary(heldout_errors(parts, measured, train, test, weights), test, classes)
+
+
+def _half_summary(errors: np.ndarray, test: np.ndarray, classes) -> tuple[float, dict[str, float]]:
+    """The median |error| of a held-out half, and per class."""
     by_class = {}
     for name in sorted(set(classes)):
         selected = [abs(error) for error, index in zip(errors, test, strict=True) if classes[index] == name]
@@ -675,15 +691,32 @@ def heldout_half(parts: Components, measured: np.ndarray, classes, seed: int,
     return float(np.median(np.abs(errors))), by_class
 
 
+def kfold_splits(size: int, seed: int, folds: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, test) of each of ``folds`` folds over ``size`` measurements (none when too few)."""
+    if folds < 2 or size < 2 * folds:
+        return []
+    order = np.random.default_rng(seed + 1).permutation(size)
+    return [(np.setdiff1d(order, order[fold::folds]), order[fold::folds]) for fold in range(folds)]
+
+
 def kfold(parts: Components, measured: np.ndarray, seed: int, folds: int,
           weights: np.ndarray | None = None) -> float | None:
-    if folds < 2 or len(measured) < 2 * folds:
+    splits = kfold_splits(len(measured), seed, folds)
+    if not splits:
         return None
     weights = np.ones(len(measured)) if weights is None else weights
-    order = np.random.default_rng(seed + 1).permutation(len(measured))
-    errors = []
-    for fold in range(folds):
-        test = order[fold::folds]
-        train = np.setdiff1d(order, test)
-        errors.extend(np.abs(heldout_errors(parts, measured, train, test, weights)))
-    return float(np.median(errors))
+    run = _HeldOut(parts=parts, measured=measured, weights=weights)
+    return float(np.median(np.concatenate([np.abs(run(split)) for split in splits])))
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class _HeldOut:
+    """One held-out fit: (train, test) -> the relative errors of the test predictions."""
+
+    parts: Components
+    measured: np.ndarray
+    weights: np.ndarray
+
+    def __call__(self, split: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+        train, test = split
+        return heldout_errors(self.parts, self.measured, train, test, self.weights)

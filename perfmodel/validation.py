@@ -43,6 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.loader import NO_ENGINE, engine_overlays, load_for_prediction
 from perfmodel.paths import data_directory
 
@@ -523,21 +524,34 @@ def default_csv() -> Path:
     return data_directory("workloads") / "validation" / "published_measurements.csv"
 
 
-def validate(path: str | Path | None = None, *, ideal: bool = False, engine: str | None = None) -> list[ValidationRow]:
+def validate(path: str | Path | None = None, *, ideal: bool = False, engine: str | None = None,
+             mapper: Mapper = serial_map) -> list[ValidationRow]:
     """Every row predicted (or skipped with its reason), with each device's achievable overlay where
     one ships (an LLM row on a GPU: the overlay of the engine it names, ``_serving_spec``), or the
     datasheet specs with ``ideal``. Results are remembered per file (and its
-    modification time) within a process: the serving rows simulate tens of thousands of requests."""
+    modification time) within a process: the serving rows simulate tens of thousands of requests.
+    ``mapper`` runs the rows (``perfmodel.fanout``: on a Dask cluster, say); its rows are the same."""
     path = Path(path) if path else default_csv()
     try:
         stamp = path.stat().st_mtime_ns
     except OSError as error:
         raise PerfmodelError(f"cannot read {path}: {error}") from None
+    if mapper is not serial_map:
+        return list(mapper(_RowValidator(ideal=ideal, engine=engine), _read_rows(str(path.resolve()))))
     return list(_validate_file(str(path.resolve()), stamp, ideal, engine))
 
 
-@functools.lru_cache(maxsize=8)
-def _validate_file(path: str, stamp: int, ideal: bool, engine: str | None) -> tuple[ValidationRow, ...]:
+@dataclass(frozen=True, kw_only=True)
+class _RowValidator:
+    ideal: bool
+    engine: str | None
+
+    def __call__(self, numbered: tuple[int, dict]) -> ValidationRow:
+        return validate_row(numbered[0], numbered[1], self.ideal, self.engine)
+
+
+def _read_rows(path: str) -> list[tuple[int, dict]]:
+    """The CSV's rows with their line numbers, each checked for the columns and counts a prediction reads."""
     with Path(path).open(newline="", encoding="utf-8") as stream:
         reader = csv.DictReader(stream)
         required = {"group", "system", "chips", "workload", "precision", "batch", "input_len", "output_len", "metric",
@@ -550,7 +564,12 @@ def _validate_file(path: str, stamp: int, ideal: bool, engine: str | None) -> tu
         problem = _count_problem(row)
         if problem:
             raise PerfmodelError(f"{path}: row {number}: {problem}")
-    return tuple(validate_row(number, row, ideal, engine) for number, row in rows)
+    return rows
+
+
+@functools.lru_cache(maxsize=8)
+def _validate_file(path: str, stamp: int, ideal: bool, engine: str | None) -> tuple[ValidationRow, ...]:
+    return tuple(serial_map(_RowValidator(ideal=ideal, engine=engine), _read_rows(path)))
 
 
 def summary(rows: list[ValidationRow]) -> dict:

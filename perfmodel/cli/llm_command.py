@@ -13,9 +13,11 @@ from pathlib import Path
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
     add_engine_argument,
+    add_fanout_arguments,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
+    fanout,
     parse_overrides,
     seed,
     spec_names,
@@ -105,6 +107,7 @@ def register(commands) -> None:
     add_set_argument(size)
     add_ideal_argument(size)
     add_engine_argument(size)
+    add_fanout_arguments(size)
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
 
@@ -322,28 +325,33 @@ def _size(args) -> int:
     architecture = load_architecture(args.model)
     _check_lengths(args, architecture, prompt, output)
     overrides = parse_overrides(args.set) or None
-    sizings, unavailable = [], {}
-    for name in names:
+
+    def size_on(name: str) -> tuple[SystemSizing, str | None]:
+        """One system's sizing, and why it could not be sized (None: it was)."""
         hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal, engine=args.engine)
         try:  # a system that does not offer the requested mode (eager on Groq) is reported, not sized
             mode = resolve_mode(hardware, args.mode)
         except PerfmodelError as error:
-            unavailable[name] = str(error)
-            sizings.append(SystemSizing(hardware=name, parameters=parameter_set(hardware), mode="-", best=None,
-                                        note=str(error), closest=None, simulations=0))
-            continue
+            return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode="-", best=None, note=str(error),
+                                closest=None, simulations=0), str(error)
         weights, kv, activations = args.weights, args.kv or "bf16", "bf16"
         if not _supports(hardware, weights) and weights in ("bf16", "fp16"):  # the spec offers the other one
             weights = kv = activations = "fp16" if weights == "bf16" else "bf16"
         if not _supports(hardware, weights):
-            unavailable[name] = f"{hardware.name} has no engine for {weights} weights"
-            sizings.append(SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None,
-                                        note=unavailable[name], closest=None, simulations=0))
-            continue
+            reason = f"{hardware.name} has no engine for {weights} weights"
+            return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None, note=reason,
+                                closest=None, simulations=0), reason
         sizing = size_deployment(architecture, hardware, targets, load, prompt, output, requests=args.requests,
                                  seed=args.seed, weight_dtype=weights, kv_dtype=kv, activation_dtype=activations,
                                  mode=args.mode, price_usd_per_chip_hour=prices.get(name, prices.get("")))
-        sizings.append(replace(sizing, hardware=name))
+        return replace(sizing, hardware=name), None
+
+    sizings, unavailable = [], {}
+    with fanout(args, "system") as mapper:  # each system is sized on its own: one piece of work
+        for name, (sizing, reason) in zip(names, mapper(size_on, names), strict=True):
+            sizings.append(sizing)
+            if reason is not None:
+                unavailable[name] = reason
     ranked = rank(sizings, by=args.rank)
     if args.json:
         data = {}

@@ -4,6 +4,7 @@ FIELD=VALUE`` what-ifs, ``--ideal`` and ``--mode`` (one vocabulary, from the exe
 from __future__ import annotations
 
 import argparse
+import contextlib
 
 from perfmodel.errors import PerfmodelError
 
@@ -93,3 +94,27 @@ def add_dtype_arguments(parser) -> None:
     parser.add_argument("--activations", default="bf16", help="activation dtype")
     parser.set_defaults(dtype_hint="--weights, --activations and --kv set the dtypes (e.g. --weights bf16 "
                                    "--activations bf16)")
+
+
+def add_fanout_arguments(parser) -> None:
+    """``--workers N`` / ``--scheduler ADDRESS``: where a command that fans out runs its pieces
+    (``perfmodel.fanout``); read back with :func:`fanout`."""
+    where = parser.add_mutually_exclusive_group()
+    where.add_argument("--workers", type=whole_number(1), metavar="N",
+                       help="run the work on a local Dask cluster of N worker processes (needs perfmodel[dask]); "
+                            "the results are identical to a run in this process")
+    where.add_argument("--scheduler", metavar="ADDRESS",
+                       help="run the work on the Dask cluster whose scheduler is at ADDRESS, e.g. tcp://10.0.0.5:8786 "
+                            "(its workers need the same perfmodel installed); see the README")
+
+
+@contextlib.contextmanager
+def fanout(args, what: str = "piece"):
+    """The mapper ``--workers``/``--scheduler`` ask for, for the duration of the block (neither: this
+    process), drawing a progress bar over its ``what``s on a Dask cluster (not with ``--json``)."""
+    from perfmodel.fanout import mapper, with_progress
+
+    workers, scheduler = getattr(args, "workers", None), getattr(args, "scheduler", None)
+    with mapper(workers=workers, scheduler=scheduler) as inner:
+        distributed = workers is not None or scheduler is not None
+        yield with_progress(inner, what, enabled=not getattr(args, "json", False)) if distributed else inner

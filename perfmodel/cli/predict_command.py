@@ -7,16 +7,19 @@ from pathlib import Path
 
 from perfmodel.cli.overrides import (
     WORKLOAD_DTYPES,
+    add_fanout_arguments,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
     parse_overrides,
     spec_names,
+    whole_number,
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
+from perfmodel.yaml_source import check_output_path
 
 
 def register(commands) -> None:
@@ -42,8 +45,13 @@ def register(commands) -> None:
                             "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
     add_mode_argument(sweep)
     add_ideal_argument(sweep)
-    sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet)")
+    sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet), chunk by chunk")
     sweep.add_argument("--json", action="store_true")
+    sweep.add_argument("--max-points", type=whole_number(1), default=DEFAULT_MAX_POINTS, metavar="N",
+                       help=f"refuse a grid of more points than this (default {DEFAULT_MAX_POINTS:,})")
+    sweep.add_argument("--chunk-points", type=whole_number(1), default=DEFAULT_CHUNK_POINTS, metavar="N",
+                       help=f"points evaluated at once, the unit of work and of memory (default {DEFAULT_CHUNK_POINTS:,})")
+    add_fanout_arguments(sweep)
     sweep.set_defaults(handler=_sweep)
 
 
@@ -107,6 +115,8 @@ def _share(time_s: float, total_s: float, style: str) -> str:
 
 SCENARIO_AXES = ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "ffn", "layers")
 TABLE_SUFFIXES = (".csv", ".parquet")  # what 'sweep -o' writes
+DEFAULT_MAX_POINTS = 100_000_000
+DEFAULT_CHUNK_POINTS = 250_000
 
 
 def parse_grid(items: list[str]) -> tuple[dict, dict]:
@@ -132,12 +142,10 @@ def parse_grid(items: list[str]) -> tuple[dict, dict]:
 
 
 def _sweep(args) -> int:
-    import numpy as np
-
+    from perfmodel.fanout import mapper, progress
     from perfmodel.hardware.loader import load_for_prediction
-    from perfmodel.roofline.sweep import as_override, grid_size, sweep
+    from perfmodel.roofline.sweep import as_override, sweep_chunks, sweep_plan
     from perfmodel.workload.builders import transformer_block
-    from perfmodel.yaml_source import atomic_output, check_output_path, write_text_atomically
 
     if args.output is not None:
         check_output_path(args.output, "-o/--output", TABLE_SUFFIXES)
@@ -146,31 +154,89 @@ def _sweep(args) -> int:
     for axis, values in spec.items():  # the spec schema checks every swept value, exactly as --set does
         for value in values:
             load_for_prediction(args.on, overrides={axis: as_override(axis, value)}, ideal=args.ideal)
-    total = grid_size({**scenario, **spec})
-    if total == 0:
+    if not scenario and not spec:
         raise PerfmodelError("give at least one --grid axis, e.g. --grid batch=1,8,64")
-    from tqdm import tqdm
+    plan = sweep_plan(transformer_block, hardware, scenario=scenario, spec=spec, mode=args.mode,
+                      chunk_points=args.chunk_points)
+    if plan.size > args.max_points:
+        raise PerfmodelError(
+            f"the grid has {plan.size:,} points (the product of the --grid axes' lengths, "
+            f"{' x '.join(str(n) for n in plan.shape)}), more than --max-points {args.max_points:,}; narrow an axis "
+            "or raise --max-points (the sweep streams in chunks of --chunk-points, so memory stays bounded, but the "
+            "time and the output grow with the points)")
+    distributed = args.workers is not None or args.scheduler is not None
+    with mapper(workers=args.workers, scheduler=args.scheduler) as where:
+        parts = progress(sweep_chunks(plan, where), plan.size, "pt", count=lambda part: part.size,
+                         enabled=not args.json and (distributed or plan.size >= 100_000))
+        head, rows = stream_table((part.to_columns() for part in parts), args.output, as_json=args.json)
+    if not args.json:
+        print(head.to_string(index=False))
+        if rows > len(head):
+            print(f"... {rows - len(head)} more rows (-o FILE.csv)")
+    return 0
 
-    with tqdm(total=total, unit="pt", disable=args.json or total < 100_000, file=sys.stderr) as bar:
-        result = sweep(lambda **axes: transformer_block(**{k: np.asarray(v) for k, v in axes.items()}), hardware,
-                       scenario={k: np.asarray(v) for k, v in scenario.items()}, spec=spec, mode=args.mode,
-                       progress=lambda done, _: bar.update(done - bar.n))
+
+HEAD_ROWS = 50  # rows of a sweep printed to the terminal
+
+
+def stream_table(chunks, output: Path | None, *, as_json: bool = False):
+    """Write a table that arrives in chunks (column -> array each) to ``output`` (.csv or .parquet,
+    atomically: nothing is left half-written) and, with ``as_json``, as JSON records to stdout, holding
+    no more than one chunk; returns (the first ``HEAD_ROWS`` rows as a DataFrame, the number of rows)."""
+    import contextlib
+
     import pandas as pd
 
-    frame = pd.DataFrame(result.to_columns())
-    if args.output:
-        if args.output.suffix.lower() == ".parquet":
-            try:
-                with atomic_output(args.output, ".parquet") as temporary:
-                    frame.to_parquet(temporary)
-            except ImportError:
-                raise PerfmodelError("writing Parquet needs pyarrow: pip install pyarrow, or write .csv") from None
-        else:
-            write_text_atomically(args.output, frame.to_csv(index=False))
-    if args.json:
-        print(frame.to_json(orient="records"))
-    else:
-        print(frame.head(50).to_string(index=False))
-        if len(frame) > 50:
-            print(f"... {len(frame) - 50} more rows (-o FILE.csv)")
-    return 0
+    from perfmodel.yaml_source import atomic_output
+
+    head, rows = None, 0
+    with contextlib.ExitStack() as stack:
+        write = None
+        if output is not None:
+            temporary = stack.enter_context(atomic_output(output, output.suffix))
+            write = _parquet_writer(temporary, stack) if output.suffix.lower() == ".parquet" else \
+                _csv_writer(temporary, stack)
+        if as_json:
+            sys.stdout.write("[")
+        for columns in chunks:
+            frame = pd.DataFrame(columns)
+            if write is not None:
+                write(frame)
+            if as_json:
+                sys.stdout.write(("," if rows else "") + frame.to_json(orient="records")[1:-1])
+            if head is None or len(head) < HEAD_ROWS:
+                head = frame.head(HEAD_ROWS) if head is None else pd.concat([head, frame]).head(HEAD_ROWS)
+            rows += len(frame)
+        if as_json:
+            sys.stdout.write("]\n")
+    return head, rows
+
+
+def _parquet_writer(path: Path, stack):
+    try:
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+    except ImportError:
+        raise PerfmodelError("writing Parquet needs pyarrow: pip install pyarrow, or write .csv") from None
+    writer = None
+
+    def write(frame) -> None:
+        nonlocal writer
+        table = pa.Table.from_pandas(frame, preserve_index=False)
+        if writer is None:
+            writer = stack.enter_context(pq.ParquetWriter(path, table.schema))
+        writer.write_table(table)
+
+    return write
+
+
+def _csv_writer(path: Path, stack):
+    stream = stack.enter_context(path.open("w", encoding="utf-8", newline=""))
+    first = True
+
+    def write(frame) -> None:
+        nonlocal first
+        frame.to_csv(stream, index=False, header=first)
+        first = False
+
+    return write

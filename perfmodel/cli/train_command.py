@@ -5,10 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from perfmodel.cli.overrides import (
+    add_fanout_arguments,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
     comma_names,
+    fanout,
     parse_overrides,
     whole_number,
 )
@@ -66,6 +68,7 @@ def register(commands) -> None:
     add_mode_argument(train)
     add_set_argument(train)
     add_ideal_argument(train)
+    add_fanout_arguments(train)
     train.add_argument("--json", action="store_true")
     train.set_defaults(handler=_train)
 
@@ -98,6 +101,8 @@ def _train(args) -> int:
 
     if args.chart is not None:
         check_output_path(args.chart, "--chart", (".png", ".svg", ".pdf"))
+    if not args.search and (args.workers is not None or args.scheduler is not None):
+        raise PerfmodelError("--workers/--scheduler spread a layout search: add --search (one layout is one evaluation)")
     if args.keep and args.recompute != "selective":
         raise PerfmodelError("--keep narrows selective recomputation: add --recompute selective")
     architecture = load_architecture(args.model)
@@ -108,8 +113,10 @@ def _train(args) -> int:
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")
-        found = search(architecture, hardware, setup, args.chips, mode=args.mode, domain_chips=args.domain_chips,
-                       recompute=(args.recompute,) if args.recompute else ("none", "selective", "full"))
+        with fanout(args, "group") as mapper:
+            found = search(architecture, hardware, setup, args.chips, mode=args.mode, domain_chips=args.domain_chips,
+                           recompute=(args.recompute,) if args.recompute else ("none", "selective", "full"),
+                           mapper=mapper)
         if found.best is None:
             raise PerfmodelError(f"no layout of {architecture.name} on {args.chips} x {hardware.name} fits at global "
                                  f"batch {args.global_batch} x {args.seq} tokens ({found.tried} tried); add chips, "

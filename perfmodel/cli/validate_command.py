@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_ideal_argument
+from perfmodel.cli.overrides import add_fanout_arguments, add_ideal_argument, fanout
 from perfmodel.jsonable import json_text, to_jsonable
 from perfmodel.tables import format_table
 
@@ -20,6 +20,7 @@ def register(commands) -> None:
     validate.add_argument("--engine", choices=SERVING_ENGINES + (NO_ENGINE,), default=None, help=(
         "price every GPU LLM row with this engine's overlay where one ships (default: the engine the row names, "
         f"its system's 'TensorRT-LLM', 'vLLM' or 'SGLang'; {NO_ENGINE}: the engine-independent achievable overlays)"))
+    add_fanout_arguments(validate)
     validate.set_defaults(handler=_validate)
 
 
@@ -30,7 +31,8 @@ def _short(text: str, width: int) -> str:
 def _validate(args) -> int:
     from perfmodel.validation import summary, validate
 
-    rows = validate(args.csv, ideal=args.ideal, engine=args.engine)
+    with fanout(args, "row") as mapper:
+        rows = validate(args.csv, ideal=args.ideal, engine=args.engine, mapper=mapper)
     totals = summary(rows)
     if args.json:
         print(json_text({"rows": [{**to_jsonable(row), "error": row.error} for row in rows], "summary": totals}))

@@ -11,12 +11,14 @@ every point. Large grids run in chunks (``chunk_points``) so memory stays bounde
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Callable, Iterator, Mapping, Sequence
 
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import MODE_FIELDS, Hardware
 from perfmodel.roofline.arrays import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
@@ -112,43 +114,108 @@ class SweepResult:
         return columns
 
 
-def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
-          spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
-          parameters: Parameters = DATASHEET, chunk_points: int = 250_000,
-          progress: Callable[[int, int], None] | None = None) -> SweepResult:
-    """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid."""
-    scenario, spec = dict(scenario or {}), dict(spec or {})
-    axes = {**scenario, **spec}
-    if not axes:
-        raise PerfmodelError("a sweep needs at least one axis")
-    grids = np.meshgrid(*[np.asarray(values) for values in axes.values()], indexing="ij")
-    flat = {name: grid.ravel() for name, grid in zip(axes, grids, strict=True)}
-    size = next(iter(flat.values())).size
-    totals: list[np.ndarray] = []
-    by_bound: dict[str, list[np.ndarray]] = {}
-    labels = None
-    for start in range(0, size, chunk_points):
-        stop = min(start + chunk_points, size)
-        chunk = {name: values[start:stop] for name, values in flat.items()}
-        graph = build(**{name: chunk[name] for name in scenario})
-        variant = hardware_with(hardware, {name: chunk[name] for name in spec})
-        arrays = evaluate_arrays(graph, variant, mode=mode, overlap=overlap, parameters=parameters)
+@dataclass(frozen=True, kw_only=True)
+class SweepPlan:
+    """A grid to evaluate in chunks of ``chunk_points`` points: ``evaluate((start, stop))`` computes the
+    points ``start:stop`` of the flattened grid (C order over ``scenario`` then ``spec`` axes) from the
+    axis values alone, so a chunk is a self-contained piece of work (for another process or machine)
+    and no chunk holds more than its own points."""
+
+    build: Callable[..., Graph]
+    hardware: Hardware
+    scenario: dict[str, np.ndarray]
+    spec: dict[str, np.ndarray]
+    mode: str | None = None
+    overlap: Overlap = "max"
+    # None: the spec's own parameters (``DATASHEET``, a sentinel compared by identity, does not survive
+    # the pickling that ships a plan to another process, so the plan does not hold it).
+    parameters: Parameters | None = None
+    chunk_points: int = 250_000
+
+    @property
+    def axes(self) -> dict[str, np.ndarray]:
+        return {**self.scenario, **self.spec}
+
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(len(values) for values in self.axes.values())
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    def spans(self) -> list[tuple[int, int]]:
+        """The chunks, as (start, stop) of the flattened grid."""
+        return [(start, min(start + self.chunk_points, self.size)) for start in range(0, self.size, self.chunk_points)]
+
+    def points(self, start: int, stop: int) -> dict[str, np.ndarray]:
+        """Axis -> value at every point ``start:stop`` of the flattened grid."""
+        indices = np.unravel_index(np.arange(start, stop), self.shape)
+        return {name: values[index] for (name, values), index in zip(self.axes.items(), indices, strict=True)}
+
+    def evaluate(self, span: tuple[int, int]) -> SweepResult:
+        start, stop = span
+        chunk = self.points(start, stop)
+        graph = self.build(**{name: chunk[name] for name in self.scenario})
+        variant = hardware_with(self.hardware, {name: chunk[name] for name in self.spec})
+        arrays = evaluate_arrays(graph, variant, mode=self.mode, overlap=self.overlap,
+                                 parameters=DATASHEET if self.parameters is None else self.parameters)
         total = arrays.total_s.sum(axis=0) + arrays.program_s
-        totals.append(np.broadcast_to(total, (stop - start,)))
-        labels = bound_labels(arrays.level_names)
-        for index, label in enumerate(labels):
+        by_bound: dict[str, np.ndarray] = {}
+        for index, label in enumerate(bound_labels(arrays.level_names)):
             share = np.where(arrays.bound_index == index, arrays.total_s, 0.0).sum(axis=0)
             if label == "scheduling":
                 share = share + arrays.program_s
-            by_bound.setdefault(label, []).append(np.broadcast_to(share, (stop - start,)))
+            by_bound[label] = np.broadcast_to(share, (stop - start,))
+        return SweepResult(points=chunk, total_s=np.broadcast_to(total, (stop - start,)), time_by_bound=by_bound)
+
+
+def sweep_plan(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
+               spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
+               parameters: Parameters = DATASHEET, chunk_points: int = 250_000) -> SweepPlan:
+    scenario, spec = dict(scenario or {}), dict(spec or {})
+    if not scenario and not spec:
+        raise PerfmodelError("a sweep needs at least one axis")
+    if chunk_points < 1:
+        raise PerfmodelError(f"chunk_points must be at least 1, got {chunk_points}")
+    return SweepPlan(build=build, hardware=hardware, scenario={k: np.asarray(v) for k, v in scenario.items()},
+                     spec={k: np.asarray(v) for k, v in spec.items()}, mode=mode, overlap=overlap,
+                     parameters=None if parameters is DATASHEET else parameters, chunk_points=chunk_points)
+
+
+def sweep_chunks(plan: SweepPlan, mapper: Mapper = serial_map) -> Iterator[SweepResult]:
+    """Every chunk's result, in order (``mapper`` decides where they are computed: ``perfmodel.fanout``)."""
+    return mapper(plan.evaluate, plan.spans())
+
+
+def concatenate(parts: Sequence[SweepResult]) -> SweepResult:
+    """Chunks' results as one."""
+    if not parts:
+        raise PerfmodelError("no sweep chunk to join")
+    return SweepResult(points={name: np.concatenate([part.points[name] for part in parts]) for name in parts[0].points},
+                       total_s=np.concatenate([part.total_s for part in parts]),
+                       time_by_bound={label: np.concatenate([part.time_by_bound[label] for part in parts])
+                                      for label in parts[0].time_by_bound})
+
+
+def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
+          spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
+          parameters: Parameters = DATASHEET, chunk_points: int = 250_000,
+          progress: Callable[[int, int], None] | None = None, mapper: Mapper = serial_map) -> SweepResult:
+    """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid."""
+    plan = sweep_plan(build, hardware, scenario, spec, mode=mode, overlap=overlap, parameters=parameters,
+                      chunk_points=chunk_points)
+    parts = []
+    for part in sweep_chunks(plan, mapper):
+        parts.append(part)
         if progress is not None:
-            progress(stop, size)
-    return SweepResult(points=flat, total_s=np.concatenate(totals),
-                       time_by_bound={label: np.concatenate(parts) for label, parts in by_bound.items()})
+            progress(sum(p.size for p in parts), plan.size)
+    return concatenate(parts)
 
 
 def grid_size(axes: Mapping[str, AxisValues]) -> int:
-    return int(np.prod([len(values) for values in axes.values()])) if axes else 0
+    return math.prod(len(values) for values in axes.values()) if axes else 0
 
 
-__all__ = ["SweepResult", "as_override", "grid_size", "hardware_with", "spec_axis_dimension", "sweep"]
+__all__ = ["SweepPlan", "SweepResult", "as_override", "concatenate", "grid_size", "hardware_with", "spec_axis_dimension",
+           "sweep", "sweep_chunks", "sweep_plan"]

@@ -19,6 +19,7 @@ import numpy as np
 
 from perfmodel.costs.residency import on_device_capacity_bytes
 from perfmodel.errors import PerfmodelError
+from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
@@ -85,45 +86,79 @@ def candidate_layouts(architecture: Architecture, setup: TrainingSetup, chips: i
 
 def search(architecture: Architecture, hardware: Hardware, setup: TrainingSetup, chips: int, *,
            mode: str | None = None, domain_chips: int | None = None, recompute: tuple[str, ...] = RECOMPUTE_POLICIES,
-           keep: int = 10) -> SearchResult:
-    """The fastest layouts of ``chips`` that fit, over every ``recompute`` policy given."""
+           keep: int = 10, mapper: Mapper = serial_map) -> SearchResult:
+    """The fastest layouts of ``chips`` that fit, over every ``recompute`` policy given. The layouts
+    that share their micro-batch costs (a recompute policy, tp and cp) are one piece of work; ``mapper``
+    runs the pieces (``perfmodel.fanout``: here, or on a Dask cluster; the answer is the same)."""
     if chips < 1:
         raise PerfmodelError(f"chips must be at least 1, got {chips}")
     execution = resolve_mode(hardware, mode)
     domain = domain_chips or default_domain_chips(hardware, chips)
-    flops = None
-    capacity = on_device_capacity_bytes(hardware)
-    results: list[TrainingResult] = []
-    tried = rejected = 0
+    groups: list[_Group] = []
     for policy in recompute:
         policy_setup = replace(setup, recompute=policy)
-        layouts = list(candidate_layouts(architecture, policy_setup, chips, domain))
-        groups: dict[tuple[int, int], list[Layout]] = {}
-        for layout in layouts:
-            groups.setdefault((layout.tp, layout.cp), []).append(layout)
-        for (tp, cp), members in groups.items():
-            sizes = sorted({layout.micro_batch for layout in members})
-            priced = micro_batch_costs(architecture, hardware, policy_setup, Layout(tp=tp, cp=cp), execution,
-                                       micro_batch=np.array(sizes))
-            if flops is None:
-                flops = model_flops_per_sequence(architecture, hardware, policy_setup) * setup.global_batch
-            for layout in members:
-                tried += 1
-                costs = priced.point(sizes.index(layout.micro_batch))
-                try:
-                    check(architecture, policy_setup, layout, chips)
-                    if training_memory(architecture, policy_setup, layout, costs).total > capacity:
-                        rejected += 1  # does not fit: no need to price its communication
-                        continue
-                    result = train_predict(architecture, hardware, policy_setup, layout, mode=execution,
-                                           domain_chips=domain, costs=costs, model_flops=flops)
-                except PerfmodelError:
-                    rejected += 1
-                    continue
-                if result.fits:
-                    results.append(result)
-                else:
-                    rejected += 1
+        members: dict[tuple[int, int], list[Layout]] = {}
+        for layout in candidate_layouts(architecture, policy_setup, chips, domain):
+            members.setdefault((layout.tp, layout.cp), []).append(layout)
+        groups.extend(_Group(setup=policy_setup, tp=tp, cp=cp, layouts=tuple(layouts))
+                      for (tp, cp), layouts in members.items())
+    # MFU's model FLOPs, priced once (with the first priced policy's setup) for every layout
+    flops = model_flops_per_sequence(architecture, hardware, groups[0].setup) * setup.global_batch if groups else 0.0
+    price = _GroupPricer(architecture=architecture, hardware=hardware, chips=chips, mode=execution, domain=domain,
+                         flops=flops)
+    results: list[TrainingResult] = []
+    tried = rejected = 0
+    for fitting, group_tried, group_rejected in mapper(price, groups):
+        results.extend(fitting)
+        tried += group_tried
+        rejected += group_rejected
     results.sort(key=lambda result: result.step_s)
     return SearchResult(best=results[0] if results else None, ranked=tuple(results[:keep]), tried=tried,
                         rejected=rejected)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Group:
+    """Layouts of one recompute policy, tp and cp: their micro-batch costs are priced in one evaluation."""
+
+    setup: TrainingSetup
+    tp: int
+    cp: int
+    layouts: tuple[Layout, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _GroupPricer:
+    """Prices a group's layouts: (the fitting results in the group's order, layouts tried, rejected)."""
+
+    architecture: Architecture
+    hardware: Hardware
+    chips: int
+    mode: str
+    domain: int
+    flops: float
+
+    def __call__(self, group: _Group) -> tuple[list[TrainingResult], int, int]:
+        sizes = sorted({layout.micro_batch for layout in group.layouts})
+        priced = micro_batch_costs(self.architecture, self.hardware, group.setup, Layout(tp=group.tp, cp=group.cp),
+                                   self.mode, micro_batch=np.array(sizes))
+        capacity = on_device_capacity_bytes(self.hardware)
+        results: list[TrainingResult] = []
+        rejected = 0
+        for layout in group.layouts:
+            costs = priced.point(sizes.index(layout.micro_batch))
+            try:
+                check(self.architecture, group.setup, layout, self.chips)
+                if training_memory(self.architecture, group.setup, layout, costs).total > capacity:
+                    rejected += 1  # does not fit: no need to price its communication
+                    continue
+                result = train_predict(self.architecture, self.hardware, group.setup, layout, mode=self.mode,
+                                       domain_chips=self.domain, costs=costs, model_flops=self.flops)
+            except PerfmodelError:
+                rejected += 1
+                continue
+            if result.fits:
+                results.append(result)
+            else:
+                rejected += 1
+        return results, len(group.layouts), rejected

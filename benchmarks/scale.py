@@ -1,0 +1,163 @@
+"""Scale (issue 34): ``llm_predict`` scenarios/s on one core, what bounds it, and a sweep on 1 vs 2 Dask workers.
+
+Rows:
+
+1. ``llm_predict`` over arrays of 10^3 and 10^6 distinct scenarios (Llama-2-7B on one A100-SXM-80GB,
+   batch x prompt x generated tokens drawn at random), and one scenario at a time (the compiled replay,
+   ``tracing``; distinct prompts so that nothing is reused), median of ``--repeats`` runs.
+2. What bounds each path: the machine's numpy throughput for element-wise float64 arithmetic on
+   arrays of 10^6 (``x * y + z`` and ``maximum``: element operations/s), and each row's time per
+   scenario in those units (``element_op_equivalents``: how many element-wise operations numpy could
+   do in the time one scenario takes; 10^6 scenarios/s needs rate / 10^6 or fewer). This is derived
+   from times, not an independent count of the array path's operations. A cProfile of a 10^5 call
+   lists where the time goes (numpy operators run inside the Python frames that use them, so their
+   time shows as those frames' own time).
+3. ``perfmodel sweep``'s engine (``roofline.sweep``) over ``--sweep-points`` points of the transformer
+   block: in this process, on a LocalCluster of 1 worker process and of 2 (cluster start-up excluded;
+   wall time, as the work runs in other processes, so the machine's load shows in these rows).
+
+Rows 1 and 2 are CPU seconds of this process (``time.process_time``).
+
+Prints a table; writes ``benchmarks/results/scale.json`` (``--json``).
+Run: ``python benchmarks/scale.py`` (``--quick``: 10^5 instead of 10^6 and a smaller sweep).
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import json
+import os
+import platform
+import pstats
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel import __version__
+from perfmodel.fanout import mapper
+from perfmodel.hardware.loader import load_for_prediction
+from perfmodel.llm.catalog import load_architecture
+from perfmodel.llm.graphs import Parallelism, Scenario
+from perfmodel.llm.metrics import llm_predict
+from perfmodel.roofline.sweep import concatenate, sweep_chunks, sweep_plan
+from perfmodel.workload.builders import transformer_block
+from perfmodel.yaml_source import write_text_atomically
+
+MODEL, SPEC = "llama-2-7b", "a100-sxm-80gb"
+
+
+def _scenarios(count: int, seed: int = 0) -> Scenario:
+    rng = np.random.default_rng(seed)
+    return Scenario(batch=rng.integers(1, 129, count), prompt_tokens=rng.integers(64, 2049, count),
+                    generated_tokens=rng.integers(16, 1025, count))
+
+
+def _median_s(function, repeats: int) -> float:
+    """Median CPU seconds of this process (not wall time: the machine is shared, and a wall clock
+    counts the time other processes held the core)."""
+    times = []
+    for _ in range(repeats):
+        start = time.process_time()
+        function()
+        times.append(time.process_time() - start)
+    return statistics.median(times)
+
+
+def numpy_rate(size: int = 1_000_000, repeats: int = 7) -> float:
+    """Element operations per second of float64 element-wise numpy arithmetic on arrays of ``size``."""
+    rng = np.random.default_rng(1)
+    x, y, z = rng.random(size), rng.random(size), rng.random(size)
+    seconds = _median_s(lambda: np.maximum(x * y + z, y), repeats)
+    return 3 * size / seconds  # a multiply, an add and a maximum per element
+
+
+def llm_rows(counts: tuple[int, ...], repeats: int) -> tuple[list[dict], dict]:
+    architecture, hardware = load_architecture(MODEL), load_for_prediction(SPEC)
+    rows = []
+    for count in counts:
+        scenario = _scenarios(count)
+        seconds = _median_s(lambda s=scenario: llm_predict(architecture, hardware, s, Parallelism()),
+                            repeats if count <= 100_000 else 1)
+        rows.append({"benchmark": f"llm_predict over arrays, {count:,} scenarios", "scenarios": count,
+                     "seconds": seconds, "scenarios_per_s": count / seconds})
+    prompts = iter(range(64, 10**9))
+    for _ in range(50):  # warm up: the replay is compiled after a few evaluated calls
+        llm_predict(architecture, hardware, Scenario(batch=8, prompt_tokens=next(prompts), generated_tokens=128))
+    calls = 2000
+    seconds = _median_s(lambda: [llm_predict(architecture, hardware, Scenario(
+        batch=8, prompt_tokens=next(prompts), generated_tokens=128)) for _ in range(calls)], repeats) / calls
+    rows.append({"benchmark": "llm_predict, one scenario (compiled replay)", "scenarios": 1, "seconds": seconds,
+                 "scenarios_per_s": 1 / seconds})
+    profile = cProfile.Profile()
+    scenario = _scenarios(100_000, seed=2)
+    profile.enable()
+    llm_predict(architecture, hardware, scenario, Parallelism())
+    profile.disable()
+    stats = pstats.Stats(profile)
+    total = sum(entry[2] for entry in stats.stats.values())  # type: ignore[attr-defined]
+    top = sorted(((entry[2], f"{Path(key[0]).name}:{key[1]}({key[2]})") for key, entry in
+                  stats.stats.items()), reverse=True)[:12]  # type: ignore[attr-defined]
+    numpy_share = sum(entry[2] for key, entry in stats.stats.items()  # type: ignore[attr-defined]
+                      if key[0] == "~" or "numpy" in key[0]) / total
+    profile_summary = {"scenarios": 100_000, "profiled_s": total, "share_in_numpy_and_builtins": numpy_share,
+                       "top_tottime": [{"function": name, "seconds": seconds} for seconds, name in top]}
+    return rows, profile_summary
+
+
+def sweep_rows(points: int, chunk_points: int) -> list[dict]:
+    side = round(points ** (1 / 3))
+    axes = {"batch": np.arange(1, side + 1), "seq": np.arange(1, side + 1), "kv_len": np.arange(1, side + 1) * 16}
+    plan = sweep_plan(transformer_block, load_for_prediction("h100-sxm"), scenario=axes, chunk_points=chunk_points)
+    rows, reference = [], None
+    for label, workers in (("in this process", None), ("LocalCluster, 1 worker", 1), ("LocalCluster, 2 workers", 2)):
+        with mapper(workers=workers) as where:
+            start = time.perf_counter()
+            result = concatenate(list(sweep_chunks(plan, where)))
+            seconds = time.perf_counter() - start
+        if reference is None:
+            reference = result
+        identical = all(np.array_equal(result.to_columns()[name], values)
+                        for name, values in reference.to_columns().items())
+        rows.append({"benchmark": f"sweep of {plan.size:,} points, {label}", "scenarios": plan.size, "seconds": seconds,
+                     "scenarios_per_s": plan.size / seconds, "identical_to_local": identical})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", type=Path, default=Path("benchmarks/results/scale.json"))
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--sweep-points", type=int, help="points of the sweep rows (default 10^6; 10^5 with --quick)")
+    args = parser.parse_args(argv)
+    big = 100_000 if args.quick else 1_000_000
+    sweep_points = args.sweep_points or (100_000 if args.quick else 1_000_000)
+    rate = numpy_rate()
+    rows, profile = llm_rows((1_000, big), args.repeats)
+    for row in rows:
+        row["element_op_equivalents"] = row["seconds"] / row["scenarios"] * rate
+    bound = {"numpy_element_ops_per_s": rate, "element_ops_per_scenario_for_1e6_per_s": rate / 1e6}
+    rows += sweep_rows(sweep_points, max(sweep_points // 10, 1))
+    print(f"{'benchmark':<58} {'time':>12} {'scenarios/s':>14} {'numpy element ops/scenario':>27}")
+    for row in rows:
+        ops = f"{row['element_op_equivalents']:,.0f}" if "element_op_equivalents" in row else "-"
+        print(f"{row['benchmark']:<58} {row['seconds'] * 1e3:>9.3f} ms {row['scenarios_per_s']:>14,.0f} {ops:>27}")
+    print(f"\nnumpy float64 element-wise on 10^6 arrays: {rate:.3g} element ops/s here: 10^6 scenarios/s leaves "
+          f"{rate / 1e6:,.0f} element ops a scenario")
+    print(f"cProfile of 10^5 scenarios: {100 * profile['share_in_numpy_and_builtins']:.0f}% of the time in numpy and "
+          "built-in functions; top by own time:")
+    for entry in profile["top_tottime"][:8]:
+        print(f"  {entry['seconds']:8.3f} s  {entry['function']}")
+    meta = {"perfmodel": __version__, "python": platform.python_version(), "numpy": np.__version__,
+            "machine": platform.machine(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
+            "model": MODEL, "spec": SPEC}
+    write_text_atomically(args.json, json.dumps({"meta": meta, "rows": rows, "bound": bound, "profile": profile},
+                                                indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
