@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import (
     WORKLOAD_DTYPES,
     add_ideal_argument,
@@ -30,6 +31,7 @@ def register(commands) -> None:
     predict.add_argument("--compiled", action="store_true",
                          help="fuse element-wise and reduction chains as torch.compile/XLA do (in any mode)")
     predict.add_argument("--top", type=int, default=20, help="ops to list per spec in the table (default 20)")
+    intervals.add_confidence_argument(predict)
     output = predict.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the JSON contract")
     output.add_argument("--csv", action="store_true", help="print one CSV row per op and spec")
@@ -54,12 +56,16 @@ def _predict(args) -> int:
 
     graph = load_graph(args.workload)
     overrides = parse_overrides(args.set)
-    evaluations = [evaluate(graph, load_for_prediction(name, overrides=overrides or None, ideal=args.ideal),
-                            mode=args.mode,
-                            overlap=args.overlap, fuse=True if args.compiled else None)
-                   for name in args.on]
+    specs = [load_for_prediction(name, overrides=overrides or None, ideal=args.ideal) for name in args.on]
+    evaluations = [evaluate(graph, hardware, mode=args.mode, overlap=args.overlap, fuse=True if args.compiled else None)
+                   for hardware in specs]
+    # A one-op graph is a kernel; a larger one is checked against whole-model passes (the scenario rows).
+    kind = "kernel" if len(graph.ops) == 1 else "scenario"
+    found = [intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")})
+             for hardware, evaluation in zip(specs, evaluations, strict=True)]
     if args.json:
-        data = [evaluation.to_dict() for evaluation in evaluations]
+        data = [{**evaluation.to_dict(), "intervals": intervals.to_json(bands)}
+                for evaluation, bands in zip(evaluations, found, strict=True)]
         print(json_text(data[0] if len(data) == 1 else data, indent=1))
         return 0
     if args.csv:
@@ -69,7 +75,7 @@ def _predict(args) -> int:
         pd.concat(frames).to_csv(sys.stdout, index=False)
         return 0
     summary = []
-    for evaluation in evaluations:
+    for evaluation, bands in zip(evaluations, found, strict=True):
         print(f"\n{graph.name} on {evaluation.hardware} ({evaluation.mode} mode, overlap {evaluation.overlap}, "
               f"{evaluation.parameters} parameters)")
         ops = sorted(evaluation.ops, key=lambda op: -op.total_s)[: args.top]
@@ -83,7 +89,11 @@ def _predict(args) -> int:
             print(f"... {len(evaluation.ops) - args.top} more ops (--top N, --csv)")
         bounds = ", ".join(f"{bound} {_share(time, evaluation.total_s, '.0f')}"
                            for bound, time in evaluation.time_by_bound.items())
-        print(f"total {format_quantity(evaluation.total_s, 'seconds')}; by bound: {bounds}")
+        total = bands["total_s"]
+        band = total.basis if total.low is None else (
+            f"{intervals.heading(args.confidence)} {intervals.text(total, lambda v: format_quantity(v, 'seconds'))}: "
+            f"{total.basis}")
+        print(f"total {format_quantity(evaluation.total_s, 'seconds')} ({band}); by bound: {bounds}")
         if not evaluation.fits:
             print(f"warning: the weights ({format_quantity(evaluation.weight_bytes, 'bytes')}) do not fit in "
                   f"{evaluation.hardware}'s memory ({format_quantity(evaluation.on_device_bytes, 'bytes')}): "
