@@ -44,6 +44,7 @@ def register(commands) -> None:
                             "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
     add_mode_argument(sweep)
     add_ideal_argument(sweep)
+    intervals.add_confidence_argument(sweep)
     sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet)")
     sweep.add_argument("--json", action="store_true")
     sweep.set_defaults(handler=_sweep)
@@ -109,6 +110,23 @@ def _predict(args) -> int:
     return 0
 
 
+def _with_interval(frame, hardware, what_if: bool, confidence: float):
+    """``total_s_low``/``total_s_high`` columns: the interval of each point's time (a transformer block: the
+    scenario rows' residuals); empty at swept spec values (what-if devices: no evidence)."""
+    from perfmodel.intervals import band_for
+    from perfmodel.uncertainty import Band, interval
+
+    level = f"{round(100 * confidence, 1):g}%"
+    band = Band(confidence=confidence, basis=f"no {level} interval: swept spec values are what-if devices") \
+        if what_if else band_for(hardware, "scenario", confidence)
+    found = [interval(float(value), band, "time") for value in frame["total_s"]]
+    position = list(frame.columns).index("total_s") + 1
+    frame.insert(position, "total_s_high", [item.high for item in found])
+    frame.insert(position, "total_s_low", [item.low for item in found])
+    frame.attrs["interval"] = band.basis
+    return frame
+
+
 def _share(time_s: float, total_s: float, style: str) -> str:
     """``time_s`` as a percentage of ``total_s``; '-' for a graph that takes no time (ops that move
     nothing on a device without launch overhead)."""
@@ -167,7 +185,7 @@ def _sweep(args) -> int:
                        progress=lambda done, _: bar.update(done - bar.n))
     import pandas as pd
 
-    frame = pd.DataFrame(result.to_columns())
+    frame = _with_interval(pd.DataFrame(result.to_columns()), hardware, bool(spec), args.confidence)
     if args.output:
         if args.output.suffix.lower() == ".parquet":
             try:
@@ -183,4 +201,5 @@ def _sweep(args) -> int:
         print(frame.head(50).to_string(index=False))
         if len(frame) > 50:
             print(f"... {len(frame) - 50} more rows (-o FILE.csv)")
+        print(f"interval (total_s_low - total_s_high): {frame.attrs['interval']}")
     return 0
