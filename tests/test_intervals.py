@@ -220,3 +220,14 @@ def test_heldout_coverage_counts_rows_per_family():
     coverage = {item.family: item for item in heldout_coverage(rows, 0.8)}
     assert coverage["gpu"].banded == 60 and 0.65 < coverage["gpu"].share < 0.95
     assert coverage["lpu"].banded == 0 and coverage["lpu"].share is None
+
+
+def test_sweep_interval_columns(capsys):
+    from perfmodel.cli import main
+
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json"]) == 0
+    for record in json.loads(capsys.readouterr().out):
+        assert record["total_s_low"] < record["total_s"] < record["total_s_high"]
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1", "--grid", "memory.hbm.bandwidth=2TB/s,4TB/s",
+                 "--json"]) == 0
+    assert all(record["total_s_low"] is None for record in json.loads(capsys.readouterr().out))  # what-if points
