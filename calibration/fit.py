@@ -131,6 +131,8 @@ class Components:
 @dataclass(frozen=True, kw_only=True)
 class FitResult:
     params: dict[str, tuple[float, float]]          # name -> (value, standard error)
+    # log-space covariance of the parameters in ``params``'s order (perfmodel.uncertainty samples from it)
+    log_covariance: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
     datasheet: dict[str, float]
     predicted_s: np.ndarray
     measured_s: np.ndarray
@@ -554,9 +556,10 @@ def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray, weights:
     return _solve_design(parts, measured, subset, weights, design), design, len(subset)
 
 
-def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """Standard errors (log space) from the inverse Gauss-Newton Hessian of data and prior, and
-    which parameters the data alone leave unbound (a zero column of the data Jacobian)."""
+def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Standard errors (log space) from the inverse Gauss-Newton Hessian of data and prior, which
+    parameters the data alone leave unbound (a zero column of the data Jacobian), and the log-space
+    covariance of all parameters (rows and columns of unbound ones infinite on the diagonal, zero off it)."""
     jacobian = solution.jac
     data = jacobian[:data_rows]
     column = np.linalg.norm(data, axis=0)
@@ -567,11 +570,14 @@ def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray]:
     # no finite error from the data (its prior alone, or nothing for a latency): reported as infinite.
     bound = ~unbound
     errors = np.full(jacobian.shape[1], np.inf)
+    covariance = np.diag(errors.copy())
     block = jacobian[:, bound]
     hessian = block.T @ block
     if bound.any() and np.linalg.matrix_rank(hessian) == hessian.shape[0]:
-        errors[bound] = np.sqrt(np.clip(np.diag(np.linalg.inv(hessian)) * variance, 0, None))
-    return errors, unbound
+        inverse = np.linalg.inv(hessian) * variance
+        errors[bound] = np.sqrt(np.clip(np.diag(inverse), 0, None))
+        covariance[np.ix_(bound, bound)] = (inverse + inverse.T) / 2
+    return errors, unbound, covariance
 
 
 def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, folds: int = 5,
@@ -590,7 +596,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     everything = np.arange(len(records))
     weights = spread_weights(records)
     solution, design, data_rows = _solve(parts, measured, everything, weights)
-    errors, unbound = _standard_errors(solution, data_rows)
+    errors, unbound, covariance = _standard_errors(solution, data_rows)
     names = design.names
     values = np.exp(solution.x)
     params = {name: (float(value), float(value * error)) for name, value, error in zip(names, values, errors,
@@ -634,7 +640,8 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
                   and params[name][0] - 2 * params[name][1] > 1.0)
     message = (f"{len(names) - len(unidentified)} of {len(names)} parameters identified"
                + (f"; unidentified (not written): {', '.join(unidentified)}" if unidentified else ""))
-    return FitResult(params=params, datasheet=datasheet, predicted_s=predicted, measured_s=measured, classes=classes,
+    return FitResult(params=params, log_covariance=covariance, datasheet=datasheet, predicted_s=predicted,
+                     measured_s=measured, classes=classes,
                      names=tuple(record.name for record in records), cost=float(solution.cost),
                      heldout_median_abs_error=heldout, heldout_by_class=by_class,
                      kfold_median_abs_error=kfold_error,

@@ -80,6 +80,8 @@ class ValidationRow:
     family: str = ""
     how: str = ""
     skipped: str = ""
+    kind: str = ""    # what was predicted: one of PREDICTION_KINDS
+    source: str = ""  # the row's source (its first word: a URL), the unit held out together by interval checks
 
     @property
     def error(self) -> float | None:
@@ -87,6 +89,17 @@ class ValidationRow:
         if self.predicted is None or not self.measured:
             return None
         return (self.predicted - self.measured) / self.measured
+
+
+#: The kinds of prediction a row checks (their errors differ, so intervals keep them apart): one kernel, one
+#: scenario (``llm_predict``), a served load (the serving simulator) and a training step.
+PREDICTION_KINDS = ("kernel", "scenario", "served", "training")
+
+
+def _served(row: dict) -> bool:
+    """Whether an LLM row is a served load (``_max_load_row`` or ``_vllm_serving_row``), as ``_llm_row`` routes it."""
+    batch_text = row["batch"].lower()
+    return "ifb" in batch_text or "max-load" in batch_text or "vllm bench serve" in row.get("notes", "")
 
 
 SYSTEMS = [  # (pattern, spec); first match wins; PCIe cards and GH200 have no spec here
@@ -203,9 +216,9 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
         + f"; prompt {prompt}, gen {gen}"
-    if "ifb" in batch_text or "max-load" in batch_text:
-        return _max_load_row(architecture, hardware, parallelism, base, mode, how)
-    if "vllm bench serve" in row.get("notes", ""):
+    if _served(row):
+        if "ifb" in batch_text or "max-load" in batch_text:
+            return _max_load_row(architecture, hardware, parallelism, base, mode, how)
         return _vllm_serving_row(row, architecture, hardware, parallelism, base, mode, how)
     if "max" in batch_text or "sweep" in batch_text:
         raise _Skip("batch size of the sweep's maximum not stated")
@@ -488,7 +501,7 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
 
 def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None = None) -> ValidationRow:
     base = dict(line=line, group=row["group"], system=row["system"], workload=row["workload"], metric=row["metric"],
-                measured=_number(row["value"]), unit=row["unit"])
+                measured=_number(row["value"]), unit=row["unit"], source=(row.get("source") or "").split(" ")[0])
     try:
         if base["measured"] is None:
             raise _Skip(f"value {row['value']!r} is not a number")
@@ -501,10 +514,12 @@ def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None =
         if "training" in row["workload"].lower():
             predicted, how = _training_row(row, spec, ideal)
             resolved = load_for_prediction(spec, ideal=ideal)
-            return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how)
+            return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how,
+                                 kind="training")
         model, _ = _first(MODELS, row["workload"])
         if row["group"] == "F" and not (model is not None and "decode" in row["metric"].lower()):
             predicted, how = _kernel_row(row, spec, ideal)
+            kind = "kernel"
         else:  # an LLM row (group F's end-to-end decode rows too: eager vs compiled)
             if model is None:
                 raise _Skip("no shipped config for this model")
@@ -512,8 +527,10 @@ def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None =
                 raise _Skip("chip count not stated")
             spec = _serving_spec(spec, row["system"], ideal, engine)
             predicted, how = _llm_row(row, spec, model, ideal)
+            kind = "served" if _served(row) else "scenario"
         resolved = load_for_prediction(spec, ideal=ideal)
-        return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how)
+        return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how,
+                             kind=kind)
     except _Skip as skip:
         return ValidationRow(**base, skipped=str(skip))
     except PerfmodelError as error:

@@ -220,7 +220,7 @@ def test_llm_prints_one_row_per_scenario(capsys):
     assert results[3]["tpot_s"] == pytest.approx(single.tpot_s)
     assert main(argv) == 0
     table = capsys.readouterr().out
-    assert table.count("\n") == 2 + 4 + 1  # title, header, rule, 4 rows
+    assert table.count("\n") == 2 + 4 + 1 + 1  # title, header, rule, 4 rows, the interval's basis
     assert main([*argv, "--graph-out", "x.yaml"]) == 2
     assert "take one scenario" in capsys.readouterr().err
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
     add_engine_argument,
@@ -63,6 +64,7 @@ def register(commands) -> None:
     add_set_argument(llm)
     add_ideal_argument(llm)
     add_engine_argument(llm)
+    intervals.add_confidence_argument(llm)
     llm.add_argument("--json", action="store_true")
     llm.set_defaults(handler=_llm)
 
@@ -108,6 +110,10 @@ def register(commands) -> None:
     add_ideal_argument(size)
     add_engine_argument(size)
     add_fanout_arguments(size)
+    intervals.add_confidence_argument(size)
+    size.add_argument("--at-median", action="store_true",
+                      help="size so that the targets hold at the median of the model's error instead of at "
+                           "--confidence")
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
 
@@ -195,6 +201,8 @@ def _llm(args) -> int:
               f"per chip, {hardware.name} holds {format_quantity(result.capacity_bytes, 'bytes', binary=True)}; "
               "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)
     data = result.to_dict()
+    found = _scenario_intervals(hardware, result, args.confidence)
+    data["intervals"] = intervals.to_json(found)
     data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
     if args.concurrency:
         data["continuous_batching"] = {"concurrency": args.concurrency, "tokens_per_s": continuous_batching_throughput(
@@ -204,13 +212,19 @@ def _llm(args) -> int:
         print(json_text(data, indent=1))
         return 0
     mib = {key: format_quantity(value, "bytes", binary=True) for key, value in data["memory_bytes"].items()}
+    def seconds(value: float) -> str:
+        return format_quantity(value, "seconds")
+
+    def rate(value: float) -> str:
+        return f"{value:.1f}"
+
     rows = [
-        ["TTFT", format_quantity(result.ttft_s, "seconds")],
-        ["TPOT (mean over generation)", format_quantity(result.tpot_s, "seconds")],
-        ["end-to-end", format_quantity(result.e2e_s, "seconds")],
-        ["tokens/s per user", f"{result.tokens_per_s_per_user:.1f}"],
-        ["tokens/s (batch)", f"{result.tokens_per_s:.1f}"],
-        ["tokens/s per chip", f"{result.tokens_per_s_per_chip:.1f}"],
+        ["TTFT", seconds(result.ttft_s), intervals.text(found["ttft_s"], seconds)],
+        ["TPOT (mean over generation)", seconds(result.tpot_s), intervals.text(found["tpot_s"], seconds)],
+        ["end-to-end", seconds(result.e2e_s), intervals.text(found["e2e_s"], seconds)],
+        ["tokens/s per user", rate(result.tokens_per_s_per_user), intervals.text(found["tokens_per_s_per_user"], rate)],
+        ["tokens/s (batch)", rate(result.tokens_per_s), intervals.text(found["tokens_per_s"], rate)],
+        ["tokens/s per chip", rate(result.tokens_per_s_per_chip), intervals.text(found["tokens_per_s_per_chip"], rate)],
         ["memory per chip", ", ".join(f"{key} {value}" for key, value in mib.items())],
         ["capacity per chip", format_quantity(result.capacity_bytes, "bytes", binary=True)],
         ["fits", ("yes" if result.fits else "NO") + (" (weights streamed from the external store)"
@@ -228,11 +242,23 @@ def _llm(args) -> int:
     print(f"{architecture.name} on {result.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
           f"{result.mode} mode; parameters: {result.parameters}), batch {args.batch}, prompt {args.prompt}, "
           f"gen {args.gen}, weights {args.weights}")
-    print(format_table(["metric", "value"], rows))
+    print(format_table(["metric", "value", intervals.heading(args.confidence)], [row + [""] * (3 - len(row))
+                                                                                 for row in rows]))
+    print(f"interval: {found['ttft_s'].basis}")
     for phase, shares in result.time_by_bound_by_phase.items():
         total = sum(shares.values())
         print(f"{phase}: " + ", ".join(f"{bound} {100 * time / total:.0f}%" for bound, time in shares.items()))
     return 0
+
+
+def _scenario_intervals(hardware, result, confidence: float) -> dict:
+    """The headline figures of one ``llm_predict`` scenario with their intervals."""
+    from perfmodel.uncertainty import RATE, TIME
+
+    return intervals.intervals(hardware, "scenario", confidence, {
+        "ttft_s": (result.ttft_s, TIME), "tpot_s": (result.tpot_s, TIME), "e2e_s": (result.e2e_s, TIME),
+        "tokens_per_s_per_user": (result.tokens_per_s_per_user, RATE), "tokens_per_s": (result.tokens_per_s, RATE),
+        "tokens_per_s_per_chip": (result.tokens_per_s_per_chip, RATE)})
 
 
 def _counts(text: str) -> list[int]:
@@ -267,17 +293,24 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
         kv_dtype=args.kv or args.activations, activation_dtype=args.activations), parallelism, mode=args.mode,
         graphs=graphs)  # one evaluation per phase for every scenario (the condensed graphs take arrays)
     results = [swept.at(index) for index in range(len(scenarios))]
+    found = [_scenario_intervals(hardware, result, args.confidence) for result in results]
     if args.json:
-        print(json_text([result.to_dict() for result in results], indent=1))
+        print(json_text([{**result.to_dict(), "intervals": intervals.to_json(bands)}
+                         for result, bands in zip(results, found, strict=True)], indent=1))
         return 0
+
+    def seconds(value: float) -> str:
+        return format_quantity(value, "seconds")
+
     rows = [[result.scenario.batch, result.scenario.prompt_tokens, result.scenario.generated_tokens,
-             format_quantity(result.ttft_s, "seconds"), format_quantity(result.tpot_s, "seconds"),
+             seconds(result.ttft_s), seconds(result.tpot_s), intervals.text(bands["tpot_s"], seconds),
              f"{result.tokens_per_s:.1f}", f"{result.tokens_per_s_per_chip:.1f}", "yes" if result.fits else "NO",
-             result.bound_by_phase["decode"]] for result in results]
+             result.bound_by_phase["decode"]] for result, bands in zip(results, found, strict=True)]
     print(f"{architecture.name} on {parallelism.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
           f"{results[0].mode} mode; parameters: {results[0].parameters}), weights {args.weights}")
-    print(format_table(["batch", "prompt", "gen", "TTFT", "TPOT", "tokens/s", "tokens/s/chip", "fits",
-                        "decode bound"], rows))
+    print(format_table(["batch", "prompt", "gen", "TTFT", "TPOT", f"TPOT {intervals.heading(args.confidence)}",
+                        "tokens/s", "tokens/s/chip", "fits", "decode bound"], rows))
+    print(f"interval: {found[0]['tpot_s'].basis}")
     return 0
 
 
@@ -325,44 +358,56 @@ def _size(args) -> int:
     architecture = load_architecture(args.model)
     _check_lengths(args, architecture, prompt, output)
     overrides = parse_overrides(args.set) or None
+    from perfmodel.intervals import time_factor
 
-    def size_on(name: str) -> tuple[SystemSizing, str | None]:
-        """One system's sizing, and why it could not be sized (None: it was)."""
+    def size_on(name: str) -> tuple[SystemSizing, str | None, dict | None]:
+        """One system's sizing, why it could not be sized (None: it was), and the confidence its targets
+        were held at (None: not sized)."""
         hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal, engine=args.engine)
         try:  # a system that does not offer the requested mode (eager on Groq) is reported, not sized
             mode = resolve_mode(hardware, args.mode)
         except PerfmodelError as error:
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode="-", best=None, note=str(error),
-                                closest=None, simulations=0), str(error)
+                                closest=None, simulations=0), str(error), None
         weights, kv, activations = args.weights, args.kv or "bf16", "bf16"
         if not _supports(hardware, weights) and weights in ("bf16", "fp16"):  # the spec offers the other one
             weights = kv = activations = "fp16" if weights == "bf16" else "bf16"
         if not _supports(hardware, weights):
             reason = f"{hardware.name} has no engine for {weights} weights"
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None, note=reason,
-                                closest=None, simulations=0), reason
-        sizing = size_deployment(architecture, hardware, targets, load, prompt, output, requests=args.requests,
+                                closest=None, simulations=0), reason, None
+        factor, basis = time_factor(hardware, "served", None if args.at_median else args.confidence)
+        held = [replace(target, limit_s=target.limit_s * factor) for target in targets]
+        sizing = size_deployment(architecture, hardware, held, load, prompt, output, requests=args.requests,
                                  seed=args.seed, weight_dtype=weights, kv_dtype=kv, activation_dtype=activations,
                                  mode=args.mode, price_usd_per_chip_hour=prices.get(name, prices.get("")))
-        return replace(sizing, hardware=name), None
+        return replace(sizing, hardware=name), None, {"limit_factor": factor, "basis": basis}
 
-    sizings, unavailable = [], {}
+    sizings, unavailable, confidence = [], {}, {}
     with fanout(args, "system") as mapper:  # each system is sized on its own: one piece of work
-        for name, (sizing, reason) in zip(names, mapper(size_on, names), strict=True):
+        for name, (sizing, reason, held_at) in zip(names, mapper(size_on, names), strict=True):
             sizings.append(sizing)
             if reason is not None:
                 unavailable[name] = reason
+            if held_at is not None:
+                confidence[name] = held_at
     ranked = rank(sizings, by=args.rank)
     if args.json:
         data = {}
         for place, sizing in enumerate(ranked, start=1):
             data[sizing.hardware] = {"rank": place if sizing.best is not None else None, **sizing.to_dict(),
                                      "targets": [target.to_dict() for target in targets],
+                                     **({"confidence": {"level": None if args.at_median else args.confidence,
+                                                        **confidence[sizing.hardware]}}
+                                        if sizing.hardware in confidence else {}),
                                      **({"unavailable": unavailable[sizing.hardware]}
                                         if sizing.hardware in unavailable else {})}
         print(json_text(data, indent=1))
         return 0
     _print_sizing(args, architecture, targets, load, prompt, output, ranked)
+    level = "the median" if args.at_median else f"{intervals.heading(args.confidence).split()[0]} confidence"
+    print(f"targets held at {level} (each system's simulated times must stay under the target x its factor): "
+          + "; ".join(f"{name} x {item['limit_factor']:.3g} ({item['basis']})" for name, item in confidence.items()))
     return 0
 
 

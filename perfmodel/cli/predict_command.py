@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import (
     WORKLOAD_DTYPES,
     add_fanout_arguments,
@@ -33,6 +34,7 @@ def register(commands) -> None:
     predict.add_argument("--compiled", action="store_true",
                          help="fuse element-wise and reduction chains as torch.compile/XLA do (in any mode)")
     predict.add_argument("--top", type=int, default=20, help="ops to list per spec in the table (default 20)")
+    intervals.add_confidence_argument(predict)
     output = predict.add_mutually_exclusive_group()
     output.add_argument("--json", action="store_true", help="print the JSON contract")
     output.add_argument("--csv", action="store_true", help="print one CSV row per op and spec")
@@ -45,6 +47,7 @@ def register(commands) -> None:
                             "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
     add_mode_argument(sweep)
     add_ideal_argument(sweep)
+    intervals.add_confidence_argument(sweep)
     sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet), chunk by chunk")
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--max-points", type=whole_number(1), default=DEFAULT_MAX_POINTS, metavar="N",
@@ -62,12 +65,16 @@ def _predict(args) -> int:
 
     graph = load_graph(args.workload)
     overrides = parse_overrides(args.set)
-    evaluations = [evaluate(graph, load_for_prediction(name, overrides=overrides or None, ideal=args.ideal),
-                            mode=args.mode,
-                            overlap=args.overlap, fuse=True if args.compiled else None)
-                   for name in args.on]
+    specs = [load_for_prediction(name, overrides=overrides or None, ideal=args.ideal) for name in args.on]
+    evaluations = [evaluate(graph, hardware, mode=args.mode, overlap=args.overlap, fuse=True if args.compiled else None)
+                   for hardware in specs]
+    # A one-op graph is a kernel; a larger one is checked against whole-model passes (the scenario rows).
+    kind = "kernel" if len(graph.ops) == 1 else "scenario"
+    found = [intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")})
+             for hardware, evaluation in zip(specs, evaluations, strict=True)]
     if args.json:
-        data = [evaluation.to_dict() for evaluation in evaluations]
+        data = [{**evaluation.to_dict(), "intervals": intervals.to_json(bands)}
+                for evaluation, bands in zip(evaluations, found, strict=True)]
         print(json_text(data[0] if len(data) == 1 else data, indent=1))
         return 0
     if args.csv:
@@ -77,7 +84,7 @@ def _predict(args) -> int:
         pd.concat(frames).to_csv(sys.stdout, index=False)
         return 0
     summary = []
-    for evaluation in evaluations:
+    for evaluation, bands in zip(evaluations, found, strict=True):
         print(f"\n{graph.name} on {evaluation.hardware} ({evaluation.mode} mode, overlap {evaluation.overlap}, "
               f"{evaluation.parameters} parameters)")
         ops = sorted(evaluation.ops, key=lambda op: -op.total_s)[: args.top]
@@ -91,7 +98,11 @@ def _predict(args) -> int:
             print(f"... {len(evaluation.ops) - args.top} more ops (--top N, --csv)")
         bounds = ", ".join(f"{bound} {_share(time, evaluation.total_s, '.0f')}"
                            for bound, time in evaluation.time_by_bound.items())
-        print(f"total {format_quantity(evaluation.total_s, 'seconds')}; by bound: {bounds}")
+        total = bands["total_s"]
+        band = total.basis if total.low is None else (
+            f"{intervals.heading(args.confidence)} {intervals.text(total, lambda v: format_quantity(v, 'seconds'))}: "
+            f"{total.basis}")
+        print(f"total {format_quantity(evaluation.total_s, 'seconds')} ({band}); by bound: {bounds}")
         if not evaluation.fits:
             print(f"warning: the weights ({format_quantity(evaluation.weight_bytes, 'bytes')}) do not fit in "
                   f"{evaluation.hardware}'s memory ({format_quantity(evaluation.on_device_bytes, 'bytes')}): "
@@ -105,6 +116,23 @@ def _predict(args) -> int:
         print()
         print(format_table(["spec", "mode", "total", "achieved TFLOP/s", "main bound", "kernels"], summary))
     return 0
+
+
+def _with_interval(frame, hardware, what_if: bool, confidence: float):
+    """``total_s_low``/``total_s_high`` columns: the interval of each point's time (a transformer block: the
+    scenario rows' residuals); empty at swept spec values (what-if devices: no evidence)."""
+    from perfmodel.intervals import band_for
+    from perfmodel.uncertainty import Band, interval
+
+    level = f"{round(100 * confidence, 1):g}%"
+    band = Band(confidence=confidence, basis=f"no {level} interval: swept spec values are what-if devices") \
+        if what_if else band_for(hardware, "scenario", confidence)
+    found = [interval(float(value), band, "time") for value in frame["total_s"]]
+    position = list(frame.columns).index("total_s") + 1
+    frame.insert(position, "total_s_high", [item.high for item in found])
+    frame.insert(position, "total_s_low", [item.low for item in found])
+    frame.attrs["interval"] = band.basis
+    return frame
 
 
 def _share(time_s: float, total_s: float, style: str) -> str:
@@ -168,12 +196,48 @@ def _sweep(args) -> int:
     with mapper(workers=args.workers, scheduler=args.scheduler) as where:
         parts = progress(sweep_chunks(plan, where), plan.size, "pt", count=lambda part: part.size,
                          enabled=not args.json and (distributed or plan.size >= 100_000))
-        head, rows = stream_table((part.to_columns() for part in parts), args.output, as_json=args.json)
+        band = _sweep_band(hardware, bool(spec), args.confidence)
+        head, rows = stream_table((_with_interval(part.to_columns(), band) for part in parts), args.output,
+                                  as_json=args.json)
     if not args.json:
         print(head.to_string(index=False))
         if rows > len(head):
             print(f"... {rows - len(head)} more rows (-o FILE.csv)")
+        print(f"interval (total_s_low - total_s_high): {band.basis}")
     return 0
+
+
+def _sweep_band(hardware, what_if: bool, confidence: float):
+    """The band of every point's time (a transformer block: the scenario rows' residuals); none at swept
+    spec values (what-if devices: no evidence)."""
+    from perfmodel.intervals import band_for
+    from perfmodel.uncertainty import Band
+
+    level = f"{round(100 * confidence, 1):g}%"
+    if what_if:
+        return Band(confidence=confidence, basis=f"no {level} interval: swept spec values are what-if devices")
+    return band_for(hardware, "scenario", confidence)
+
+
+def _with_interval(columns: dict, band) -> dict:
+    """``columns`` with ``total_s_low``/``total_s_high`` right after ``total_s`` (NaN where the band has
+    no evidence), as ``uncertainty.interval`` gives them point by point."""
+    import numpy as np
+
+    from perfmodel.uncertainty import TIME, interval
+
+    total = np.asarray(columns["total_s"], dtype=float)
+    if band.known:
+        low, high = interval(1.0, band, TIME).low, interval(1.0, band, TIME).high
+        bounds = {"total_s_low": total * low, "total_s_high": total * high}
+    else:
+        bounds = {"total_s_low": np.full_like(total, np.nan), "total_s_high": np.full_like(total, np.nan)}
+    ordered: dict = {}
+    for name, values in columns.items():
+        ordered[name] = values
+        if name == "total_s":
+            ordered.update(bounds)
+    return ordered
 
 
 HEAD_ROWS = 50  # rows of a sweep printed to the terminal

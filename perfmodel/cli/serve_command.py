@@ -6,6 +6,7 @@ import math
 import sys
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.llm_command import _check_counts, _rate
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
@@ -96,6 +97,7 @@ def register(commands) -> None:
     add_engine_argument(serve)
     add_speculation_arguments(serve)
     add_disagg_arguments(serve)
+    intervals.add_confidence_argument(serve)
     serve.add_argument("--json", action="store_true")
     serve.add_argument("--chart", type=Path, metavar="FILE.png",
                        help="write a chart (.png, .svg or .pdf): the TTFT, TPOT and inter-token latency "
@@ -254,8 +256,11 @@ def _serve(args) -> int:
         from perfmodel.plotting import plot_serving_latency, save_figure
 
         save_figure(plot_serving_latency(result), args.chart)
+    found = intervals.intervals(hardware, "served", args.confidence, {
+        "ttft_p50_s": (result.ttft.p50, "time"), "tpot_p50_s": (result.tpot.p50, "time"),
+        "e2e_p50_s": (result.e2e.p50, "time"), "tokens_per_s": (result.tokens_per_s, "rate")})
     if args.json:
-        print(json_text(result.to_dict(), indent=1))
+        print(json_text({**result.to_dict(), "intervals": intervals.to_json(found)}, indent=1))
         return 0
     print(header)
     print(f"{result.workload}, {result.requests} requests" + ("" if trace is not None else f", seed {result.seed}"))
@@ -263,6 +268,10 @@ def _serve(args) -> int:
             for name, p in (("TTFT", result.ttft), ("TPOT", result.tpot), ("end-to-end", result.e2e),
                             ("inter-token", result.itl))]
     print(format_table(["latency", "p50", "p90", "p99", "mean"], rows))
+    print(f"{intervals.heading(args.confidence)}: TTFT p50 {intervals.text(found['ttft_p50_s'], _s)}, TPOT p50 "
+          f"{intervals.text(found['tpot_p50_s'], _s)}, end-to-end p50 {intervals.text(found['e2e_p50_s'], _s)}, "
+          f"throughput {intervals.text(found['tokens_per_s'], lambda v: f'{v:.1f}')} output tokens/s "
+          f"({found['tokens_per_s'].basis})")
     facts = [["duration", _s(result.duration_s)], ["throughput", f"{result.tokens_per_s:.1f} output tokens/s, "
                                                                  f"{result.requests_per_s:.2f} requests/s"]]
     if result.goodput is not None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import (
     add_fanout_arguments,
     add_ideal_argument,
@@ -69,11 +70,19 @@ def register(commands) -> None:
     add_set_argument(train)
     add_ideal_argument(train)
     add_fanout_arguments(train)
+    intervals.add_confidence_argument(train)
     train.add_argument("--json", action="store_true")
     train.set_defaults(handler=_train)
 
 
 _count = whole_number(1)
+
+
+def _step_intervals(hardware, result, confidence: float) -> dict:
+    """A training step's headline figures with their intervals (MFU is a rate: FLOPs per second over the peak)."""
+    return intervals.intervals(hardware, "training", confidence, {
+        "step_s": (result.step_s, "time"), "tokens_per_s": (result.tokens_per_s, "rate"),
+        "tokens_per_s_per_chip": (result.tokens_per_s_per_chip, "rate"), "mfu": (result.mfu, "rate")})
 
 
 _names = comma_names("name", "q_proj,k_proj")
@@ -132,30 +141,46 @@ def _train(args) -> int:
         from perfmodel.plotting import plot_training_breakdown, save_figure
 
         save_figure(plot_training_breakdown(results), args.chart)
+    found = [_step_intervals(hardware, result, args.confidence) for result in results]
     if args.json:
-        print(json_text([result.to_dict() for result in results] if args.search else results[0].to_dict(), indent=1))
+        data = [{**result.to_dict(), "intervals": intervals.to_json(bands)}
+                for result, bands in zip(results, found, strict=True)]
+        print(json_text(data if args.search else data[0], indent=1))
         return 0
+
+    def seconds(value: float) -> str:
+        return format_quantity(value, "seconds")
+
     first = results[0]
     print(f"{header} ({first.mode} mode; parameters: {first.parameters}); global batch {args.global_batch} x "
           f"{args.seq} tokens")
     if args.search:
-        rows = [[r.layout.label(), r.setup.recompute, format_quantity(r.step_s, "seconds"),
+        rows = [[r.layout.label(), r.setup.recompute, seconds(r.step_s), intervals.text(bands["step_s"], seconds),
                  f"{r.tokens_per_s_per_chip:.0f}", f"{100 * r.mfu:.1f}%",
-                 format_quantity(r.memory.total, "bytes", binary=True), r.bound] for r in results]
-        print(format_table(["layout", "recompute", "step", "tokens/s/chip", "MFU", "memory/chip", "bound"], rows))
+                 format_quantity(r.memory.total, "bytes", binary=True), r.bound] for r, bands in zip(results, found,
+                                                                                                      strict=True)]
+        print(format_table(["layout", "recompute", "step", f"step {intervals.heading(args.confidence)}",
+                            "tokens/s/chip", "MFU", "memory/chip", "bound"], rows))
+        print(f"interval: {found[0]['step_s'].basis}")
         return 0
+    bands = found[0]
     result = first
     memory = ", ".join(f"{key} {format_quantity(value, 'bytes', binary=True)}"
                        for key, value in result.memory.as_dict().items())
     rows = [["layout", result.layout.label()], ["recompute", result.setup.recompute],
-            ["step time", format_quantity(result.step_s, "seconds")],
-            ["tokens/s", f"{result.tokens_per_s:,.0f}"], ["tokens/s per chip", f"{result.tokens_per_s_per_chip:,.1f}"],
-            ["MFU / HFU", f"{100 * result.mfu:.1f}% / {100 * result.hfu:.1f}%"],
+            ["step time", seconds(result.step_s), intervals.text(bands["step_s"], seconds)],
+            ["tokens/s", f"{result.tokens_per_s:,.0f}", intervals.text(bands["tokens_per_s"], lambda v: f"{v:,.0f}")],
+            ["tokens/s per chip", f"{result.tokens_per_s_per_chip:,.1f}",
+             intervals.text(bands["tokens_per_s_per_chip"], lambda v: f"{v:,.1f}")],
+            ["MFU / HFU", f"{100 * result.mfu:.1f}% / {100 * result.hfu:.1f}%",
+             "MFU " + intervals.text(bands["mfu"], lambda v: f"{100 * v:.1f}%")],
             ["memory per chip", memory],
             ["fits", f"{'yes' if result.fits else 'NO'} ({format_quantity(result.memory.total, 'bytes', binary=True)} "
                      f"of {format_quantity(result.capacity_bytes, 'bytes', binary=True)})"],
             ["bound", result.bound], ["power", format_quantity(result.power_watts, "watts")]]
-    print(format_table(["metric", "value"], rows))
+    print(format_table(["metric", "value", intervals.heading(args.confidence)], [row + [""] * (3 - len(row))
+                                                                                 for row in rows]))
+    print(f"interval: {bands['step_s'].basis}")
     phases = [[phase.replace("_", " "), format_quantity(value, "seconds"), f"{100 * value / result.step_s:.1f}%"]
               for phase, value in result.time_by_phase.items() if value > 0]
     print(format_table(["phase", "time", "share"], phases))

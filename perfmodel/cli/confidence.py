@@ -1,0 +1,54 @@
+"""``--confidence``: the interval every command prints beside its headline figures (``perfmodel.intervals``)."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable, Mapping
+
+from perfmodel.uncertainty import DEFAULT_CONFIDENCE, Interval, interval
+
+
+def _confidence(text: str) -> float:
+    """A confidence as 0.8 or 80% (argparse type)."""
+    try:
+        value = float(text[:-1]) / 100 if text.strip().endswith("%") else float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a confidence such as 0.8 or 80%, got {text!r}") from None
+    if not 0 < value < 1:
+        raise argparse.ArgumentTypeError(f"must be between 0 and 1 (or 0% and 100%), exclusive; got {text!r}")
+    return value
+
+
+def add_confidence_argument(parser) -> None:
+    parser.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE, metavar="C",
+                        help=f"coverage of the printed intervals, e.g. 0.9 or 90%% (default {DEFAULT_CONFIDENCE:g}): "
+                             "split-conformal bands from the residuals of the published measurements of the "
+                             "system's family and kind of prediction (perfmodel validate); none where there is "
+                             "no evidence")
+
+
+def intervals(hardware, kind: str, confidence: float, figures: Mapping[str, tuple[float, str]]) -> dict[str, Interval]:
+    """Each figure ``name -> (value, 'time' | 'rate')`` with its interval on ``hardware``."""
+    from perfmodel.intervals import band_for
+
+    band = band_for(hardware, kind, confidence)
+    return {name: interval(value, band, orientation) for name, (value, orientation) in figures.items()}
+
+
+def to_json(found: Mapping[str, Interval]) -> dict:
+    """The JSON block: ``{"confidence", "basis", name: {"low", "high"}}`` (one basis for all the figures)."""
+    first = next(iter(found.values()), None)
+    block: dict = {"confidence": first.confidence if first else None, "basis": first.basis if first else None}
+    block.update({name: {"low": item.low, "high": item.high} for name, item in found.items()})
+    return block
+
+
+def text(item: Interval, style: Callable[[float], str]) -> str:
+    """``[low, high]`` in ``style``, or ``no evidence``."""
+    if item.low is None or item.high is None:
+        return "no evidence"
+    return f"{style(item.low)} - {style(item.high)}"
+
+
+def heading(confidence: float) -> str:
+    return f"{round(100 * confidence, 1):g}% interval"

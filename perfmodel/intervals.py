@@ -1,0 +1,254 @@
+"""The residual table behind every interval, and the band a prediction gets from it (edge module).
+
+``workloads/validation/interval_residuals.json`` holds, for each parameter set (``achievable``: what
+``perfmodel validate`` prices with; ``ideal``: ``validate --ideal``, the datasheet), every reproduced
+published measurement's family, kind of prediction (``validation.PREDICTION_KINDS``), device, source
+and residual (``perfmodel.uncertainty``: ``log(predicted time / measured time)``). It is stored, not
+computed at run time, because reproducing the rows takes about 30 s per parameter set (the served
+rows simulate tens of thousands of requests); ``python -m perfmodel.intervals --write`` regenerates it,
+and ``tests/test_intervals.py`` fails when it no longer matches what ``validate`` predicts.
+
+A prediction's band (``band_for``): the split-conformal band of the residuals of its family and kind
+under its parameter set; where that kind has too few residuals (``uncertainty.minimum_residuals``), the
+family's residuals of every kind, saying so; where the device itself has no reproduced measurement, or
+the spec is a what-if (``--set``), no band: there is no evidence for it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.loader import ACHIEVABLE_SUFFIX, SERVING_ENGINES, WHAT_IF_SCALED_SOURCE, WHAT_IF_SOURCE
+from perfmodel.hardware.model import Hardware
+from perfmodel.paths import data_directory
+from perfmodel.uncertainty import RATE, TIME, Band, conformal_band, conformal_quantile, minimum_residuals
+
+PARAMETER_SETS = ("achievable", "ideal")
+TIME_UNITS = ("ms", "ms/token", "s", "us", "hours")
+GENERATED_BY = "python -m perfmodel.intervals --write"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Residual:
+    """One reproduced published measurement, as the intervals use it."""
+
+    line: int
+    family: str
+    kind: str
+    device: str        # the catalog device (overlay suffixes removed)
+    source: str
+    predicted: float
+    measured: float
+    orientation: str   # "time" or "rate"
+    residual: float    # log(predicted time / measured time)
+
+
+def orientation(unit: str) -> str | None:
+    """Whether a row's unit is a time or a rate (a reciprocal time); None for anything else (watts...)."""
+    text = unit.strip()
+    if text in TIME_UNITS:
+        return TIME
+    if "/s" in text or text == "%":  # % is MFU/HFU: FLOPs per second over the peak
+        return RATE
+    return None
+
+
+def device_of(name: str) -> str:
+    """The catalog device a spec name belongs to: ``h100-sxm-trtllm`` and ``h100-sxm-achievable`` -> ``h100-sxm``."""
+    for suffix in (ACHIEVABLE_SUFFIX, *[f"-{engine}" for engine in SERVING_ENGINES]):
+        if name.endswith(suffix):
+            return name.removesuffix(suffix)
+    return name
+
+
+def residuals_of(rows: Iterable) -> list[Residual]:
+    """The residuals of ``validation.ValidationRow``s that were predicted, with a time or rate unit."""
+    result = []
+    for row in rows:
+        if row.predicted is None or not row.measured or row.predicted <= 0 or row.measured <= 0:
+            continue
+        sense = orientation(row.unit)
+        if sense is None:
+            continue
+        ratio = math.log(row.predicted / row.measured)
+        result.append(Residual(line=row.line, family=row.family, kind=row.kind, device=device_of(row.hardware),
+                               source=row.source, predicted=row.predicted, measured=row.measured, orientation=sense,
+                               residual=ratio if sense == TIME else -ratio))
+    return result
+
+
+def build_table(csv_path: str | Path | None = None) -> dict:
+    """Every parameter set's residuals, from ``validation.validate`` (about a minute)."""
+    from perfmodel.validation import validate
+
+    sets = {name: [asdict(item) for item in residuals_of(validate(csv_path, ideal=name == "ideal"))]
+            for name in PARAMETER_SETS}
+    return {"generated_by": GENERATED_BY, "residual": "log(predicted time / measured time); rates are reciprocal times",
+            "sets": sets}
+
+
+def table_path() -> Path:
+    return data_directory("workloads") / "validation" / "interval_residuals.json"
+
+
+def write_table(path: str | Path | None = None) -> Path:
+    from perfmodel.yaml_source import write_text_atomically
+
+    target = Path(path) if path else table_path()
+    write_text_atomically(target, json.dumps(build_table(), indent=1, sort_keys=True) + "\n")
+    load_table.cache_clear()
+    return target
+
+
+@functools.lru_cache(maxsize=4)
+def load_table(path: str | None = None) -> dict[str, tuple[Residual, ...]]:
+    """The stored residuals per parameter set."""
+    target = Path(path) if path else table_path()
+    try:
+        data = json.loads(target.read_text(encoding="utf-8"))
+        return {name: tuple(Residual(**item) for item in data["sets"][name]) for name in PARAMETER_SETS}
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise PerfmodelError(f"cannot read the interval residuals {target}: {error}; regenerate them with "
+                             f"'{GENERATED_BY}'") from None
+
+
+def parameter_set_of(hardware: Hardware) -> str:
+    """``ideal`` for the datasheet parameters, else ``achievable`` (the residuals of the shipped overlays)."""
+    return "ideal" if hardware.efficiency is None or hardware.efficiency.kind == "ideal" else "achievable"
+
+
+def is_what_if(hardware: Hardware) -> bool:
+    return any(source in (WHAT_IF_SOURCE, WHAT_IF_SCALED_SOURCE) for source in hardware.field_sources.values())
+
+
+def percent(confidence: float) -> str:
+    return f"{round(100 * confidence, 1):g}%"
+
+
+def _evidence(residuals: Sequence[Residual], family: str, kind: str, confidence: float) -> tuple[list[float], str]:
+    """The residuals a ``family``/``kind`` band rests on and what they are ([] and why not, when too few)."""
+    family_rows = [item.residual for item in residuals if item.family == family]
+    kind_rows = [item.residual for item in residuals if item.family == family and item.kind == kind]
+    needed = minimum_residuals(confidence)
+    if len(kind_rows) >= needed:
+        return kind_rows, f"{len(kind_rows)} residuals of {family} {kind} predictions"
+    if len(family_rows) >= needed:
+        return family_rows, (f"{len(family_rows)} residuals of {family} predictions of every kind "
+                             f"({kind}: {len(kind_rows)}, fewer than {needed})")
+    return [], (f"no interval: {len(family_rows)} reproduced measurement(s) of {family}, a {percent(confidence)} "
+                f"interval needs at least {needed}")
+
+
+def band_of(residuals: Sequence[Residual], family: str, kind: str, confidence: float, parameter_set: str) -> Band:
+    """The band of ``family``'s ``kind`` predictions from ``residuals`` (see the module docstring)."""
+    chosen, what = _evidence(residuals, family, kind, confidence)
+    level = percent(confidence)
+    if not chosen:
+        return Band(confidence=confidence, basis=what)
+    bounds = conformal_band(chosen, confidence)
+    assert bounds is not None
+    return Band(confidence=confidence, low=bounds[0], high=bounds[1], residuals=len(chosen),
+                basis=f"{level} split-conformal on {what} ({parameter_set} parameters)")
+
+
+def _residuals_for(hardware: Hardware, confidence: float, path: str | None) -> tuple[Sequence[Residual], str]:
+    """The residuals of ``hardware``'s parameter set, or () and why there is no evidence for it."""
+    level = percent(confidence)
+    if is_what_if(hardware):
+        return (), f"no {level} interval: a what-if spec (--set), never measured"
+    parameter_set = parameter_set_of(hardware)
+    residuals = load_table(path)[parameter_set]
+    device = device_of(hardware.name)
+    if not any(item.device == device for item in residuals):
+        return (), f"no {level} interval: no published measurement of {device} is reproduced ({parameter_set} parameters)"
+    return residuals, parameter_set
+
+
+def band_for(hardware: Hardware, kind: str, confidence: float, path: str | None = None) -> Band:
+    """The band of a prediction of ``kind`` on ``hardware`` (its family, device and parameter set)."""
+    residuals, parameter_set = _residuals_for(hardware, confidence, path)
+    if not residuals:
+        return Band(confidence=confidence, basis=parameter_set)
+    return band_of(residuals, hardware.family, kind, confidence, parameter_set)
+
+
+def time_factor(hardware: Hardware, kind: str, confidence: float | None, path: str | None = None) -> tuple[float, str]:
+    """(f, basis): a predicted time ``T`` stays at or under a target ``L`` with probability ``confidence`` when
+    ``T <= f L``; ``f = exp(q)`` with ``q`` the residuals' one-sided conformal quantile at ``1 - confidence``
+    (the true time is ``T exp(-r)``). ``confidence`` None: at the median (``q`` the median residual).
+    No evidence: f = 1 (the point prediction) and the basis says so."""
+    level = 0.5 if confidence is None else 1 - confidence
+    check = 0.8 if confidence is None else confidence  # which residuals: as the displayed intervals choose them
+    residuals, parameter_set = _residuals_for(hardware, check, path)
+    if not residuals:
+        return 1.0, parameter_set + "; point prediction used"
+    chosen, what = _evidence(residuals, hardware.family, kind, check)
+    quantile = conformal_quantile(chosen, level) if chosen else None
+    if quantile is None:
+        return 1.0, what + "; point prediction used"
+    at = "the median" if confidence is None else f"{percent(confidence)} one-sided"
+    return math.exp(quantile), f"{at} of {what} ({parameter_set} parameters)"
+
+
+# ---- held-out coverage -----------------------------------------------------------------------
+
+@dataclass(frozen=True, kw_only=True)
+class Coverage:
+    family: str
+    rows: int          # residuals of the family
+    banded: int        # rows that got a band with their source held out
+    covered: int       # of those, rows whose residual the band covers
+    median_width: float | None  # median of exp(high - low): the ratio of an interval's ends
+
+    @property
+    def share(self) -> float | None:
+        return self.covered / self.banded if self.banded else None
+
+
+def heldout_coverage(residuals: Sequence[Residual], confidence: float) -> list[Coverage]:
+    """Each row's residual against the band built without its source's rows (every row of the same
+    source held out together), per family."""
+    result = []
+    for family in sorted({item.family for item in residuals}):
+        members = [item for item in residuals if item.family == family]
+        covered, banded, widths = 0, 0, []
+        for item in members:
+            kept = [other for other in residuals if other.source != item.source]
+            band = band_of(kept, family, item.kind, confidence, "")
+            if not band.known:
+                continue
+            assert band.low is not None and band.high is not None
+            banded += 1
+            covered += band.low <= item.residual <= band.high
+            widths.append(math.exp(band.high - band.low))
+        result.append(Coverage(family=family, rows=len(members), banded=banded, covered=covered,
+                               median_width=float(np.median(widths)) if widths else None))
+    return result
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m perfmodel.intervals",
+                                     description="regenerate the residual table behind perfmodel's intervals")
+    parser.add_argument("--write", nargs="?", const="", metavar="PATH",
+                        help=f"write the table (default {table_path()})")
+    args = parser.parse_args(argv)
+    if args.write is None:
+        parser.print_help()
+        return 2
+    target = write_table(args.write or None)
+    print(f"wrote {target}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

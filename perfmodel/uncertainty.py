@@ -1,0 +1,211 @@
+"""Prediction intervals: model-form error from conformal residuals, parameter error from a fit's covariance.
+
+Pure core (numpy and the standard library only). Conventions:
+
+* A **residual** is ``log(predicted time / measured time)`` of one published measurement: a rate
+  (tokens/s, TFLOP/s, GB/s, MFU) is a reciprocal time, so its residual is ``-log(predicted / measured)``.
+  One orientation for every metric lets a throughput row and a latency row of the same family inform
+  the same band.
+* **Split-conformal band** at confidence ``c`` (``alpha = 1 - c``): the residuals' quantiles at
+  ``alpha / 2`` and ``1 - alpha / 2`` taken at plotting position ``p (n + 1)`` (numpy's ``weibull``
+  method): for exchangeable residuals the expected share of a new residual below the ``k``-th smallest
+  is ``k / (n + 1)``, so the band covers a new row with probability ``c`` in expectation. The rank
+  ``(n + 1) alpha / 2`` must be at least 1, else the band would extrapolate past the sample: fewer than
+  ``minimum_residuals(c)`` residuals (9 at 80%) give no band, and the interval says so.
+* A true **time** lies in ``[T exp(-high), T exp(-low)]`` for a predicted time ``T`` and a band
+  ``[low, high]``; a true **rate** ``R`` in ``[R exp(low), R exp(high)]``.
+* **Parameter error**: a fit's parameters are log-normal (the fit works in log space) with the fit's
+  log-space covariance; a sample of parameter sets is evaluated and the spread of
+  ``log(sampled / nominal)`` at the same confidence is that source's band.
+* **Combined**: the two sources are taken as independent and each side's log half-width adds in
+  quadrature (``sqrt(a^2 + b^2)``), the band's centre (the model's bias) kept from the residuals. The
+  residuals were measured with the shipped parameters, so they already hold the shipped fit's error at
+  the validated points; the quadrature sum is therefore conservative (wider) where both apply.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from perfmodel.hardware.model import Parameters
+
+DEFAULT_CONFIDENCE = 0.8
+RATE, TIME = "rate", "time"
+
+
+def minimum_residuals(confidence: float) -> int:
+    """The fewest residuals whose conformal band at ``confidence`` stays inside the sample:
+    ``(n + 1) (1 - confidence) / 2 >= 1``."""
+    check_confidence(confidence)
+    return math.ceil(2 / (1 - confidence) - 1 - 1e-9)
+
+
+def check_confidence(confidence: float) -> None:
+    if not 0 < confidence < 1:
+        raise ValueError(f"confidence must be between 0 and 1 (exclusive), got {confidence!r}")
+
+
+def conformal_band(residuals: Sequence[float] | np.ndarray, confidence: float) -> tuple[float, float] | None:
+    """(low, high) log-residual quantiles covering ``confidence`` of new residuals; None when there are
+    fewer than ``minimum_residuals(confidence)``."""
+    values = np.asarray(residuals, dtype=float)
+    if values.size < minimum_residuals(confidence):
+        return None
+    alpha = 1 - confidence
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2], method="weibull")
+    return float(low), float(high)
+
+
+def conformal_quantile(residuals: Sequence[float] | np.ndarray, level: float) -> float | None:
+    """The residuals' one-sided conformal quantile at ``level`` (plotting position ``level (n + 1)``);
+    None when that rank falls outside ``1..n`` (too few residuals for the level)."""
+    values = np.asarray(residuals, dtype=float)
+    rank = level * (values.size + 1)
+    if values.size == 0 or rank < 1 - 1e-9 or rank > values.size + 1e-9:
+        return None
+    return float(np.quantile(values, level, method="weibull"))
+
+
+def covers(band: tuple[float, float], residual: float) -> bool:
+    return band[0] <= residual <= band[1]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Band:
+    """A band of log residuals (time orientation) at a confidence, with what it rests on.
+    ``low``/``high`` None: no evidence (``basis`` says why)."""
+
+    confidence: float
+    basis: str
+    low: float | None = None
+    high: float | None = None
+    residuals: int = 0
+
+    @property
+    def known(self) -> bool:
+        return self.low is not None and self.high is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """A predicted value with its ``low``-``high`` interval at ``confidence`` (None: no evidence)."""
+
+    value: float
+    confidence: float
+    basis: str
+    low: float | None = None
+    high: float | None = None
+
+    def to_dict(self) -> dict:
+        return {"value": self.value, "low": self.low, "high": self.high, "confidence": self.confidence,
+                "basis": self.basis}
+
+    def scaled(self, factor: float) -> Interval:
+        """The same interval of ``factor`` x the quantity (a per-chip rate from a total, say); factor > 0."""
+        return replace(self, value=self.value * factor, low=None if self.low is None else self.low * factor,
+                       high=None if self.high is None else self.high * factor)
+
+
+def interval(value: float, band: Band, orientation: str) -> Interval:
+    """``value`` (a time or a rate, ``orientation``) with ``band``'s interval."""
+    if orientation not in (RATE, TIME):
+        raise ValueError(f"orientation must be {RATE!r} or {TIME!r}, got {orientation!r}")
+    if not band.known or not math.isfinite(value):
+        return Interval(value=value, confidence=band.confidence, basis=band.basis)
+    assert band.low is not None and band.high is not None
+    if orientation == TIME:
+        low, high = value * math.exp(-band.high), value * math.exp(-band.low)
+    else:
+        low, high = value * math.exp(band.low), value * math.exp(band.high)
+    return Interval(value=value, confidence=band.confidence, basis=band.basis, low=low, high=high)
+
+
+def combine(model_form: Band, parameter: tuple[float, float] | None, parameter_basis: str = "") -> Band:
+    """``model_form`` widened by a parameter band ``(low, high)`` (log spread around the nominal
+    prediction, time orientation): each side's half-width adds in quadrature to the residual band's
+    distance from its centre. No model-form evidence stays no evidence: a parameter spread alone
+    would claim a precision the model has not shown."""
+    if not model_form.known or parameter is None:
+        return model_form
+    assert model_form.low is not None and model_form.high is not None
+    centre = (model_form.low + model_form.high) / 2
+    below = math.hypot(centre - model_form.low, -parameter[0])
+    above = math.hypot(model_form.high - centre, parameter[1])
+    basis = model_form.basis + (f"; with {parameter_basis}" if parameter_basis else "")
+    return replace(model_form, low=centre - below, high=centre + above, basis=basis)
+
+
+# ---- parameter uncertainty -------------------------------------------------------------------
+
+PARAMETER_GROUPS = (  # fit name prefix -> Parameters field
+    ("compute:", "compute_efficiency"), ("memory:", "memory_efficiency"), ("latency:", "compute_latency_s"),
+    ("memory_latency:", "memory_latency_s"), ("link:", "link_efficiency"),
+    ("collective_latency:", "collective_latency_s"),
+)
+
+
+def parameter_samples(nominal: Parameters, names: Sequence[str], log_covariance: np.ndarray, samples: int,
+                      seed: int = 0) -> list[Parameters]:
+    """``samples`` parameter sets drawn log-normally around ``nominal``: the fitted parameters ``names``
+    (a fit's names: ``compute:matmul``, ``memory:hbm``, ``latency:matmul``...) move together with
+    ``log_covariance`` (their fit's covariance in log space); the others stay at ``nominal``. A name
+    ``nominal`` does not carry is skipped (the fit left it unwritten)."""
+    covariance = np.asarray(log_covariance, dtype=float)
+    if covariance.shape != (len(names), len(names)):
+        raise ValueError(f"covariance of shape {covariance.shape} for {len(names)} parameters")
+    rng = np.random.default_rng(seed)
+    finite = np.all(np.isfinite(covariance), axis=0) & np.all(np.isfinite(covariance), axis=1)
+    kept = [index for index, name in enumerate(names) if finite[index] and _field_of(nominal, name) is not None]
+    if not kept:
+        return [nominal] * samples
+    block = covariance[np.ix_(kept, kept)]
+    draws = rng.multivariate_normal(np.zeros(len(kept)), block, size=samples, method="eigh")
+    result = []
+    for draw in draws:
+        tables: dict[str, dict[str, float]] = {}
+        for offset, index in enumerate(kept):
+            field_name, key = _field_of(nominal, names[index])  # type: ignore[misc]
+            table = tables.setdefault(field_name, dict(getattr(nominal, field_name)))
+            table[key] = table[key] * math.exp(draw[offset])
+        result.append(replace(nominal, **tables))
+    return result
+
+
+def _field_of(parameters: Parameters, name: str) -> tuple[str, str] | None:
+    """(Parameters field, key) a fit's parameter ``name`` is written to, if ``parameters`` carries it."""
+    for prefix, field_name in PARAMETER_GROUPS:
+        if name.startswith(prefix) and not (prefix == "memory:" and name.startswith("memory_latency:")):
+            key = name.removeprefix(prefix)
+            return (field_name, key) if key in getattr(parameters, field_name) else None
+    return None
+
+
+def parameter_band(nominal: float, sampled: Sequence[float] | np.ndarray, confidence: float,
+                   orientation: str) -> tuple[float, float]:
+    """The log spread (time orientation) of ``sampled`` predictions around ``nominal`` at ``confidence``:
+    central quantiles of ``log(sampled / nominal)`` (negated for a rate)."""
+    check_confidence(confidence)
+    values = np.log(np.asarray(sampled, dtype=float) / nominal)
+    if orientation == RATE:
+        values = -values
+    alpha = 1 - confidence
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2])
+    return float(low), float(high)
+
+
+def propagate(evaluate: Callable[[Parameters], float], samples: Sequence[Parameters], nominal: Parameters,
+              confidence: float, orientation: str) -> tuple[float, float]:
+    """The parameter band of one prediction: ``evaluate`` at ``nominal`` and at every sampled set."""
+    centre = evaluate(nominal)
+    return parameter_band(centre, [evaluate(sample) for sample in samples], confidence, orientation)
+
+
+def fit_covariance(names: Sequence[str], log_standard_errors: Mapping[str, float]) -> np.ndarray:
+    """A diagonal log covariance from per-parameter log standard errors (when a fit reports no
+    correlations); a missing or infinite error gives an infinite variance (the parameter is skipped)."""
+    variances = [log_standard_errors.get(name, math.inf) ** 2 for name in names]
+    return np.diag(variances)

@@ -1,0 +1,233 @@
+"""Prediction intervals (issue 32): the conformal arithmetic, the stored residual table, parameter
+uncertainty from a fit's covariance, and the commands that print them."""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+from perfmodel.uncertainty import (
+    RATE,
+    TIME,
+    Band,
+    combine,
+    conformal_band,
+    conformal_quantile,
+    interval,
+    minimum_residuals,
+    parameter_band,
+    parameter_samples,
+)
+
+
+def test_conformal_band_hand_worked():
+    # n = 19 at 80%: ranks 0.1 x 20 = 2 and 0.9 x 20 = 18 of the sorted residuals.
+    residuals = np.arange(1.0, 20.0)[::-1]
+    assert conformal_band(residuals, 0.8) == pytest.approx((2.0, 18.0))
+    # rank 0.05 x 20 = 1 and 0.95 x 20 = 19: the sample's ends at 90%.
+    assert conformal_band(residuals, 0.9) == pytest.approx((1.0, 19.0))
+    assert conformal_band(residuals, 0.95) is None  # rank 0.025 x 20 = 0.5 < 1: past the sample
+    assert minimum_residuals(0.8) == 9 and minimum_residuals(0.9) == 19 and minimum_residuals(0.5) == 3
+    assert conformal_band(residuals[:8], 0.8) is None and conformal_band(residuals[:9], 0.8) is not None
+    assert conformal_quantile(residuals, 0.5) == pytest.approx(10.0)
+    assert conformal_quantile(residuals[:3], 0.2) is None  # rank 0.8 < 1
+
+
+def test_conformal_band_covers_its_confidence_on_exchangeable_data():
+    rng = np.random.default_rng(3)
+    trials, n = 4000, 20
+    samples = rng.standard_t(df=3, size=(trials, n + 1))
+    hits = 0
+    for row in samples:
+        low, high = conformal_band(row[:n], 0.8)
+        hits += low <= row[n] <= high
+    assert abs(hits / trials - 0.8) < 0.02
+
+
+def test_interval_orientation():
+    band = Band(confidence=0.8, basis="test", low=-0.1, high=0.2, residuals=10)
+    time = interval(2.0, band, TIME)  # true time = predicted x exp(-residual)
+    assert time.low == pytest.approx(2 * math.exp(-0.2)) and time.high == pytest.approx(2 * math.exp(0.1))
+    rate = interval(2.0, band, RATE)  # a rate is a reciprocal time
+    assert rate.low == pytest.approx(2 * math.exp(-0.1)) and rate.high == pytest.approx(2 * math.exp(0.2))
+    unknown = interval(2.0, Band(confidence=0.8, basis="no evidence"), TIME)
+    assert unknown.low is None and unknown.high is None and unknown.basis == "no evidence"
+
+
+def test_combine_adds_half_widths_in_quadrature_and_keeps_no_evidence():
+    band = Band(confidence=0.8, basis="b", low=-0.3, high=0.1, residuals=10)  # centre -0.1, half-width 0.2
+    combined = combine(band, (-0.15, 0.15), "fit")
+    assert combined.low == pytest.approx(-0.1 - math.hypot(0.2, 0.15))
+    assert combined.high == pytest.approx(-0.1 + math.hypot(0.2, 0.15))
+    assert combined.basis == "b; with fit"
+    none = Band(confidence=0.8, basis="none")
+    assert combine(none, (-1.0, 1.0)) is none
+
+
+def test_residual_orientation_of_units():
+    from perfmodel.intervals import device_of, orientation
+
+    assert orientation("ms") == TIME and orientation("s") == TIME and orientation("tok/s/GPU") == RATE
+    assert orientation("TFLOP/s") == RATE and orientation("%") == RATE and orientation("W") is None
+    assert device_of("h100-sxm-trtllm") == "h100-sxm" and device_of("tpu-v5p-achievable") == "tpu-v5p"
+
+
+@pytest.mark.parametrize("parameter_set", ["achievable", "ideal"])
+def test_stored_residual_table_matches_validate(parameter_set):
+    """The shipped table is what ``validate`` predicts today: regenerate with
+    ``python -m perfmodel.intervals --write`` when this fails."""
+    from perfmodel.intervals import load_table, residuals_of
+    from perfmodel.validation import validate
+
+    fresh = residuals_of(validate(ideal=parameter_set == "ideal"))
+    stored = load_table()[parameter_set]
+    assert [item.line for item in stored] == [item.line for item in fresh], \
+        "stale interval_residuals.json: run python -m perfmodel.intervals --write"
+    for old, new in zip(stored, fresh, strict=True):
+        assert (old.family, old.kind, old.device, old.source, old.orientation) == \
+            (new.family, new.kind, new.device, new.source, new.orientation), old.line
+        assert old.predicted == pytest.approx(new.predicted, rel=1e-9), \
+            f"line {old.line}: stale interval_residuals.json: run python -m perfmodel.intervals --write"
+
+
+def test_band_for_states_its_basis_and_refuses_without_evidence():
+    from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.intervals import band_for
+
+    h100 = band_for(load_for_prediction("h100-sxm", engine=None), "scenario", 0.8)
+    assert h100.known and h100.residuals >= 9 and "gpu scenario" in h100.basis and "80%" in h100.basis
+    ideal = band_for(load_for_prediction("h100-sxm", ideal=True), "scenario", 0.8)
+    assert "ideal parameters" in ideal.basis and (ideal.low, ideal.high) != (h100.low, h100.high)
+    what_if = band_for(load_for_prediction("h100-sxm", overrides={"memory.hbm.bandwidth": "6 TB/s"}), "scenario", 0.8)
+    assert not what_if.known and "what-if" in what_if.basis
+    unmeasured = band_for(load_for_prediction("mi300x"), "scenario", 0.8)
+    assert not unmeasured.known and "mi300x" in unmeasured.basis
+    groq = band_for(load_for_prediction("groq-lpu-v1"), "scenario", 0.8)  # 4 rows: fewer than 9
+    assert not groq.known and "at least 9" in groq.basis
+    # A kind with too few residuals borrows its family's, and says so.
+    tpu_served = band_for(load_for_prediction("tpu-v6e"), "served", 0.8)
+    assert tpu_served.known and "every kind" in tpu_served.basis
+
+
+def _gemm_graph():
+    from perfmodel.workload.ir import Graph, Op, TensorSpec
+
+    ops = []
+    for size in (256, 1024, 4096):
+        operands = (TensorSpec(shape=(size, size), dtype="bf16"),) * 2
+        ops.append(Op(name=f"gemm{size}", kind="matmul", inputs=operands,
+                      outputs=(TensorSpec(shape=(size, size), dtype="bf16"),),
+                      attrs={"m": size, "n": size, "k": size}))
+    return Graph(name="gemms", ops=ops)
+
+
+def test_parameter_interval_shrinks_when_calibration_data_grows():
+    """Fit H100's achievable parameters on 25% and on 100% of its published microbenchmarks (every fourth
+    record of each class, in file order): the parameter band of the same GEMMs is wider from the quarter."""
+    from calibration.achievable import device_time_hardware, published_records
+    from calibration.fit import fit
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline import evaluate
+
+    hardware = load_hardware("h100-sxm")
+    records = published_records("h100-sxm", hardware).records
+    seen: dict[str, int] = {}
+    quarter = []
+    for record in records:
+        seen[record.op_class] = seen.get(record.op_class, 0) + 1
+        if seen[record.op_class] % 4 == 1:
+            quarter.append(record)
+    graph, device = _gemm_graph(), device_time_hardware(hardware)
+    widths = []
+    for subset in (quarter, records):
+        result = fit(subset, device, mode="graph", folds=0, extra_seeds=0)
+        nominal = result.parameters("h100-test")
+        names = list(result.params)
+        samples = parameter_samples(nominal, names, result.log_covariance, 200, seed=1)
+        assert len(samples) == 200 and samples[0] != nominal
+        centre = evaluate(graph, device, mode="graph", parameters=nominal).total_s
+        sampled = [evaluate(graph, device, mode="graph", parameters=sample).total_s for sample in samples]
+        low, high = parameter_band(centre, sampled, 0.8, TIME)
+        assert low < 0 < high
+        widths.append(high - low)
+    assert widths[0] > 1.3 * widths[1], widths
+
+
+def test_parameter_samples_follow_the_covariance():
+    from perfmodel.hardware.model import Parameters
+
+    nominal = Parameters(name="p", kind="calibrated", compute_efficiency={"matmul": 0.8},
+                         memory_efficiency={"hbm": 0.9})
+    covariance = np.array([[0.01, 0.0], [0.0, 0.04]])
+    samples = parameter_samples(nominal, ["compute:matmul", "memory:hbm"], covariance, 4000, seed=0)
+    compute = np.log([sample.compute_efficiency["matmul"] / 0.8 for sample in samples])
+    memory = np.log([sample.memory_efficiency["hbm"] / 0.9 for sample in samples])
+    assert np.std(compute) == pytest.approx(0.1, rel=0.05) and np.std(memory) == pytest.approx(0.2, rel=0.05)
+    # An unbound parameter (infinite variance) stays at its nominal value.
+    fixed = parameter_samples(nominal, ["compute:matmul", "memory:hbm"], np.diag([0.01, np.inf]), 10, seed=0)
+    assert all(sample.memory_efficiency["hbm"] == 0.9 for sample in fixed)
+
+
+def test_llm_json_carries_intervals(capsys):
+    from perfmodel.cli import main
+
+    assert main(["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--batch", "8", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    block = data["intervals"]
+    assert block["confidence"] == 0.8 and "gpu scenario" in block["basis"]
+    for name in ("ttft_s", "tpot_s", "tokens_per_s"):
+        assert block[name]["low"] < data[name] < block[name]["high"]
+    assert main(["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--batch", "8", "--json",
+                 "--confidence", "90%"]) == 0
+    wider = json.loads(capsys.readouterr().out)["intervals"]["tpot_s"]
+    assert wider["high"] - wider["low"] > block["tpot_s"]["high"] - block["tpot_s"]["low"]
+
+
+def test_confidence_option_rejects_bad_values(capsys):
+    from perfmodel.cli import main
+
+    assert main(["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--confidence", "1.5"]) == 2
+    assert "between 0 and 1" in capsys.readouterr().err
+
+
+def test_size_holds_targets_at_the_confidence(capsys):
+    from perfmodel.cli import main
+
+    command = ["size", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--rate", "5/s", "--tpot-p99", "20ms",
+               "--requests", "60", "--json"]
+    assert main(command) == 0
+    at_80 = json.loads(capsys.readouterr().out)["h100-sxm"]["confidence"]
+    assert main(command + ["--at-median"]) == 0
+    median = json.loads(capsys.readouterr().out)["h100-sxm"]["confidence"]
+    assert at_80["level"] == 0.8 and median["level"] is None
+    # Holding a target at 80% is stricter than at the median: the allowed predicted time is smaller.
+    assert at_80["limit_factor"] < median["limit_factor"]
+    assert "one-sided" in at_80["basis"] and "median" in median["basis"]
+
+
+def test_heldout_coverage_counts_rows_per_family():
+    from perfmodel.intervals import Residual, heldout_coverage
+
+    rng = np.random.default_rng(0)
+    rows = [Residual(line=index, family="gpu", kind="kernel", device="d", source=f"s{index % 12}", predicted=1.0,
+                     measured=1.0, orientation=TIME, residual=float(value))
+            for index, value in enumerate(rng.normal(size=60))]
+    rows += [replace(rows[0], family="lpu", line=100)]
+    coverage = {item.family: item for item in heldout_coverage(rows, 0.8)}
+    assert coverage["gpu"].banded == 60 and 0.65 < coverage["gpu"].share < 0.95
+    assert coverage["lpu"].banded == 0 and coverage["lpu"].share is None
+
+
+def test_sweep_interval_columns(capsys):
+    from perfmodel.cli import main
+
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json"]) == 0
+    for record in json.loads(capsys.readouterr().out):
+        assert record["total_s_low"] < record["total_s"] < record["total_s_high"]
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1", "--grid", "memory.hbm.bandwidth=2TB/s,4TB/s",
+                 "--json"]) == 0
+    assert all(record["total_s_low"] is None for record in json.loads(capsys.readouterr().out))  # what-if points
