@@ -229,6 +229,8 @@ def _calibrate(args) -> int:
         print(f"perfmodel: warning: {warning}", file=sys.stderr)
     explained = _explained(loaded)
     result = fit(records, spec, seed=args.seed, parts=_components(loaded, records, spec))
+    for flag in result.flags:  # an efficiency above 1: the datasheet figure beneath it is wrong
+        print(f"perfmodel: warning: {flag}", file=sys.stderr)
     text = fitted_spec_yaml(result, spec, args.spec, args.measurements[0], args.output, records)
     _write_spec(text, args.output)
     chart = args.chart or args.output.with_suffix(".residuals.png")
