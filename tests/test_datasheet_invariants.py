@@ -144,6 +144,25 @@ def test_every_spec_prices_every_shipped_llm_in_the_dtypes_it_computes(entry):
                     evaluate(graph, hardware)
 
 
+@pytest.mark.parametrize("dtype", ["bf16", "fp32"])
+def test_every_spec_prices_the_captured_eager_stream_with_its_fp32_pieces(dtype):
+    """The op stream captured from the transformers class runs a bf16 model's RMSNorm, softmax and RoPE in
+    fp32: every spec that computes the model's dtype prices those pieces on an engine that runs them."""
+    pytest.importorskip("transformers")
+    from perfmodel.llm.catalog import load_config
+    from perfmodel.llm.eager import CapturedStream
+
+    stream = CapturedStream.from_config(load_config("llama-2-7b"))
+    scenario = Scenario(batch=1, prompt_tokens=64, generated_tokens=2, weight_dtype=dtype, kv_dtype=dtype,
+                        activation_dtype=dtype)
+    graph = stream(load_architecture("llama-2-7b"), scenario, Parallelism(), phase="decode", context=64)
+    assert {op.dtype for op in graph.ops} >= {dtype, "fp32"}
+    for entry in BASE_SPECS:
+        hardware = load_hardware(entry.path)
+        if dtype in _float_dtypes(hardware) or (dtype == "bf16" and "fp16" in _float_dtypes(hardware)):
+            assert evaluate(graph, hardware).total_s > 0, entry.name
+
+
 def test_the_mi300x_runs_llama_in_bf16_and_fp32(capsys):
     for dtype in ("bf16", "fp32"):
         assert main(["llm", "--model", "llama-2-7b", "--on", "mi300x", "--condensed", "--weights", dtype,
@@ -175,9 +194,9 @@ def _option_names(command: str) -> set[str]:
 
 
 def test_a_refusal_names_only_options_the_command_has(capsys):
-    """A spec whose engines lack fp32 (the WSE-2) refuses an fp32 run, naming llm's dtype options."""
-    assert main(["llm", "--model", "llama-2-7b", "--on", "cerebras-wse-2", "--condensed", "--weights", "fp32",
-                 "--activations", "fp32"]) == 2
+    """A spec whose engines lack a dtype (fp8 on the Zen 4 host) refuses the run, naming llm's dtype options."""
+    assert main(["llm", "--model", "llama-2-7b", "--on", "epyc-zen4-2vcpu", "--condensed", "--weights", "fp8",
+                 "--activations", "fp8"]) == 2
     message = capsys.readouterr().err
     assert "no engine for" in message
     named = set(re.findall(r"--[a-z][a-z-]*", message))
