@@ -234,6 +234,8 @@ def _calibrate(args) -> int:
 
     with fanout(args, "held-out fit") as mapper:
         result = fit(records, spec, seed=args.seed, parts=_components(loaded, records, spec), mapper=mapper)
+    for flag in result.flags:  # an efficiency above 1: the datasheet figure beneath it is wrong
+        print(f"perfmodel: warning: {flag}", file=sys.stderr)
     text = fitted_spec_yaml(result, spec, args.spec, args.measurements[0], args.output, records)
     _write_spec(text, args.output)
     chart = args.chart or args.output.with_suffix(".residuals.png")

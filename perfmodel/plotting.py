@@ -295,8 +295,12 @@ def plot_spec_rooflines(records: Sequence[dict], ax=None):
     intensity = np.logspace(*np.log10(INTENSITY_RANGE_FLOP_PER_BYTE), 400)
     for record in records:
         attainable = np.minimum(record["peak_flops_per_s"], intensity * record["bandwidth_bytes_per_s"])
+        # A roofline drawn from an estimated peak or bandwidth is dashed and says so (``estimated``: the
+        # figures of the record whose source is an estimate, 'perfmodel specs compare').
+        guessed = [key for key in record.get("estimated", ()) if key in ("peak", "bandwidth")]
         label = f"{record['name']} ({record['dtype']}, {record['memory_level']})"
-        line, = ax.loglog(intensity, attainable / TERA, label=label)
+        label += f" [estimated {' and '.join(guessed)}]" if guessed else ""
+        line, = ax.loglog(intensity, attainable / TERA, label=label, linestyle="--" if guessed else "-")
         ridge = record["peak_flops_per_s"] / record["bandwidth_bytes_per_s"]
         ax.plot([ridge], [record["peak_flops_per_s"] / TERA], "o", color=line.get_color(), markersize=4)
     ax.set_xlabel("arithmetic intensity (FLOP/byte of the outermost on-device memory)")

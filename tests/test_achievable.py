@@ -163,7 +163,7 @@ def test_an_efficiency_above_one_is_flagged():
         records.append(dataclasses.replace(record, duration_s=seconds))
     result = fit(records, hardware, mode="graph")
     assert result.params["memory:hbm"][0] > 1.3
-    assert any(flag.startswith("memory:hbm") and "faster than the datasheet" in flag for flag in result.flags)
+    assert any(flag.startswith("memory:hbm fitted ") and "x the datasheet bandwidth" in flag for flag in result.flags)
 
 
 def _decode_attention_record(batch, seq_kv, seconds, name):

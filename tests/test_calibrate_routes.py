@@ -319,7 +319,7 @@ def test_counter_components_by_hand():
     spec = load_hardware("h100-sxm")
     gemm = MeasurementRecord(name="ampere_sgemm_128x128_nn", op_class="matmul", duration_s=1e-3, clock="device",
                              flops_by_engine={"vector:fp32": 66.9e9},
-                             bytes_by_level={"dram": 3.35e9 / 2, "l2": 5.5e9, "l1": 1e6})
+                             bytes_by_level={"dram": 3.35e9 / 2, "l2": 11.2e9, "l1": 1e6})
     tensor = MeasurementRecord(name="sm90_xmma_gemm_bf16", op_class="kernel", duration_s=1e-3, clock="host",
                                flops_by_engine={"matrix:bf16": 989.4e9, "vector:fp32": 66.9e6}, launches=2)
     parts = counter_components([gemm, tensor], spec)

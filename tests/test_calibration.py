@@ -189,8 +189,10 @@ def test_fit_recovers_known_parameters_from_noisy_synthetic_data():
         records.append(_record(graph, seconds * math.exp(rng.normal(0, 0.03)), op_class))  # 3% noise
     result = fit(records, spec)
     assert result.params["compute:matmul:simd:fp32"][0] == pytest.approx(0.6, rel=0.1)
-    # Only the element-wise ops bind DRAM here, so their efficiency is the level's (memory:dram).
-    assert result.params["memory:dram"][0] == pytest.approx(0.5, rel=0.1)
+    # The element-wise ops' DRAM efficiency: the level's (memory:dram) when only they bind DRAM, their
+    # class's (memory:vector:dram) when a GEMM binds it too (at the spec's 3.7 GHz peaks the smallest do).
+    dram = result.params.get("memory:dram", result.params.get("memory:vector:dram"))
+    assert dram is not None and dram[0] == pytest.approx(0.5, rel=0.1)
     assert result.params["kernel_launch_s"][0] == pytest.approx(true_launch, rel=0.1)
     assert result.median_abs_error < 0.05
     value, error = result.params["compute:matmul:simd:fp32"]
@@ -277,8 +279,8 @@ def test_a_norms_activations_come_from_the_cache_and_only_its_scale_and_shift_st
     assert op_cost(gemm, context).bytes_by_level == COST_RULES[gemm.kind](gemm, context).bytes_by_level
 
 
-def _vector_suite_records(truth, rng):
-    spec = load_hardware("epyc-zen4-2vcpu")
+def _vector_suite_records(truth, rng, spec=None):
+    spec = spec or load_hardware("epyc-zen4-2vcpu")
     records = []
     for op_class, graph in _synthetic_suite():
         records.append((op_class, graph))
@@ -297,9 +299,12 @@ def test_a_slow_vector_kernel_hidden_under_memory_at_the_datasheet_is_found_not_
     from calibration.fit import components, heldout_errors, spread_weights
     from perfmodel.hardware.model import Parameters
 
-    spec = load_hardware("epyc-zen4-2vcpu")
+    # The synthetic device this case was built on: the Zen 4 spec at its former 2.6 GHz peaks (166 GFLOP/s
+    # fp32). At the 3.7 GHz boost clock's 237 GFLOP/s the softmax's compute hides further under memory and the
+    # held-out 16x1024 softmax lands at 50.3%, on the bound below (issue 36 moved the clock, not the fit).
+    spec = load_hardware("epyc-zen4-2vcpu", overrides={"compute.simd.peak.fp32": "166 GFLOP/s"})
     truth = Parameters(name="truth", compute_efficiency={"softmax": 0.1, "matmul": 0.9})
-    records = _vector_suite_records(truth, np.random.default_rng(11))
+    records = _vector_suite_records(truth, np.random.default_rng(11), spec)
     result = fit(records, spec, extra_seeds=0, folds=0)
     value, error = result.params["compute:softmax:simd:fp32"]
     assert value == pytest.approx(0.1, rel=0.1) and 0 < error < value

@@ -27,7 +27,7 @@ def test_ridge_point_is_peak_over_bandwidth(name):
     ("h100-sxm", "bf16", 989.4e12 / 3.35e12),        # 295 FLOP/B: 989.4 TFLOP/s dense bf16, 3.35 TB/s HBM3
     ("tpu-v5e", "bf16", 197e12 / 819e9),             # 241 FLOP/B: 197 TFLOP/s bf16, 819 GB/s HBM2e
     ("ibm-spyre", "fp16", 98.304e12 / 204.8e9),      # 480 FLOP/B: 98.3 TFLOP/s fp16, 204.8 GB/s LPDDR5
-    ("groq-lpu-v1", "fp16", 188e12 / 80e12),         # 2.35 FLOP/B: 188 TFLOP/s fp16, 80 TB/s SRAM
+    ("groq-lpu-v1", "fp16", 188e12 / 18.4e12),       # 10.2 FLOP/B: 188 TFLOP/s fp16, 18.4 TB/s SRAM streams
 ])
 def test_ridge_points_by_hand(name, dtype, ridge):
     data = classic_roofline(load_hardware(name))

@@ -128,7 +128,7 @@ def test_dynamic_small_kernels_become_host_bound_and_graph_mode_fuses():
     # Fusion keeps intermediates on chip: for a chain too big for L2, HBM sees only its input and output.
     big = builders.elementwise_chain(elements=1 << 26, length=8)
     tensor = 2**26 * 2
-    outside_l2 = 1 - 50e6 / (2 * tensor)  # an op's 2 tensors; an ideal 50 MB L2 keeps 50 MB of them
+    outside_l2 = 1 - 50 * 2**20 / (2 * tensor)  # an op's 2 tensors; an ideal 50 MiB L2 keeps 50 MiB of them
     graphed_hbm = sum(op.bytes["hbm"] for op in evaluate(big, h100, mode="graph").ops)
     assert graphed_hbm == pytest.approx(2 * tensor * outside_l2)
     assert sum(op.bytes["hbm"] for op in evaluate(big, h100, mode="dynamic").ops) == pytest.approx(8 * graphed_hbm)
@@ -169,7 +169,7 @@ def test_more_peak_or_bandwidth_never_slower(scale, which):
     h100 = load_hardware("h100-sxm")
     graph = builders.transformer_block(seq=128)
     base = evaluate(graph, h100).total_s
-    current = {"memory.hbm.bandwidth": 3.35e12, "memory.l2.bandwidth": 5.5e12,
+    current = {"memory.hbm.bandwidth": 3.35e12, "memory.l2.bandwidth": 11.2e12,
                "compute.tensor_cores.peak.bf16": 989.4e12}[which]
     assert evaluate(graph, hardware_with(h100, {which: current * scale})).total_s <= base * (1 + 1e-12)
 

@@ -196,7 +196,7 @@ def test_off_device_levels_are_not_compared_and_equal_bandwidth_is_fine(tmp_path
 
 
 def test_what_if_bandwidths_are_exempt_from_the_rule():
-    faster = load_hardware("h100-sxm", overrides={"memory.hbm.bandwidth": "8 TB/s"})  # above its 5.5 TB/s L2
+    faster = load_hardware("h100-sxm", overrides={"memory.hbm.bandwidth": "16 TB/s"})  # above its 11.2 TB/s L2
     assert faster.level("hbm").bandwidth_bytes_per_s > faster.level("l2").bandwidth_bytes_per_s
 
 

@@ -165,20 +165,33 @@ def _compare(args) -> int:
         mode = hardware.scheduling.mode()
         overhead = max(mode.kernel_launch_s, mode.program_launch_s)
         ridge = peak / memory.bandwidth_bytes_per_s
+        engine = next(engine for engine in hardware.compute.values() if engine.peak_flops_per_s.get(dtype) == peak)
+        shown = {"peak": f"compute.{engine.name}.peak.{dtype}", "bandwidth": f"memory.{memory.name}.bandwidth",
+                 "capacity": f"memory.{memory.name}.capacity", "power": "power.tdp"}
+        estimated = sorted(key for key, field in shown.items() if _is_estimate(hardware, field))
+
+        def marked(key: str, text: str, estimated=estimated) -> str:
+            return f"~{text}" if key in estimated else text
+
         records.append({"name": hardware.name, "family": hardware.family, "dtype": dtype, "peak_flops_per_s": peak,
                         "memory_level": memory.name, "bandwidth_bytes_per_s": memory.bandwidth_bytes_per_s,
                         "capacity_bytes": memory.total_capacity_bytes, "ridge_flop_per_byte": ridge,
-                        "mode": mode.name, "launch_overhead_s": overhead, "tdp_watts": hardware.power.tdp_watts})
-        rows.append([hardware.name, hardware.family, f"{format_quantity(peak, 'flops_per_s')} {dtype}",
-                     f"{memory.name} {format_quantity(memory.bandwidth_bytes_per_s, 'bytes_per_s')}",
-                     format_quantity(memory.total_capacity_bytes, "bytes"), round(ridge, 1),
+                        "mode": mode.name, "launch_overhead_s": overhead, "tdp_watts": hardware.power.tdp_watts,
+                        "estimated": estimated})
+        rows.append([hardware.name, hardware.family, marked("peak", f"{format_quantity(peak, 'flops_per_s')} {dtype}"),
+                     marked("bandwidth",
+                            f"{memory.name} {format_quantity(memory.bandwidth_bytes_per_s, 'bytes_per_s')}"),
+                     marked("capacity", format_quantity(memory.total_capacity_bytes, "bytes")), round(ridge, 1),
                      f"{mode.name} {format_quantity(overhead, 'seconds')}",
-                     format_quantity(hardware.power.tdp_watts, "watts")])
+                     marked("power", format_quantity(hardware.power.tdp_watts, "watts"))])
     if args.json:
         print(json_text(records, indent=2))
     else:
         print(format_table(["spec", "family", "peak", "memory bandwidth", "capacity", "ridge FLOP/B",
                             "launch (default mode)", "power"], rows))
+        if any(record["estimated"] for record in records):
+            print("\n~ an estimate (its source's kind is 'estimate'; 'perfmodel specs show NAME' gives the derivation "
+                  "and range), not a vendor or measured figure")
     if args.chart:
         from perfmodel.plotting import save_spec_rooflines
 
@@ -186,6 +199,12 @@ def _compare(args) -> int:
         if not args.json:
             print(f"\nwrote {args.chart}")
     return 0
+
+
+def _is_estimate(hardware, field: str) -> bool:
+    """Whether a spec's number at ``field`` comes from a source of kind 'estimate'."""
+    source_id = hardware.field_sources.get(field)
+    return source_id is not None and hardware.sources[source_id].kind == "estimate"
 
 
 def _peak_with_fallback(hardware, dtype: str) -> tuple[str, float]:

@@ -201,6 +201,16 @@ def select_engine(hardware: Hardware, op_kind: str, dtype: str) -> tuple[Compute
     preferred = entry.engine if entry is not None else "vector"
     engines = list(hardware.compute.values())
     candidates = [dtype, *EQUIVALENT_DTYPES.get(dtype, ())]
+    if preferred != "matrix":
+        # Vector work runs on a vector engine whenever the device has one: in the dtype if it computes
+        # it, else upcast to fp32 (a GPU's CUDA cores run a bf16 norm or softmax in fp32); a matrix
+        # engine does no element-wise work, so it prices vector work only on a device without a vector
+        # engine (a wafer's PEs), below.
+        vector = [engine for engine in engines if engine.kind == preferred]
+        for wanted in (*candidates, "fp32"):
+            for engine in vector:
+                if runs(engine, wanted):
+                    return engine, wanted
     for wanted in candidates:
         for engine in sorted(engines, key=lambda e: e.kind != preferred):
             if runs(engine, wanted):

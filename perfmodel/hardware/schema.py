@@ -202,6 +202,9 @@ class EngineSpec(Sourced):
     units: Count
     peak: dict[str, FlopsPerSecond]
     clock: Hertz | None = None
+    # Dense operations one unit completes per clock, by dtype (the vendor's per-SM/per-CU/per-MXU rate): where a
+    # spec gives units, clock and this, peak = units x ops_per_clock x clock (tests/test_datasheet_invariants.py).
+    ops_per_clock: dict[str, Annotated[float, Field(strict=False, gt=0)]] = {}
     tile: TileSpec | None = None
     kernels: dict[KernelName, KernelSpec] = {}
     kernel_fixed_time: Overhead | None = None
@@ -217,6 +220,14 @@ class EngineSpec(Sourced):
         if self.kernels and self.kind != "matrix":
             raise ValueError(f"kernels are matmul kernel shapes, so only a matrix engine has them (this engine "
                              f"is a {self.kind} engine); move them to the matrix engine or remove them")
+        return self
+
+    @model_validator(mode="after")
+    def _ops_per_clock_has_peaks(self):
+        unknown = sorted(set(self.ops_per_clock) - set(self.peak))
+        if unknown:
+            raise ValueError(f"ops_per_clock gives {unknown}, which have no peak on this engine; give the peak too "
+                             f"(peaks: {', '.join(self.peak)})")
         return self
 
     @field_validator("peak")
