@@ -122,7 +122,9 @@ def test_a_graph_that_takes_no_time_prints_no_share(tmp_path, capsys):
     assert main(["predict", str(path), "--on", "groq-lpu-v1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     row = next(line.split() for line in lines if line.startswith("a "))
-    assert row[-2:] == ["-", "compute"] and lines[-1] == "total 0 s; by bound: compute -"
+    # (the total names its interval's basis, issue 32: here none, too few lpu measurements)
+    assert row[-2:] == ["-", "compute"] and lines[-1].startswith("total 0 s") \
+        and lines[-1].endswith("; by bound: compute -")
     assert _predict_json(capsys, path, "groq-lpu-v1")["total_s"] == 0.0
 
 

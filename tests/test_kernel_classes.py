@@ -38,8 +38,9 @@ def test_one_query_per_sequence_is_the_decode_class():
         op = _attention(1)
         return dataclasses.replace(op, attrs={**op.attrs, "seq_q": np.array(queries)})
 
-    assert pricing_kind(swept([1, 1, 1])) == DECODE_ATTENTION
-    assert pricing_kind(swept([1, 64])) == "attention"                      # a sweep that includes prefill
+    # a sweep over query counts: one class for every point, whichever points are evaluated together
+    assert pricing_kind(swept([1, 1, 1])) == "attention"
+    assert pricing_kind(swept([1, 64])) == "attention"
     assert pricing_kind(_matmul(1, 4096, 4096, "bf16")) == "matmul"
 
 

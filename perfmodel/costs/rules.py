@@ -125,21 +125,19 @@ def pricing_kind(op: Op) -> str:
     except forward attention with one query per sequence, the generation step. Engines run other
     kernels for it than for prefill (TensorRT-LLM's XQA and masked multi-head attention, FlashInfer's
     and FlashAttention's decode kernels, split over the KV length as in flash-decoding), and their
-    fixed cost and rate differ: NVIDIA's generation-attention tables (``calibration.aiconfigurator``)
-    start at 8-10 us on H100 where context kernels start above 15 us, and large query groups (64 query
-    heads a KV head) run far below the tensor-core rate. Several queries (prefill, chunked prefill,
-    speculative verification) and the backward pass keep the attention class. An array of query counts
-    is the decode class only where every point has one query; a traced count decides (and guards) as
+    fixed cost and their reach of HBM differ: NVIDIA's generation-attention tables
+    (``calibration.aiconfigurator``) start at 8-10 us on H100 where context kernels start above 15 us.
+    Several queries (prefill, chunked prefill,
+    speculative verification) and the backward pass keep the attention class, and so does an array of
+    query counts (a sweep over them): which points are evaluated together (a sweep's chunks, alike ops
+    priced as one) must not change how any of them is priced. A traced count decides (and guards) as
     numbers do in the replay (``tracing``)."""
     if op.kind != "attention" or op.attrs.get("backward", False):
         return op.kind
     queries = op.attrs.get("seq_q")
-    if queries is None:
+    if queries is None or (np.ndim(queries) != 0 and not is_traced(queries)):
         return op.kind
-    if is_traced(queries):
-        one_query = all(bool(value == 1) for value in np.ravel(np.asarray(queries, dtype=object)))
-    else:
-        one_query = bool(np.all(np.asarray(queries) == 1))
+    one_query = bool(queries == 1) if is_traced(queries) else float(queries) == 1
     return DECODE_ATTENTION if one_query else op.kind
 
 
