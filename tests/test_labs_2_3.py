@@ -38,7 +38,6 @@ TOOLS = {
     "torch.fx.symbolic_trace(encoder": (LAB2, "TraceError"),
     "capture(block16": (LAB2, "aten.addmm"),
     "torch._dynamo.explain(module)": (LAB3, "graph breaks"),
-    "torch._dynamo.explain(fixed)": (LAB3, "correct"),
     "run_and_get_code(compiled_block": (LAB3, "cpp_fused"),
     "torch.utils.benchmark.Timer(": (LAB3, "measured median"),
 }
