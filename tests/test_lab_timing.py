@@ -92,3 +92,30 @@ def test_cpu_spec_is_for_the_cores_measured():
         assert spec.name == "local-cpu-1-core"
         whole, _ = timing.cpu_spec()
         assert spec.peak_flops_per_s("fp32") <= whole.peak_flops_per_s("fp32")
+
+
+def _notebook_printing(*lines):
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    cell = new_code_cell("print(...)")
+    cell.outputs = [new_output("stream", name="stdout", text="\n".join(lines) + "\n")]
+    return new_notebook(cells=[cell])
+
+
+def test_the_notebook_scan_finds_a_noisy_timing_printed_without_its_warning():
+    from tests.notebook_runs import unwarned_noisy_timings
+
+    noisy = Timing(label="eager", times_s=(1e-3, 1e-3, 3e-3, 3e-3, 3e-3, 3e-3), runs_per_block=1, threads=1)
+    steady_line = steady("compiled", 1e-3).summary()
+    assert unwarned_noisy_timings(_notebook_printing(noisy.summary(), steady_line)) == []  # warned on its line
+    bare = "speed-up 1.7x: median 11 ms, IQR 38% over 43 blocks"
+    assert unwarned_noisy_timings(_notebook_printing(bare, steady_line)) == [bare]
+    assert unwarned_noisy_timings(_notebook_printing("median 2 ms, IQR 3% over 3 blocks")) != []  # too few blocks
+    assert unwarned_noisy_timings(_notebook_printing(bare, "  WARNING: the quartiles overlap")) == []  # next line
+
+
+def test_the_load_generator_keeps_two_cpus_busy_and_stops():
+    from tests.notebook_runs import background_load
+
+    with background_load(2) as spinners:
+        assert len(spinners) == 2 and all(spinner.poll() is None for spinner in spinners)
+    assert all(spinner.poll() is not None for spinner in spinners)

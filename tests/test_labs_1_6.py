@@ -39,10 +39,10 @@ BOTH_LABS_S = 150
 
 # tool call -> (notebook, strings its cell's output must contain)
 TOOLS = {
-    "timing.measure(stmt, globals=env, threads=threads": (LAB1, ["Median:", "IQR:", "Times are in"]),
+    "t = timing.measure(stmt, globals=env, threads=threads": (LAB1, ["Median:", "IQR:", "Times are in"]),
     "timing.pick_threads()": (LAB1, ["fp32 matmul probe: 1 thread median", "over", "blocks", "measurably faster"]),
     "benchmark.Compare(cpu_measurements).print()": (LAB1, ["matmul on cpu", "elementwise on cpu", "reduction on cpu"]),
-    "timing.measure(stmt, globals=env, threads=threads": (LAB6, ["Median:", "measured median decode step",
+    "measured = timing.measure(stmt, globals=env, threads=threads": (LAB6, ["Median:", "measured median decode step",
                                                                        "us per kernel"]),
     "torch.profiler.profile(": (LAB6, ["read_trace_ops:", "priced ops per step", "unpriced"]),
     "profiler.export_chrome_trace(": (LAB6, ["read_trace_ops:"]),
