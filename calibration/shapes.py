@@ -291,8 +291,12 @@ def _output_shape(name: str, kind: str, shapes, lists, concrete) -> tuple[tuple[
 
 
 def trace_op(name: str, input_dims: Sequence, input_types: Sequence, concrete_inputs: Sequence | None = None, *,
-             op_name: str | None = None) -> Op:
-    """The IR op of one recorded aten call; raises :class:`NotMapped` or :class:`ShapeError`."""
+             op_name: str | None = None, list_dtype: str | None = None) -> Op:
+    """The IR op of one recorded aten call; raises :class:`NotMapped` or :class:`ShapeError`.
+
+    torch.profiler records a tensor list (``aten::cat``'s inputs) as ``TensorList`` without a dtype; when no
+    other argument of the call names one, ``list_dtype`` (a perfmodel dtype name, e.g. ``"fp32"``: the
+    caller's statement of the model's dtype) prices it, else the call is not mapped."""
     short = short_name(name)
     if "::" in short:
         raise NotMapped(f"not an aten op ({name})")
@@ -314,9 +318,9 @@ def trace_op(name: str, input_dims: Sequence, input_types: Sequence, concrete_in
         if type_name == TENSOR_LIST:
             members = [_shape(member, field) for member in (dims or [])]
             lists.append(members)
-            dtype = next((TRACE_DTYPES.get(other) for other in types if other in TRACE_DTYPES), None)
+            dtype = next((TRACE_DTYPES.get(other) for other in types if other in TRACE_DTYPES), list_dtype)
             if members and dtype is None:
-                raise NotMapped("the dtype of a tensor list is not recorded")
+                raise NotMapped("the dtype of a tensor list is not recorded (read_trace_ops: pass list_dtype)")
             inputs.extend(_tensor(member, dtype) for member in members if all(member))
             continue
         if type_name not in DTYPE_ALIASES:

@@ -87,7 +87,7 @@ def _label_slowest(ax, points, x_of) -> None:
             # Staggered offsets keep neighbouring names (the projections of one layer) apart.
             offset = (5, (4, -12, 16)[(len(named) - 1) % 3])
             ax.annotate(point.name, (x, point.achieved_flops_per_s / TERA), xytext=offset, textcoords="offset points",
-                        fontsize="xx-small", alpha=0.85)
+                        fontsize=MIN_FONT_PT, alpha=0.85)
 
 
 def _x_range(data, points) -> tuple[float, float]:
@@ -99,6 +99,9 @@ def _x_range(data, points) -> tuple[float, float]:
 
 
 BOUND_MARKERS = {"compute": "^", "scheduling": "s"}
+MIN_FONT_PT = 8  # no label, legend entry or annotation smaller (legibility)
+# One line style per roof, so that two levels of equal bandwidth (an L2 and an L3 at the same rate) stay visible.
+ROOF_STYLES = ("-", "--", ":", "-.")
 
 
 def _scatter_points(ax, points, level_names, *, by_level=False, measured=False, edge=None):
@@ -140,7 +143,8 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
     for index, roof in enumerate(data.roofs):
         attainable = np.minimum(data.peak_flops_per_s, intensity * roof.bandwidth_bytes_per_s)
         colour = LEVEL_COLOURS[index % len(LEVEL_COLOURS)]
-        ax.loglog(intensity, attainable / TERA, color=colour, linewidth=2,
+        ax.loglog(intensity, attainable / TERA, color=colour, linewidth=2.5 if index == 0 else 2,
+                  linestyle=ROOF_STYLES[index % len(ROOF_STYLES)],
                   label=f"{roof.label} roof ({format_quantity(roof.bandwidth_bytes_per_s, 'bytes_per_s')}, "
                         f"ridge {roof.ridge_flop_per_byte:.3g} FLOP/B)")
     ax.axhline(data.peak_flops_per_s / TERA, color="tab:red", linestyle=":", linewidth=1)
@@ -152,13 +156,17 @@ def plot_roofline(data, ax=None, *, measured=(), title: str | None = None):
     _size_legend(ax)
     if measured:
         _scatter_points(ax, measured, level_names, measured=True)
+    if len(data.roofs) > 1:  # the marker key, in the legend: the shape tells the bound, the colour the level
+        bounds = {point.bound if point.bound in BOUND_MARKERS else "memory" for point in data.points}
+        for bound, marker in (("compute", "^"), ("memory", "o"), ("scheduling", "s")):
+            if bound in bounds:
+                ax.scatter([], [], marker=marker, facecolors="none", edgecolors="black", label=f"marker: {bound}-bound")
     ax.set_xlim(low, high)
-    ax.set_xlabel("arithmetic intensity (FLOP/byte at the level)" + (
-        "; marker: ^ compute-bound, o memory-bound, s scheduling-bound" if len(data.roofs) > 1 else ""))
+    ax.set_xlabel("arithmetic intensity (FLOP/byte at the level)")
     ax.set_ylabel("performance (TFLOP/s)")
     ax.set_title(title or f"{data.hardware}: {'hierarchical ' if len(data.roofs) > 1 else ''}roofline ({data.dtype})")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="best", markerscale=0.6)
+    ax.legend(fontsize=MIN_FONT_PT, loc="best", markerscale=0.6)
     return ax
 
 
@@ -196,7 +204,7 @@ def plot_scheduling_roofline(data, ax=None, *, title: str | None = None):
     ax.set_ylabel("performance (TFLOP/s)")
     ax.set_title(title or f"{data.hardware}: scheduling-aware roofline")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="lower right", markerscale=0.6)
+    ax.legend(fontsize=MIN_FONT_PT, loc="lower right", markerscale=0.6)
     return ax
 
 
@@ -232,7 +240,7 @@ def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound"):
     ax.set_yscale("log" if bottom.max() / max(bottom.min(), 1e-12) > 100 else "linear")
     ax.set_ylabel("predicted time (ms)")
     ax.set_title(f"{evaluations[0].workload}: time by {by}")
-    ax.legend(fontsize="x-small", ncols=2)
+    ax.legend(fontsize=MIN_FONT_PT, ncols=2)
     ax.tick_params(axis="x", labelrotation=20)
     return ax
 
@@ -255,7 +263,7 @@ def plot_pareto(options_by_system: dict, ax=None):
     ax.set_ylabel("TPOT (ms)")
     ax.set_title("Sizing options: chips vs time per output token")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize="x-small")
+    ax.legend(fontsize=MIN_FONT_PT)
     return ax
 
 
@@ -349,7 +357,7 @@ def plot_training_breakdown(results: Sequence, ax=None):
     first = results[0]
     ax.set_title(f"{first.model} on {first.chips} x {first.hardware}: step time by phase ({first.parameters})",
                  fontsize="medium")
-    ax.legend(fontsize="x-small", ncols=4, loc="lower right")
+    ax.legend(fontsize=MIN_FONT_PT, ncols=4, loc="lower right")
     return ax
 
 
@@ -384,7 +392,7 @@ def plot_serving_latency(result, ax=None):
     ax.set_title(f"{result.model} on {result.parallelism.chips} x {result.hardware}\n{result.workload}",
                  fontsize="medium")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize="x-small", loc="lower right")
+    ax.legend(fontsize=MIN_FONT_PT, loc="lower right")
     return ax
 
 
@@ -411,7 +419,7 @@ def plot_serving_rates(rates: Sequence[float], results: Sequence, ax=None, *, kn
         ax.axvline(knee, color="black", linestyle="-.", linewidth=1.2, label=f"knee: {knee:g}/s")
     lines = ax.get_legend_handles_labels()
     more = latency.get_legend_handles_labels()
-    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize="x-small", loc="upper left")
+    ax.legend(lines[0] + more[0], lines[1] + more[1], fontsize=MIN_FONT_PT, loc="upper left")
     first = results[0]
     ax.set_title(f"{first.model} on {first.parallelism.chips} x {first.hardware}: throughput and p99 latency "
                  "against the rate", fontsize="medium")

@@ -6,9 +6,12 @@ code cells, what a cell printed, the numbers in it, its GPU-only branches and th
 Lab 1's landscape table; every lab test imports them from here."""
 
 import ast
+import contextlib
 import math
 import os
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -19,6 +22,9 @@ NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
 CELL_TIMEOUT_S = 600
 FIVE = ["h100-sxm", "tpu-v5e", "cerebras-wse-3", "groq-lpu-v1", "ibm-spyre"]  # the labs' five systems
 LANDSCAPE_CALL = "landscape_table(lab1_rows + [lab_row])"  # the cell of labs 2-7 that grows the landscape
+BACKGROUND_THREADS = 2  # busy threads running beside every notebook, as a student's laptop often has
+# A timing as calibration.timing prints it: "median 1.23 ms, IQR 45% over 3 blocks"
+TIMING_LINE = re.compile(r"IQR (\d+)% over (\d+) blocks")
 
 
 def kernel_environment() -> dict[str, str]:
@@ -26,6 +32,28 @@ def kernel_environment() -> dict[str, str]:
     (``PERFMODEL_SOURCE``), so that a lab finds the sample files it ships (lab 7's Spyre trace under
     ``tests/fixtures``) when perfmodel is installed as a wheel rather than from the checkout, as CI does."""
     return {**os.environ, "PERFMODEL_SOURCE": str(NOTEBOOKS.parent)}
+
+
+@contextlib.contextmanager
+def background_load(threads: int = BACKGROUND_THREADS):
+    """``threads`` processes spinning on the CPU while the block runs (a load generator: other work on the
+    machine), stopped, by their own ids, when it ends."""
+    spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(threads)]
+    try:
+        yield spinners
+    finally:
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait()
+
+
+def execute(notebook, workdir: Path, *, load: int = BACKGROUND_THREADS) -> float:
+    """Execute ``notebook`` in ``workdir`` with ``load`` busy background threads; the seconds it took."""
+    start = time.perf_counter()
+    with background_load(load):
+        NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
+                       resources={"metadata": {"path": str(workdir)}}).execute(env=kernel_environment())
+    return time.perf_counter() - start
 
 
 class NotebookRuns:
@@ -39,11 +67,8 @@ class NotebookRuns:
         if name not in self._runs:
             workdir = self._factory.mktemp(name)
             notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
-            start = time.perf_counter()
-            NotebookClient(notebook, timeout=CELL_TIMEOUT_S, kernel_name="python3",
-                           resources={"metadata": {"path": str(workdir)}}).execute(env=kernel_environment())
-            self._runs[name] = (notebook, sorted(path.name for path in workdir.iterdir()),
-                                time.perf_counter() - start)
+            seconds = execute(notebook, workdir)
+            self._runs[name] = (notebook, sorted(path.name for path in workdir.iterdir()), seconds)
         return self._runs[name]
 
 
@@ -101,16 +126,56 @@ def solution_blocks(path: Path) -> list[str]:
 def check_cpu_spec_from_detect(notebook, name: str) -> list[str]:
     """Check that lab ``name`` builds this CPU's spec with ``perfmodel.hardware.detect`` in a temporary
     directory (nothing written to the working directory), falls back to the shipped fitted spec, says which
-    it used, and hard-codes no other CPU spec; returns the CPU specs its code loads by name."""
-    cells = code_cells(notebook, calling="detected_spec_yaml(facts")
+    it used, and hard-codes no other CPU spec; returns the CPU specs its code loads by name. A lab either
+    does it in its own cell or calls the labs' timing helper, ``calibration.timing.cpu_spec``, which does."""
+    own = code_cells(notebook, calling="detected_spec_yaml(facts")
+    helper = [] if own else code_cells(notebook, calling="timing.cpu_spec(")
+    cells = own or helper
     assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
-    assert "tempfile.TemporaryDirectory()" in cells[0].source
-    assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
+    if own:
+        assert "tempfile.TemporaryDirectory()" in cells[0].source
+        assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
     text = output_text(cells[0])
     assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
     hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(cell.source for cell in code_cells(notebook)))
-    assert set(hard_coded) == {"epyc-zen4-2vcpu-fitted"}, f"{name}: a hard-coded CPU spec besides the fallback: {hard_coded}"
-    return hard_coded
+    allowed = {"epyc-zen4-2vcpu-fitted"}
+    assert set(hard_coded) <= allowed and (helper or hard_coded), \
+        f"{name}: a hard-coded CPU spec besides the fallback: {hard_coded}"
+    return hard_coded or ["epyc-zen4-2vcpu-fitted"]  # with the helper, its fallback (calibration.timing.FALLBACK_CPU_SPEC)
+
+
+def unwarned_noisy_timings(notebook) -> list[str]:
+    """Every printed timing line (``IQR N% over M blocks``) that the labs' noise rule flags (fewer than 5 blocks,
+    or an IQR above 20% of the median) but that does not carry a WARNING on the same line or the next."""
+    missing = []
+    for cell in code_cells(notebook):
+        lines = plain_text(cell).splitlines()
+        for number, line in enumerate(lines):
+            for iqr, blocks in TIMING_LINE.findall(line):
+                if int(blocks) < 5 or int(iqr) > 20:
+                    following = lines[number + 1] if number + 1 < len(lines) else ""
+                    if "WARNING" not in line and "WARNING" not in following:
+                        missing.append(line)
+    return missing
+
+
+def exercise_results(notebook) -> list[tuple[object, str]]:
+    """(check cell, ``"passed"`` / ``"failed: <error>"``) for each check cell of an executed notebook."""
+    results = []
+    for cell in code_cells(notebook, tag="check"):
+        errors = [output for output in cell.get("outputs", []) if output.output_type == "error"]
+        results.append((cell, f"failed: {errors[0].ename}: {errors[0].evalue}" if errors
+                        else "passed" if "correct:" in plain_text(cell) else "failed: no verdict"))
+    return results
+
+
+def with_solutions(name: str, solutions: Path):
+    """Lab ``name`` with each python block of its solutions file pasted, in order, into its exercise cells."""
+    notebook = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4)
+    exercises = code_cells(notebook, tag="exercise")
+    for cell, block in zip(exercises, solution_blocks(solutions), strict=True):
+        cell.source = block
+    return notebook
 
 def gpu_branches(notebook) -> list[tuple[object, str]]:
     """(cell, the code it runs only with CUDA) for every ``if torch.cuda.is_available():`` and every

@@ -16,6 +16,7 @@ from calibration.harness import quantization_warning
 from calibration.readers.common import ReaderError
 from calibration.readers.detect import detect_format, load_measurements
 from calibration.readers.ncu import read_ncu_csv
+from calibration.readers.trace_ops import read_trace_ops
 from calibration.records import MeasurementRecord, read_records, write_records
 from calibration.shapes import NotMapped, ShapeError, shape_components, trace_op
 from perfmodel.cli import main
@@ -412,6 +413,17 @@ def test_trace_ops_by_hand():
 def test_ops_the_table_cannot_price_say_why(name, dims, types, concrete, reason):
     with pytest.raises(NotMapped, match=reason):
         trace_op(name, dims, types, concrete)
+
+
+def test_a_tensor_list_is_priced_at_the_dtype_the_caller_states():
+    """aten::cat's inputs are recorded as a TensorList without a dtype (the KV cache's append in a decode
+    step); with ``list_dtype`` the call is priced as the copy it is: both inputs read, the output written."""
+    cat = trace_op("aten::cat", [[[1, 4, 128, 64], [1, 4, 1, 64]], []], ["TensorList", "Scalar"], ["", "-2"],
+                   list_dtype="fp32")
+    assert cat.kind == "copy" and cat.outputs[0].shape == (1, 4, 129, 64) and cat.outputs[0].dtype == "fp32"
+    assert [tensor.shape for tensor in cat.inputs] == [(1, 4, 128, 64), (1, 4, 1, 64)]
+    with pytest.raises(ValueError, match="list_dtype 'float' is not a perfmodel dtype"):
+        read_trace_ops(Path(__file__), list_dtype="float")
 
 
 def test_malformed_shapes_are_errors_not_unmapped():

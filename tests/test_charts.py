@@ -196,3 +196,21 @@ def test_the_slowest_ops_are_named_and_marker_sizes_have_a_legend(kind):
     assert [entry for entry in legend if entry.startswith("size:")] == [
         "size: 1% of time", "size: 10% of time", "size: 50% of time"]
     plotting.pyplot().close(ax.figure)
+
+
+def test_a_hierarchical_roofline_is_legible():
+    """Issue 37: every roof visible (two levels of equal bandwidth drawn in different line styles), no text
+    under 8 pt, and the marker key in the legend rather than in the axis label."""
+    hardware = load_hardware("h100-sxm")
+    evaluation = evaluate(builders.transformer_block(batch=1, seq=1, kv_len=2048), hardware, mode="dynamic")
+    data = hierarchical_roofline(hardware, evaluation)
+    ax = plotting.plot_roofline(data)
+    roofs = [line for line in ax.get_lines() if line.get_label().endswith("FLOP/B)")]
+    assert len(roofs) == len(data.roofs) > 1
+    assert len({line.get_linestyle() for line in roofs}) == min(len(roofs), len(plotting.ROOF_STYLES))
+    texts = [*ax.texts, *ax.get_legend().get_texts(), ax.xaxis.label, ax.yaxis.label, ax.title]
+    assert min(text.get_fontsize() for text in texts if text.get_text()) >= plotting.MIN_FONT_PT == 8
+    assert "marker" not in ax.get_xlabel()
+    legend = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert any(entry.startswith("marker: ") and entry.endswith("-bound") for entry in legend), legend
+    plotting.pyplot().close(ax.figure)

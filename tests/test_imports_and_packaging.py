@@ -34,6 +34,7 @@ def test_wheel_contains_specs_and_workloads(tmp_path):
     assert expected and expected <= shipped
     assert any(name.startswith("perfmodel/data/workloads/") for name in names)
     assert any(name.startswith("calibration/") for name in names)
+    assert "calibration/data/samples/spyre_ops_trace.json" in names  # lab 7's sample trace, where Colab finds it
 
 
 def test_the_public_api_in_the_readme_resolves():

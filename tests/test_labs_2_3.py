@@ -38,7 +38,6 @@ TOOLS = {
     "torch.fx.symbolic_trace(encoder": (LAB2, "TraceError"),
     "capture(block16": (LAB2, "aten.addmm"),
     "torch._dynamo.explain(module)": (LAB3, "graph breaks"),
-    "torch._dynamo.explain(fixed)": (LAB3, "correct"),
     "run_and_get_code(compiled_block": (LAB3, "cpp_fused"),
     "torch.utils.benchmark.Timer(": (LAB3, "measured median"),
 }
@@ -74,23 +73,17 @@ def test_nothing_is_written_to_the_working_directory(executed, name):
 
 @pytest.mark.parametrize("name", [LAB2, LAB3])
 def test_lab_layout(name):
-    """A guarded Colab install cell first, an exercise with its (collapsed) solution and a check, questions last."""
+    """A guarded Colab install cell first, an exercise and its check (the solution in notebooks/solutions/:
+    tests/test_notebooks.py), questions last."""
     cells = nbformat.read(NOTEBOOKS / f"{name}.ipynb", as_version=4).cells
     code = [cell for cell in cells if cell.cell_type == "code"]
     assert 'if "google.colab" in sys.modules:' in code[0].source and "pip" in code[0].source
     assert cells[0].cell_type == "markdown" and cells[0].source.startswith("# Lab")
-    solutions = [cell for cell in code if "solution" in cell.metadata.get("tags", [])]
+    exercises = [cell for cell in code if "exercise" in cell.metadata.get("tags", [])]
     checks = [cell for cell in code if "check" in cell.metadata.get("tags", [])]
-    assert solutions and all(cell.metadata.get("jupyter", {}).get("source_hidden") for cell in solutions)
     assert checks and all("assert" in cell.source for cell in checks)
-    assert code.index(solutions[0]) < code.index(checks[0])
+    assert exercises and code.index(exercises[0]) < code.index(checks[0])
     assert cells[-1].cell_type == "markdown" and "## Questions" in cells[-1].source
-
-
-def test_exercise_checks_pass_with_the_reference_solution(executed):
-    for name in (LAB2, LAB3):
-        checks = code_cells(executed[name][0], tag="check")
-        assert checks and all("correct:" in output_text(cell) for cell in checks)
 
 
 def test_both_labs_run_in_time(executed):

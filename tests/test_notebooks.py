@@ -5,7 +5,10 @@ from pathlib import Path
 import nbformat
 import pytest
 
-NOTEBOOKS = sorted((Path(__file__).resolve().parent.parent / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+from tests.notebook_runs import execute, exercise_results, solution_blocks, unwarned_noisy_timings, with_solutions
+
+NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
+NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
 
 
 def test_there_are_six_labs_and_the_optional_seventh():
@@ -24,3 +27,58 @@ def test_notebook_is_clean_and_ends_with_questions(path):
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
 def test_notebook_runs(path, notebook_runs):
     notebook_runs(path.stem)  # raises CellExecutionError, with the failing cell, on any error
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_no_noisy_timing_is_printed_without_its_warning(path, notebook_runs):
+    """Run with busy background threads (notebook_runs' load generator), a lab may print noisy timings, but
+    each one the labs' noise rule flags (< 5 blocks, IQR > 20% of the median) carries its WARNING."""
+    notebook = notebook_runs(path.stem)[0]
+    missing = unwarned_noisy_timings(notebook)
+    assert not missing, f"{path.stem} prints noisy timings without a warning:\n" + "\n".join(missing)
+
+
+# Labs whose exercises are skeletons the student fills in; the reference solutions live in notebooks/solutions/.
+SKELETON_LABS = ["01_accelerator_landscape", "02_dataflow_execution_models", "03_compilation_for_dataflow",
+                 "04_memory_systems", "06_performance_modeling"]
+
+
+@pytest.mark.parametrize("name", SKELETON_LABS)
+def test_no_solution_is_shown_in_the_notebook(name):
+    notebook = nbformat.read(NOTEBOOKS_DIR / f"{name}.ipynb", as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert not any("solution" in cell.metadata.get("tags", []) or cell.metadata.get("jupyter", {}).get("source_hidden")
+                   for cell in code), "a (collapsed) solution cell is in the notebook"
+    solutions = NOTEBOOKS_DIR / "solutions" / f"{name[:2]}_solutions.md"
+    blocks = solution_blocks(solutions)
+    exercises = [cell for cell in code if "exercise" in cell.metadata.get("tags", [])]
+    assert exercises and len(blocks) == len(exercises), (len(blocks), len(exercises))
+    sources = "\n".join(cell.source for cell in code)
+    for block in blocks:  # no line of a solution that gives an answer away is in the notebook
+        for line in (line.strip() for line in block.splitlines()):
+            if len(line) > 25 and not line.startswith(("def ", "class ", '"""', "torch", "#")):
+                assert line not in sources, f"{name} shows the solution line {line!r}"
+    markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    assert f"solutions/{name[:2]}_solutions.md" in markdown
+    for cell in exercises:  # each check right after its exercise, and allowed to fail in a Run All
+        check = code[code.index(cell) + 1]
+        assert {"check", "raises-exception"} <= set(check.metadata.get("tags", [])) and "assert" in check.source
+
+
+@pytest.mark.parametrize("name", SKELETON_LABS)
+def test_every_check_fails_on_the_untouched_skeleton(name, notebook_runs):
+    results = exercise_results(notebook_runs(name)[0])
+    assert results and all(verdict.startswith("failed:") for _, verdict in results), [v for _, v in results]
+
+
+@pytest.mark.parametrize("name", SKELETON_LABS)
+def test_every_check_passes_with_the_solution_file(name, tmp_path):
+    """The solutions file's blocks pasted into the exercise cells; the notebook run up to its last check (without
+    the background load: the checks verify the solutions, the notebook runs above verify the noise warnings)."""
+    notebook = with_solutions(name, NOTEBOOKS_DIR / "solutions" / f"{name[:2]}_solutions.md")
+    last_check = max(index for index, cell in enumerate(notebook.cells) if "check" in cell.metadata.get("tags", []))
+    notebook.cells = notebook.cells[:last_check + 1]
+    execute(notebook, tmp_path, load=0)
+    results = exercise_results(notebook)
+    assert results and all(verdict == "passed" for _, verdict in results), [v for _, v in results]
+    assert list(tmp_path.iterdir()) == []

@@ -28,6 +28,7 @@ from calibration.readers.spyre import DEFAULT_SOC_CLOCK_HZ, cycles_between, trac
 from calibration.readers.torch_trace import DEVICE_CATEGORIES, US, trace_events
 from calibration.records import MeasurementRecord, Measurements, Unmapped, group_unmapped, kernel_label
 from calibration.shapes import NotMapped, ShapeError, trace_op
+from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 
 RUNTIME_CATEGORIES = ("cuda_runtime", "privateuse1_runtime", "xpu_runtime")
@@ -82,7 +83,7 @@ def _forest(cpu_ops, path) -> list[_Node]:
     return roots
 
 
-def _price(node: _Node, path, hardware) -> None:
+def _price(node: _Node, path, hardware, list_dtype: str | None = None) -> None:
     """Price ``node`` or, failing that, its children (recursively)."""
     args = event_args(node.event, path, node.index)
     name = str(node.event.get("name", ""))
@@ -91,7 +92,7 @@ def _price(node: _Node, path, hardware) -> None:
         if "Input Dims" not in args:
             raise NotMapped("no shapes recorded (profile with record_shapes=True)")
         node.op = trace_op(name, args["Input Dims"], args.get("Input type"), args.get("Concrete Inputs"),
-                           op_name=_label(name, args))
+                           op_name=_label(name, args), list_dtype=list_dtype)
         if hardware is not None:
             from perfmodel.costs.rules import CostContext, op_cost
 
@@ -106,7 +107,7 @@ def _price(node: _Node, path, hardware) -> None:
         _own(node, node)
         return
     for child in node.children:
-        _price(child, path, hardware)
+        _price(child, path, hardware, list_dtype)
 
 
 def _check_recorded_lists(args: dict, path, index: int) -> None:
@@ -179,9 +180,15 @@ def _record(node: _Node, seconds: float, launches: int, clock: str, path, tool: 
 
 
 def read_trace_ops(path: str | Path, *, hardware=None, spyre: bool = False,
-                   clock_hz: float = DEFAULT_SOC_CLOCK_HZ, tool_version: str = "") -> Measurements:
+                   clock_hz: float = DEFAULT_SOC_CLOCK_HZ, tool_version: str = "",
+                   list_dtype: str | None = None) -> Measurements:
     """Shape-route records of a torch.profiler (or torch-spyre) Chrome trace; ``hardware``: the spec
-    the ops are priced on (ops it cannot run are unmapped)."""
+    the ops are priced on (ops it cannot run are unmapped); ``list_dtype``: the dtype of tensor lists whose
+    dtype the trace does not record (``aten::cat``'s inputs; a perfmodel dtype name such as ``"fp32"``),
+    else such calls stay unmapped."""
+    if list_dtype is not None and list_dtype not in DTYPES:
+        raise ValueError(f"read_trace_ops: list_dtype {list_dtype!r} is not a perfmodel dtype; expected one of "
+                         f"{sorted(DTYPES)}")
     path = Path(path)
     data = load_json(path)
     events = trace_events(path, data)
@@ -196,7 +203,7 @@ def read_trace_ops(path: str | Path, *, hardware=None, spyre: bool = False,
         raise ReaderError(f"{path}: the trace has no cpu_op or device (kernel, memcpy, memset) events")
     roots = _forest(cpu_ops, path)
     for root in roots:
-        _price(root, path, hardware)
+        _price(root, path, hardware, list_dtype)
     tool = "torch.profiler (torch-spyre)" if spyre else "torch.profiler"
     format_name = "spyre" if spyre else "torch-trace"
     if not device:

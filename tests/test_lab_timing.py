@@ -1,0 +1,121 @@
+"""The labs' one timing helper (calibration.timing, issue 37): noise and contradiction warnings, the thread
+choice by measurement, and the spec of the cores measured."""
+
+import pytest
+
+from calibration import timing
+from calibration.timing import Timing, claim_warning, measurably_faster, speedup_line
+
+
+def steady(label, median_s, blocks=10, spread=0.02):
+    return Timing(label=label, times_s=tuple(median_s * (1 + spread * (i / (blocks - 1) - 0.5)) for i in range(blocks)),
+                  runs_per_block=10, threads=1)
+
+
+def test_a_steady_measurement_has_no_warning():
+    t = steady("add", 1e-3)
+    assert t.median_s == pytest.approx(1e-3) and t.blocks == 10 and t.spread < 0.05
+    assert t.warning is None and "WARNING" not in t.summary()
+    assert "median 1 ms, IQR 1% over 10 blocks of 10 runs on 1 thread" == t.summary()
+
+
+@pytest.mark.parametrize("times, reason", [((1e-3, 1e-3, 1e-3, 1e-3), "only 4 blocks"),
+                                           ((1e-3, 1e-3, 2e-3, 3e-3, 3e-3, 3e-3), "IQR 70% of the median")])
+def test_few_blocks_or_a_wide_iqr_is_flagged_noisy(times, reason):
+    t = Timing(label="eager", times_s=times, runs_per_block=1, threads=2)
+    assert t.noisy and reason in t.warning and t.warning in t.summary()
+
+
+def test_the_boundaries_are_the_issues():
+    assert timing.MIN_BLOCKS == 5 and timing.NOISY_IQR_FRACTION == 0.20
+    five = Timing(label="x", times_s=(1.0,) * 5, runs_per_block=1, threads=1)
+    assert not five.noisy
+
+
+def test_a_speedup_within_the_noise_says_so():
+    slow, fast = steady("eager", 1.00e-3, spread=0.1), steady("compiled", 0.98e-3, spread=0.1)
+    assert not measurably_faster(fast, slow)
+    line = speedup_line("torch.compile speed-up", slow, fast)
+    assert line.startswith("torch.compile speed-up: 1.02x") and "within the noise" in line
+
+
+def test_a_resolved_speedup_has_no_warning_unless_it_contradicts_the_text():
+    slow, fast = steady("eager", 2e-3), steady("compiled", 1e-3)
+    assert measurably_faster(fast, slow)
+    assert "WARNING" not in speedup_line("speed-up", slow, fast, claimed_faster=True)
+    assert "contradicts the text" in speedup_line("speed-up", fast, slow, claimed_faster=True)
+
+
+def test_a_noisy_side_is_warned_once():
+    slow = Timing(label="eager", times_s=(70e-3, 1e-3), runs_per_block=1, threads=2)
+    line = speedup_line("speed-up", slow, steady("compiled", 1e-3))
+    assert line.count("WARNING: eager is noisy") == 1
+
+
+def test_claim_warning():
+    assert claim_warning("the add is memory-bound", True) is None
+    assert "the add is memory-bound" in claim_warning("the add is memory-bound", False)
+
+
+def test_measure_uses_blocked_autorange_and_gets_enough_blocks():
+    import torch
+    t = timing.measure("torch.add(x, y, out=out)", globals={"torch": torch, "x": torch.ones(1000),
+                                                          "y": torch.ones(1000), "out": torch.empty(1000)},
+                       threads=1, label="add 1000", min_run_s=0.05)
+    assert t.blocks >= timing.MIN_BLOCKS and t.median_s > 0 and t.threads == 1 and t.label == "add 1000"
+
+
+def test_measure_retakes_a_slow_statement_for_more_blocks():
+    import time
+    t = timing.measure("sleep(0.004)", globals={"sleep": time.sleep}, threads=1, min_run_s=0.01)
+    assert t.blocks >= timing.MIN_BLOCKS
+
+
+def test_pick_threads_measures_one_and_all_and_follows_its_rule(monkeypatch):
+    def fake_measure(stmt, *, globals, threads, label, min_run_s):
+        return steady(label, 1e-3 if threads == 1 else 0.5e-3)  # more threads measurably faster
+    monkeypatch.setattr(timing, "measure", fake_measure)
+    assert timing.pick_threads(cpus=2).threads == 2
+    assert timing.pick_threads(cpus=8).threads == 8
+    monkeypatch.setattr(timing, "measure", lambda stmt, *, globals, threads, label, min_run_s:
+                        steady(label, 1e-3, spread=0.3))  # no measurable difference
+    choice = timing.pick_threads(cpus=2)
+    assert choice.threads == 1 and "<= 2 vCPUs" in choice.reason
+    assert timing.pick_threads(cpus=8).threads == 8
+    assert timing.pick_threads(cpus=1).threads == 1
+
+
+def test_cpu_spec_is_for_the_cores_measured():
+    spec, note = timing.cpu_spec(1)
+    assert note.startswith("perfmodel specs detect:") or note.startswith("NOTE:")
+    if note.startswith("perfmodel"):
+        assert spec.name == "local-cpu-1-core"
+        whole, _ = timing.cpu_spec()
+        assert spec.peak_flops_per_s("fp32") <= whole.peak_flops_per_s("fp32")
+
+
+def _notebook_printing(*lines):
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+    cell = new_code_cell("print(...)")
+    cell.outputs = [new_output("stream", name="stdout", text="\n".join(lines) + "\n")]
+    return new_notebook(cells=[cell])
+
+
+def test_the_notebook_scan_finds_a_noisy_timing_printed_without_its_warning():
+    from tests.notebook_runs import unwarned_noisy_timings
+
+    noisy = Timing(label="eager", times_s=(1e-3, 1e-3, 3e-3, 3e-3, 3e-3, 3e-3), runs_per_block=1, threads=1)
+    steady_line = steady("compiled", 1e-3).summary()
+    assert unwarned_noisy_timings(_notebook_printing(noisy.summary(), steady_line)) == []  # warned on its line
+    bare = "speed-up 1.7x: median 11 ms, IQR 38% over 43 blocks"
+    assert unwarned_noisy_timings(_notebook_printing(bare, steady_line)) == [bare]
+    assert unwarned_noisy_timings(_notebook_printing("median 2 ms, IQR 3% over 3 blocks")) != []  # too few blocks
+    assert unwarned_noisy_timings(_notebook_printing(bare, "  WARNING: the quartiles overlap")) == []  # next line
+
+
+def test_the_load_generator_keeps_two_cpus_busy_and_stops():
+    from tests.notebook_runs import background_load
+
+    with background_load(2) as spinners:
+        assert len(spinners) == 2 and all(spinner.poll() is None for spinner in spinners)
+    assert all(spinner.poll() is not None for spinner in spinners)
