@@ -107,6 +107,21 @@ def test_llm_intervals_are_perfmodel_llms():
         api.llm({"model": "llama-2-7b", "systems": ["h100-sxm"], "confidence": 1.5})
 
 
+def test_sizing_holds_targets_at_the_confidence_as_perfmodel_size_does(capsys):
+    from perfmodel.cli import main
+
+    for extra, inputs in (([], {"confidence": 0.9}), (["--at-median"], {"at_median": True})):
+        command = ["size", "--model", "llama-2-7b", "--on", "h100-sxm", "--rate", "4/s", "--prompt", "512", "--gen", "128",
+                   "--ttft-p99", "1s", "--tpot-p99", "50ms", "--requests", "60", "--json", "--confidence", "0.9", *extra]
+        assert main(command) == 0
+        cli = json.loads(capsys.readouterr().out)["h100-sxm"]
+        shown = api.size({"model": "llama-2-7b", "systems": ["h100-sxm"], "rate": 4, "ttft_slo": "1s",
+                          "tpot_slo": "50ms", "requests": 60, **inputs})["systems"][0]
+        assert shown["confidence"] == cli["confidence"]
+        assert shown["best"]["chips"] == cli["best"]["chips"]
+        assert shown["best"]["tpot_s"]["p99"] == pytest.approx(cli["best"]["tpot_s"]["p99"], rel=1e-12)
+
+
 def test_what_if_values_keep_their_unit():
     assert api.scaled("3.35 TB/s", 2) == "6.7 TB/s"
     assert api.scaled("132", 2) == "264"
@@ -296,6 +311,8 @@ def test_serving_view_load_latency_knee_and_a_sizing_export(page, tmp_path: Path
     sized = api.size({"model": "llama-2-7b", "systems": ["h100-sxm"], "rate": 4, "ttft_slo": "1s", "tpot_slo": "50ms",
                       "prompt_dist": "fixed:512", "output_dist": "fixed:128"})
     assert _value(page, "#sz-chips-0") == sized["systems"][0]["best"]["chips"]
+    assert _value(page, "#sz-held-0") == pytest.approx(sized["systems"][0]["confidence"]["limit_factor"], rel=1e-12)
+    assert sized["systems"][0]["confidence"]["basis"] in page.inner_text("#sz-held-0")
     with page.expect_download() as download:
         page.click("#sz-export-0")
     saved = tmp_path / "deployment.json"

@@ -277,7 +277,13 @@ def serving(inputs: Mapping[str, Any]) -> dict:
 
 
 def size(inputs: Mapping[str, Any]) -> dict:
-    """``perfmodel size``: the fewest chips per system meeting p99 TTFT/TPOT targets at a Poisson rate."""
+    """``perfmodel size``: the fewest chips per system meeting p99 TTFT/TPOT targets at a Poisson rate,
+    each system's targets held at ``confidence`` as ``size --confidence`` holds them (the simulated
+    times must stay under the target x the system's ``intervals.time_factor``; ``at_median``: at the
+    median residual, ``--at-median``)."""
+    from dataclasses import replace
+
+    from perfmodel.intervals import time_factor
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.serving import ArrivalProcess
     from perfmodel.serving.sizing import Target, rank, size_deployment
@@ -290,11 +296,20 @@ def size(inputs: Mapping[str, Any]) -> dict:
     systems = [str(name) for name in (inputs.get("systems") or [])]
     if not systems:
         raise PerfmodelError("input 'systems': pick at least one system")
-    sizings = [size_deployment(architecture, load_system(system, str(inputs.get("parameters", "achievable"))), targets,
-                               ArrivalProcess(kind="poisson", rate_per_s=rate), prompt, output,
-                               requests=_count(inputs, "requests", 200, high=MAX_REQUESTS)) for system in systems]
+    confidence = None if inputs.get("at_median") else _confidence(inputs)
+    sizings, held = [], {}
+    for system in systems:
+        hardware = load_system(system, str(inputs.get("parameters", "achievable")))
+        factor, basis = time_factor(hardware, "served", confidence)
+        sizing = size_deployment(architecture, hardware, [replace(t, limit_s=t.limit_s * factor) for t in targets],
+                                 ArrivalProcess(kind="poisson", rate_per_s=rate), prompt, output,
+                                 requests=_count(inputs, "requests", 200, high=MAX_REQUESTS))
+        sizings.append(sizing)
+        held[sizing.hardware] = {"level": confidence, "limit_factor": factor, "basis": basis}
     return {"model": architecture.name, "rate_per_s": rate, "targets": [target.to_dict() for target in targets],
-            "systems": [to_jsonable(sizing.to_dict()) for sizing in rank(sizings)]}
+            "confidence": confidence,
+            "systems": [{**to_jsonable(sizing.to_dict()), "confidence": held[sizing.hardware]}
+                        for sizing in rank(sizings)]}
 
 
 def search(inputs: Mapping[str, Any]) -> dict:

@@ -298,9 +298,12 @@ function download(name, data) {
 }
 
 async function runSizing() {
+  const level = $("sz-confidence").value;
   const data = await api("size", { model: $("sv-model").value, systems: picked($("sz-systems")), rate: Number($("sz-rate").value),
-                                   ttft_slo: $("sz-ttft").value, tpot_slo: $("sz-tpot").value });
-  table($("sz-table"), ["system", "chips", "replicas x (tp, pp)", "mode", "TTFT p99", "TPOT p99", "tokens/s", "power", "USD/M tokens", "note", ""],
+                                   ttft_slo: $("sz-ttft").value, tpot_slo: $("sz-tpot").value,
+                                   ...(level === "median" ? { at_median: true } : { confidence: Number(level) }) });
+  table($("sz-table"), ["system", "chips", "replicas x (tp, pp)", "mode", "TTFT p99", "TPOT p99", "tokens/s", "power", "USD/M tokens",
+                        `targets held at ${level === "median" ? "the median" : `${Math.round(100 * Number(level))}% confidence`}`, "note", ""],
         data.systems.map((s, i) => {
           const b = s.best;
           const button = document.createElement("button");
@@ -309,11 +312,13 @@ async function runSizing() {
           button.onclick = () => download(`${s.hardware}-deployment.json`, { model: data.model, rate_per_s: data.rate_per_s, targets: data.targets, ...s });
           const exportCell = document.createElement("td");
           if (b) exportCell.appendChild(button);
-          if (!b) return [s.hardware, "-", "-", s.mode, "-", "-", "-", "-", "-", s.note, exportCell];
+          const held = cell(`x ${s.confidence.limit_factor.toPrecision(3)} (${s.confidence.basis})`, `sz-held-${i}`, s.confidence.limit_factor);
+          held.className = "num basis";
+          if (!b) return [s.hardware, "-", "-", s.mode, "-", "-", "-", "-", "-", held, s.note, exportCell];
           return [s.hardware, cell(String(b.chips), `sz-chips-${i}`, b.chips), `${b.replicas} x (tp ${b.tp}, pp ${b.pp})`, b.mode,
                   cell(si(b.ttft_s.p99, "s"), null, b.ttft_s.p99), cell(si(b.tpot_s.p99, "s"), null, b.tpot_s.p99),
                   cell(plain(b.tokens_per_s), null, b.tokens_per_s), si(b.power_watts, "W"),
-                  b.usd_per_million_tokens === null ? "n/a" : b.usd_per_million_tokens.toFixed(2), s.note, exportCell];
+                  b.usd_per_million_tokens === null ? "n/a" : b.usd_per_million_tokens.toFixed(2), held, s.note, exportCell];
         }));
 }
 
