@@ -345,7 +345,7 @@ async function runSearch() {
   const traces = [
     { x: p.tokens_per_s_per_user, y: p.tokens_per_s_per_chip, mode: "markers", name: "configurations tried",
       marker: { color: "#bbbbbb", size: 4 }, hoverinfo: "skip" },
-    { x: xs, y: ys, mode: "lines+markers", name: "Pareto front", line: { color: "#1f77b4", shape: "hv" },
+    { x: xs, y: ys, mode: "lines+markers", name: "Pareto front", line: { color: "#1f77b4", shape: "vh" },
       marker: { size: 10, color: front.map((c) => c.meets_slo ? "#2ca02c" : "#d62728") },
       text: front.map((c, i) => `#${i + 1} ${c.label}<br>${c.chips} chips; TTFT ${si(c.ttft_s, "s")}, TPOT ${si(c.tpot_s, "s")}` +
                                  `<br>${c.meets_slo ? "in" : "outside"} the SLO region`), hoverinfo: "text" },
