@@ -65,6 +65,16 @@ def test_bad_input_is_a_400_with_the_reason_and_an_unknown_view_a_404(local_url)
     assert status == 400 and "no-such-spec" in data["error"]
     status, data = _post(local_url, "nothing", {})
     assert status == 404 and "llm" in data["error"]
+    status, data = _post(local_url, "llm", {"model": "llama-2-7b", "systems": ["h100-sxm"], "confidence": 1})
+    assert status == 400 and "confidence" in data["error"]
+    status, data = _post(local_url, "search", {"chips": 2, "engines": ["tgi"]})
+    assert status == 400 and "engines" in data["error"] and "vllm" in data["error"]
+    status, data = _post(local_url, "search", {"chips": 2, "pick": 999, "export": "vllm"})
+    assert status == 400 and "pick" in data["error"]
+    status, data = _post(local_url, "search", {"chips": 2, "export": "ollama"})
+    assert status == 400 and "export" in data["error"]
+    status, data = _post(local_url, "validation", {"csv": "/no/such/table.csv"})
+    assert status == 400 and "/no/such/table.csv" in data["error"]
 
 
 def test_the_api_answers_what_the_engine_computes(local_url):
