@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -48,7 +49,8 @@ def main() -> None:
     if executable is None:
         raise SystemExit("no Chromium: apt-get install chromium (or set PERFMODEL_CHROMIUM)")
     rows = {}
-    with explore_server() as url, sync_playwright() as playwright:
+    load_before = os.getloadavg()
+    with explore_server("--no-warm-up") as url, sync_playwright() as playwright:  # no background validation
         browser = playwright.chromium.launch(executable_path=executable)
         page = browser.new_page(viewport={"width": 1300, "height": 900})
         page.goto(url)
@@ -58,6 +60,7 @@ def main() -> None:
             times = moves(page, view, selector, list(positions), args.rounds)
             rows[view] = {"slider": selector, "moves": len(times), "median_ms": statistics.median(times),
                           "p90_ms": sorted(times)[int(0.9 * (len(times) - 1))], "max_ms": max(times)}
+        load_after = os.getloadavg()
         if not args.no_screenshots:
             IMAGES.mkdir(parents=True, exist_ok=True)
             page.click("button[data-view=roofline]")
@@ -73,6 +76,8 @@ def main() -> None:
             page.wait_for_selector("#sv-tps-0", timeout=120_000)
             page.click("#sz-run")
             page.wait_for_selector("#sz-table tr:nth-child(2)", timeout=120_000)
+            page.click("#pf-run")
+            page.wait_for_selector("#pf-user-0", timeout=120_000)
             page.wait_for_timeout(500)
             page.screenshot(path=str(IMAGES / "explore-serving.png"), full_page=True)
             page.click("button[data-view=specs]")
@@ -80,6 +85,7 @@ def main() -> None:
             page.wait_for_selector("#va-error-0", timeout=180_000)
             page.screenshot(path=str(IMAGES / "explore-specs.png"))
         browser.close()
+    print(f"load average (1 min) {load_before[0]:.2f} before, {load_after[0]:.2f} after the moves; {os.cpu_count()} CPUs")
     print("| view | slider | moves | median | p90 | max |")
     print("|---|---|---:|---:|---:|---:|")
     for view, r in rows.items():
@@ -88,7 +94,9 @@ def main() -> None:
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
     temporary = out.with_suffix(".json.tmp")
-    temporary.write_text(json.dumps({"chromium": executable, "rounds": args.rounds, "views": rows}, indent=2) + "\n")
+    temporary.write_text(json.dumps({"chromium": executable, "rounds": args.rounds, "views": rows,
+                                     "load_average_1min": {"before": load_before[0], "after": load_after[0]},
+                                     "cpus": os.cpu_count()}, indent=2) + "\n")
     temporary.replace(out)
 
 

@@ -37,3 +37,58 @@ def test_the_site_builds_strictly_with_api_cli_labs_and_explorer(tmp_path: Path)
         assert f"img/explore-{view}.png" in explore
     for page in site.rglob("*.html"):
         assert "TODO" not in page.read_text(), page
+    _check_schema_page((site / "schema" / "index.html").read_text())
+    _check_accuracy_page((site / "accuracy" / "index.html").read_text())
+
+
+def _schema_models():
+    """Every pydantic model a spec is validated with, from HardwareSpec down."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from perfmodel.hardware.schema import HardwareSpec
+
+    found, todo = [], [HardwareSpec]
+    while todo:
+        model = todo.pop()
+        if model in found:
+            continue
+        found.append(model)
+        for field in model.model_fields.values():
+            stack = [field.annotation]
+            while stack:
+                annotation = stack.pop()
+                if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+                    todo.append(annotation)
+                stack.extend(typing.get_args(annotation))
+    return found
+
+
+def _check_schema_page(html: str) -> None:
+    """Every field of every model of the spec schema is on the page, in its model's table."""
+    import re
+
+    sections = re.split(r"<h2 ", html)
+    models = _schema_models()
+    assert len(models) >= 10
+    for model in models:
+        section = next((part for part in sections[1:] if f"({model.__name__})" in part.split("</h2>", 1)[0]), None)
+        assert section is not None, model.__name__
+        for name in model.model_fields:
+            assert f"<td><code>{name}</code></td>" in section, (model.__name__, name)
+    assert "a bandwidth with a unit, e.g. <code>3.35 TB/s</code>" in html  # quantities say their unit
+
+
+def _check_accuracy_page(html: str) -> None:
+    """The page's bands are perfmodel.intervals' for the stored residuals."""
+    import math
+
+    from perfmodel.intervals import band_of, load_table
+
+    residuals = load_table()["achievable"]
+    band = band_of(residuals, "gpu", "scenario", 0.8, "achievable")
+    assert band.low is not None and band.high is not None
+    assert f"x {math.exp(-band.high):.2f} .. x {math.exp(-band.low):.2f}" in html
+    for family in {item.family for item in residuals}:
+        assert f"<td>{family}</td>" in html, family

@@ -65,6 +65,16 @@ def test_bad_input_is_a_400_with_the_reason_and_an_unknown_view_a_404(local_url)
     assert status == 400 and "no-such-spec" in data["error"]
     status, data = _post(local_url, "nothing", {})
     assert status == 404 and "llm" in data["error"]
+    status, data = _post(local_url, "llm", {"model": "llama-2-7b", "systems": ["h100-sxm"], "confidence": 1})
+    assert status == 400 and "confidence" in data["error"]
+    status, data = _post(local_url, "search", {"chips": 2, "engines": ["tgi"]})
+    assert status == 400 and "engines" in data["error"] and "vllm" in data["error"]
+    status, data = _post(local_url, "search", {"chips": 2, "pick": 999, "export": "vllm"})
+    assert status == 400 and "pick" in data["error"]
+    status, data = _post(local_url, "search", {"chips": 2, "export": "ollama"})
+    assert status == 400 and "export" in data["error"]
+    status, data = _post(local_url, "validation", {"csv": "/no/such/table.csv"})
+    assert status == 400 and "/no/such/table.csv" in data["error"]
 
 
 def test_the_api_answers_what_the_engine_computes(local_url):
@@ -80,6 +90,46 @@ def test_the_api_answers_what_the_engine_computes(local_url):
                            Scenario(batch=4, prompt_tokens=512, generated_tokens=64), Parallelism())
     assert data["results"][0]["tpot_s"] == pytest.approx(expected.tpot_s, rel=1e-12)
     assert data["results"][0]["ttft_s"] == pytest.approx(expected.ttft_s, rel=1e-12)
+    assert data["results"][0]["intervals"]["basis"].startswith("no 80% interval: a what-if spec")  # --set: no evidence
+
+
+def test_llm_intervals_are_perfmodel_llms():
+    """The LLM view's intervals are the ones ``perfmodel llm --json --confidence`` prints."""
+    import contextlib
+    import io
+
+    from perfmodel.cli import main
+
+    data = api.llm({"model": "llama-2-7b", "systems": ["h100-sxm"], "batch": 4, "prompt": 512, "gen": 64,
+                    "confidence": 0.9})
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(["llm", "--model", "llama-2-7b", "--on", "h100-sxm", "--batch", "4", "--prompt", "512", "--gen",
+                     "64", "--confidence", "0.9", "--json"]) == 0
+    cli = json.loads(printed.getvalue())["intervals"]
+    shown = data["results"][0]["intervals"]
+    assert set(shown) == set(cli) and shown["basis"] == cli["basis"] and shown["confidence"] == cli["confidence"]
+    for key in set(cli) - {"basis", "confidence"}:
+        assert shown[key]["low"] == pytest.approx(cli[key]["low"], rel=1e-12), key
+        assert shown[key]["high"] == pytest.approx(cli[key]["high"], rel=1e-12), key
+    assert cli["tpot_s"]["low"] is not None and cli["confidence"] == 0.9
+    with pytest.raises(Exception, match="confidence"):
+        api.llm({"model": "llama-2-7b", "systems": ["h100-sxm"], "confidence": 1.5})
+
+
+def test_sizing_holds_targets_at_the_confidence_as_perfmodel_size_does(capsys):
+    from perfmodel.cli import main
+
+    for extra, inputs in (([], {"confidence": 0.9}), (["--at-median"], {"at_median": True})):
+        command = ["size", "--model", "llama-2-7b", "--on", "h100-sxm", "--rate", "4/s", "--prompt", "512", "--gen", "128",
+                   "--ttft-p99", "1s", "--tpot-p99", "50ms", "--requests", "60", "--json", "--confidence", "0.9", *extra]
+        assert main(command) == 0
+        cli = json.loads(capsys.readouterr().out)["h100-sxm"]
+        shown = api.size({"model": "llama-2-7b", "systems": ["h100-sxm"], "rate": 4, "ttft_slo": "1s",
+                          "tpot_slo": "50ms", "requests": 60, **inputs})["systems"][0]
+        assert shown["confidence"] == cli["confidence"]
+        assert shown["best"]["chips"] == cli["best"]["chips"]
+        assert shown["best"]["tpot_s"]["p99"] == pytest.approx(cli["best"]["tpot_s"]["p99"], rel=1e-12)
 
 
 def test_what_if_values_keep_their_unit():
@@ -87,6 +137,40 @@ def test_what_if_values_keep_their_unit():
     assert api.scaled("132", 2) == "264"
     fields = {f["field"]: f for f in api.spec_numbers("h100-sxm")}
     assert fields["memory.hbm.bandwidth"]["unit"] == "TB/s"
+
+
+def test_the_knee_of_a_load_sweep_is_one_definition_for_the_cli_and_the_explorer():
+    from types import SimpleNamespace
+
+    from perfmodel.serving import knee_rate
+
+    def run(tokens_per_s: float, ttft_p99: float):
+        return SimpleNamespace(tokens_per_s=tokens_per_s, ttft=SimpleNamespace(p99=ttft_p99))
+
+    rates = [1.0, 2.0, 4.0, 8.0]
+    results = [run(100, 0.1), run(200, 0.2), run(215, 0.9), run(216, 5.0)]
+    assert knee_rate(rates, results, None) == 2.0  # 200 -> 215 grows by 7.5%: the knee is at 2/s
+    assert knee_rate(rates, results, 1.0) == 4.0  # the last rate whose p99 TTFT meets 1 s
+    assert knee_rate(rates, results, 0.05) is None
+    assert knee_rate(rates, [run(100, 0), run(200, 0), run(400, 0), run(800, 0)], None) is None
+    import perfmodel.cli.serve_command as serve_command
+    import perfmodel.explore.api as explore_api
+
+    for module in (serve_command, explore_api):  # neither keeps a knee of its own
+        assert "def _knee" not in Path(module.__file__).read_text()
+
+
+def test_spec_fields_are_merged_with_their_sources_and_where_they_are_written():
+    from perfmodel.hardware.loader import full_load, resolve_spec, spec_fields
+
+    fields = {item.field: item for item in spec_fields("h100-sxm-trtllm")}
+    hardware = full_load(resolve_spec("h100-sxm-trtllm"))
+    bandwidth = fields["memory.hbm.bandwidth"]
+    assert bandwidth.source == hardware.field_sources["memory.hbm.bandwidth"] != ""
+    assert Path(bandwidth.file).name == "h100-sxm.yaml" and bandwidth.line  # inherited through extends
+    assert Path(fields["description"].file).name == "h100-sxm-trtllm.yaml"  # the overlay's own text
+    assert not any(name.startswith(("sources", "notes", "alternatives", "extends")) for name in fields)
+    assert api.spec_fields("h100-sxm-trtllm") == [(item.field, item.value) for item in fields.values()]
 
 
 # --- in Chromium ---------------------------------------------------------------------------------------------
@@ -110,7 +194,7 @@ def page():
         pytest.skip(reason)
     from playwright.sync_api import sync_playwright
 
-    with explore_server() as url, sync_playwright() as playwright:
+    with explore_server("--no-warm-up") as url, sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=chromium_path())
         page = browser.new_page(viewport={"width": 1400, "height": 1000}, accept_downloads=True)
         errors: list[str] = []
@@ -187,6 +271,34 @@ def test_llm_view_two_systems_side_by_side_follow_the_sliders(page):
         assert page.inner_text(f"#llm-bound-{index}") == (f"{result['bound_by_phase']['prefill']} / "
                                                           f"{result['bound_by_phase']['decode']}")
     assert "phase breakdown" in page.inner_text("#llm-phases")
+    _check_intervals(page, expected)
+    before = _count(page, "llm")
+    _slide(page, "#llm-confidence", 95)
+    _settle(page, "llm", before)
+    wider = api.llm({"model": "llama-2-7b", "systems": ["h100-sxm", "tpu-v5e"], "batch": 8, "prompt": 1024, "gen": 256,
+                     "confidence": 0.95})
+    _check_intervals(page, wider)
+    low80, high80 = expected["results"][0]["intervals"]["tpot_s"].values()
+    low95, high95 = wider["results"][0]["intervals"]["tpot_s"].values()
+    assert low95 <= low80 < high80 <= high95 and (low95, high95) != (low80, high80)
+    assert "95% interval" in page.inner_text("#llm-table")
+
+
+def _check_intervals(page, expected: dict) -> None:
+    """Every headline figure's interval on the page equals the API's (and perfmodel llm's), and the basis."""
+    from perfmodel.cli.confidence import SCENARIO_FIGURES
+
+    for index, result in enumerate(expected["results"]):
+        bands = result["intervals"]
+        assert page.inner_text(f"#llm-basis-{index}") == bands["basis"]
+        for key in SCENARIO_FIGURES:
+            selector = f"#llm-{key}-{index}-interval"
+            if bands[key]["low"] is None:
+                assert page.inner_text(selector) == "no evidence", key
+                continue
+            assert float(page.get_attribute(selector, "data-low")) == pytest.approx(bands[key]["low"], rel=1e-12), key
+            assert float(page.get_attribute(selector, "data-high")) == pytest.approx(bands[key]["high"], rel=1e-12), key
+            assert bands[key]["low"] <= result[key] <= bands[key]["high"], key
 
 
 def test_serving_view_load_latency_knee_and_a_sizing_export(page, tmp_path: Path):
@@ -209,6 +321,8 @@ def test_serving_view_load_latency_knee_and_a_sizing_export(page, tmp_path: Path
     sized = api.size({"model": "llama-2-7b", "systems": ["h100-sxm"], "rate": 4, "ttft_slo": "1s", "tpot_slo": "50ms",
                       "prompt_dist": "fixed:512", "output_dist": "fixed:128"})
     assert _value(page, "#sz-chips-0") == sized["systems"][0]["best"]["chips"]
+    assert _value(page, "#sz-held-0") == pytest.approx(sized["systems"][0]["confidence"]["limit_factor"], rel=1e-12)
+    assert sized["systems"][0]["confidence"]["basis"] in page.inner_text("#sz-held-0")
     with page.expect_download() as download:
         page.click("#sz-export-0")
     saved = tmp_path / "deployment.json"
@@ -218,7 +332,68 @@ def test_serving_view_load_latency_knee_and_a_sizing_export(page, tmp_path: Path
     assert exported["best"]["tokens_per_s"] == pytest.approx(sized["systems"][0]["best"]["tokens_per_s"], rel=1e-12)
 
 
-def test_specs_and_accuracy_view(page):
+def test_serving_view_pareto_front_slo_region_and_launch_export(page, tmp_path: Path):
+    page.click("button[data-view=serving]")
+    page.fill("#pf-chips", "8")
+    page.fill("#pf-ttft", "1s")
+    page.fill("#pf-tpot", "20ms")
+    page.click("#pf-run")
+    page.wait_for_selector("#pf-user-0", timeout=120_000)
+    inputs = {"model": "llama-2-7b", "system": "h100-sxm", "chips": 8, "prompt": 1024, "output": 256,
+              "ttft_slo": "1s", "tpot_slo": "20ms", "disagg": True}
+    expected = api.search(inputs)
+    front = expected["front"]
+    assert page.locator("#pf-table tr").count() == len(front) + 1
+    for index, point in enumerate(front):
+        assert _value(page, f"#pf-user-{index}") == pytest.approx(point["tokens_per_s_per_user"], rel=1e-12)
+        assert _value(page, f"#pf-chip-{index}") == pytest.approx(point["tokens_per_s_per_chip"], rel=1e-12)
+        assert page.inner_text(f"#pf-slo-{index}") == ("yes" if point["meets_slo"] else "no")
+    assert any(p["meets_slo"] for p in front) and not all(p["meets_slo"] for p in front)  # the region splits the front
+    assert page.get_attribute("#pf-summary", "data-value") == str(expected["chosen"])
+    # the chart: every configuration, the front, the chosen point and the SLO region (x >= 1 / TPOT target)
+    drawn = page.evaluate("(() => { const c = document.querySelector('#pf-chart'); return {"
+                          "traces: c.data.map((t) => [t.name, t.x.length]), shapes: c.layout.shapes.map((s) => s.x0)}; })()")
+    assert drawn["traces"][:3] == [["configurations tried", expected["configurations"]], ["Pareto front", len(front)],
+                                   ["chosen", 1]]
+    assert drawn["shapes"][0] == pytest.approx(1 / 0.020, rel=1e-12)
+    pick = next(index + 1 for index, p in enumerate(front) if not p["meets_slo"])  # any point may be exported
+    page.select_option("#pf-pick", str(pick))
+    page.select_option("#pf-engine", "sglang")
+    with page.expect_download() as download:
+        page.click("#pf-export")
+    saved = tmp_path / "launch.sh"
+    download.value.save_as(saved)
+    launch = api.search({**inputs, "pick": pick, "export": "sglang"})["launch"]
+    assert saved.read_text() == launch["text"] + "\n"
+    assert "python -m sglang.launch_server" in saved.read_text()
+    assert page.inner_text("#pf-launch") == launch["text"]
+    point = front[pick - 1]
+    assert f"--tp-size {point['tp']}" in launch["text"]
+
+
+def _small_validation_table(path: Path) -> Path:
+    """Two published measurements of each group of the shipped table (the same columns), so the
+    accuracy view's numbers are checked without pricing all ~150 rows twice."""
+    import csv
+
+    from perfmodel.validation import default_csv
+
+    with default_csv().open(newline="", encoding="utf-8") as stream:
+        reader = csv.DictReader(stream)
+        rows, taken = [], {}
+        for row in reader:
+            if taken.get(row["group"], 0) < 2:
+                taken[row["group"]] = taken.get(row["group"], 0) + 1
+                rows.append(row)
+        fields = reader.fieldnames
+    with path.open("w", newline="", encoding="utf-8") as stream:
+        writer = csv.DictWriter(stream, fieldnames=fields)
+        writer.writeheader()
+        writer.writerows(rows)
+    return path
+
+
+def test_specs_and_accuracy_view(page, tmp_path: Path):
     from perfmodel.validation import summary, validate
 
     page.click("button[data-view=specs]")
@@ -229,15 +404,19 @@ def test_specs_and_accuracy_view(page):
     assert rows.count() == len(expected["fields"]) + 1
     bandwidth = next(i for i, f in enumerate(expected["fields"]) if f["field"] == "memory.hbm.bandwidth")
     assert page.inner_text(f"#sp-value-{bandwidth}") == str(expected["fields"][bandwidth]["value"])
+    assert page.inner_text(f"#sp-written-{bandwidth}") == expected["fields"][bandwidth]["written"]
     assert expected["fields"][bandwidth]["url"] in page.inner_text("#sp-table")
+    table = _small_validation_table(tmp_path / "measurements.csv")
+    page.fill("#va-csv", str(table))
     page.click("#va-load")
-    rows_now = validate()
+    rows_now = validate(table)
     totals = summary(rows_now)
     page.wait_for_selector("#va-error-0", timeout=120_000)
     assert float(page.get_attribute("#va-summary", "data-value")) == pytest.approx(totals["all"], rel=1e-12)
     predicted = [row for row in rows_now if row.predicted is not None]
+    assert len({row.group for row in predicted}) >= 5  # the small table still spans the groups
     assert page.locator("#va-table tr").count() == len(predicted) + 1
-    for index in (0, len(predicted) // 2, len(predicted) - 1):
-        assert _value(page, f"#va-predicted-{index}") == pytest.approx(predicted[index].predicted, rel=1e-12)
-        assert int(page.inner_text(f"#va-line-{index}")) == predicted[index].line
+    for index, row in enumerate(predicted):
+        assert _value(page, f"#va-predicted-{index}") == pytest.approx(row.predicted, rel=1e-12)
+        assert int(page.inner_text(f"#va-line-{index}")) == row.line
     assert not math.isnan(totals["all"])

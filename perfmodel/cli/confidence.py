@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable, Mapping
 
-from perfmodel.uncertainty import DEFAULT_CONFIDENCE, Interval, interval
+from perfmodel.uncertainty import DEFAULT_CONFIDENCE, RATE, TIME, Interval, interval
 
 
 def _confidence(text: str) -> float:
@@ -33,6 +33,17 @@ def intervals(hardware, kind: str, confidence: float, figures: Mapping[str, tupl
 
     band = band_for(hardware, kind, confidence)
     return {name: interval(value, band, orientation) for name, (value, orientation) in figures.items()}
+
+
+SCENARIO_FIGURES = {"ttft_s": TIME, "tpot_s": TIME, "e2e_s": TIME, "tokens_per_s_per_user": RATE,
+                    "tokens_per_s": RATE, "tokens_per_s_per_chip": RATE}  # llm_predict's headline figures
+
+
+def scenario_intervals(hardware, result, confidence: float) -> dict[str, Interval]:
+    """The headline figures (``SCENARIO_FIGURES``) of one ``llm_predict`` scenario on ``hardware`` with
+    their intervals: what ``perfmodel llm`` prints and the explorer's LLM view shows."""
+    return intervals(hardware, "scenario", confidence,
+                     {name: (getattr(result, name), orientation) for name, orientation in SCENARIO_FIGURES.items()})
 
 
 def to_json(found: Mapping[str, Interval]) -> dict:

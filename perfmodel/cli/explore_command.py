@@ -17,6 +17,9 @@ def register(commands) -> None:
     explore.add_argument("--port", type=whole_number(0, "the port must be"), default=8765,
                          help="port (default 8765; 0: any free port)")
     explore.add_argument("--no-browser", action="store_true", help="do not open a browser window")
+    explore.add_argument("--no-warm-up", action="store_true",
+                         help="do not compute the shipped validation table in the background at start (it is then "
+                              "computed when the page first asks for it)")
     explore.add_argument("--verbose", action="store_true", help="log every request to stderr")
     explore.set_defaults(handler=_explore)
 
@@ -34,7 +37,8 @@ def _explore(args) -> int:
     host, port = server.server_address[:2]
     url = f"http://{'localhost' if host in ('127.0.0.1', '0.0.0.0') else host}:{port}/"
     print(f"perfmodel explore: serving on {url} (Ctrl-C stops it)", file=sys.stderr, flush=True)
-    warm_up()
+    if not args.no_warm_up:
+        warm_up()
     if not args.no_browser:
         import webbrowser
 

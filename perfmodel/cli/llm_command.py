@@ -201,7 +201,7 @@ def _llm(args) -> int:
               f"per chip, {hardware.name} holds {format_quantity(result.capacity_bytes, 'bytes', binary=True)}; "
               "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)
     data = result.to_dict()
-    found = _scenario_intervals(hardware, result, args.confidence)
+    found = intervals.scenario_intervals(hardware, result, args.confidence)
     data["intervals"] = intervals.to_json(found)
     data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
     if args.concurrency:
@@ -251,16 +251,6 @@ def _llm(args) -> int:
     return 0
 
 
-def _scenario_intervals(hardware, result, confidence: float) -> dict:
-    """The headline figures of one ``llm_predict`` scenario with their intervals."""
-    from perfmodel.uncertainty import RATE, TIME
-
-    return intervals.intervals(hardware, "scenario", confidence, {
-        "ttft_s": (result.ttft_s, TIME), "tpot_s": (result.tpot_s, TIME), "e2e_s": (result.e2e_s, TIME),
-        "tokens_per_s_per_user": (result.tokens_per_s_per_user, RATE), "tokens_per_s": (result.tokens_per_s, RATE),
-        "tokens_per_s_per_chip": (result.tokens_per_s_per_chip, RATE)})
-
-
 def _counts(text: str) -> list[int]:
     """A count or a comma list of counts, each at least 1 (argparse type)."""
     try:
@@ -293,7 +283,7 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
         kv_dtype=args.kv or args.activations, activation_dtype=args.activations), parallelism, mode=args.mode,
         graphs=graphs)  # one evaluation per phase for every scenario (the condensed graphs take arrays)
     results = [swept.at(index) for index in range(len(scenarios))]
-    found = [_scenario_intervals(hardware, result, args.confidence) for result in results]
+    found = [intervals.scenario_intervals(hardware, result, args.confidence) for result in results]
     if args.json:
         print(json_text([{**result.to_dict(), "intervals": intervals.to_json(bands)}
                          for result, bands in zip(results, found, strict=True)], indent=1))

@@ -29,7 +29,6 @@ from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
-KNEE_GROWTH = 1.10  # without a TTFT SLO, the knee is the first rate after which throughput grows by 10% or less
 DEFAULT_REQUESTS = 200
 DEFAULT_PROMPT, DEFAULT_OUTPUT = "fixed:512", "fixed:128"
 PROGRESS_REQUESTS = 2000  # a progress bar (stderr, a terminal only) above this many simulated requests...
@@ -159,7 +158,7 @@ def _serve(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Parallelism
     from perfmodel.llm.catalog import load_architecture
-    from perfmodel.serving import Server, ServingConfig, max_context, parse_length
+    from perfmodel.serving import Server, ServingConfig, knee_rate, max_context, parse_length
     from perfmodel.serving.workload import read_trace
 
     _check_counts(args, ("tp", "pp", "users", "requests", "max_batch", "max_tokens_per_step", "block_size"))
@@ -227,7 +226,7 @@ def _serve(args) -> int:
             bar.close()
     header = header_of(server)
     if rates is not None:
-        knee = _knee(rates, results, ttft_slo)
+        knee = knee_rate(rates, results, ttft_slo)
         if args.chart is not None:
             from perfmodel.plotting import plot_serving_rates, save_figure
 
@@ -348,15 +347,3 @@ def _chart_note(args) -> None:
 
 def _s(value: float) -> str:
     return "-" if value is None or math.isnan(value) else format_quantity(value, "seconds")
-
-
-def _knee(rates: list[float], results, ttft_slo: float | None) -> float | None:
-    """The last rate whose p99 TTFT meets the SLO; without one, the first rate after which throughput
-    grows by no more than 10% (None: it keeps growing, or no rate meets the SLO)."""
-    if ttft_slo is not None:
-        meeting = [rate for rate, result in zip(rates, results, strict=True) if result.ttft.p99 <= ttft_slo]
-        return meeting[-1] if meeting else None
-    for index in range(len(rates) - 1):
-        if results[index + 1].tokens_per_s <= KNEE_GROWTH * results[index].tokens_per_s:
-            return rates[index]
-    return None

@@ -45,6 +45,20 @@ def _count(inputs: Mapping[str, Any], key: str, default: int, low: int = 1, high
     return number
 
 
+def _confidence(inputs: Mapping[str, Any]) -> float:
+    """The intervals' coverage, 0 < c < 1 (``--confidence``; default ``uncertainty.DEFAULT_CONFIDENCE``)."""
+    from perfmodel.uncertainty import DEFAULT_CONFIDENCE
+
+    value = inputs.get("confidence", DEFAULT_CONFIDENCE)
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise PerfmodelError(f"input 'confidence': expected a number between 0 and 1, got {value!r}") from None
+    if not 0 < number < 1:
+        raise PerfmodelError(f"input 'confidence': expected a number between 0 and 1 (exclusive), got {value!r}")
+    return number
+
+
 def _overrides(inputs: Mapping[str, Any]) -> dict[str, str] | None:
     """The what-ifs, ``{field: value}`` as ``--set field=value`` takes them (None: none)."""
     given = inputs.get("set") or {}
@@ -87,30 +101,12 @@ def _options() -> dict:
 
 # --- what-ifs: the numeric fields of a spec in the --set vocabulary ------------------------------------------
 
-def _merged_spec(name: str) -> dict:
-    from perfmodel.hardware.loader import _read_merged, resolve_spec
-
-    path = resolve_spec(name)
-    merged = _read_merged(path, (path.resolve(),), [])
-    if merged is None:
-        raise PerfmodelError(f"spec {name!r} could not be read (perfmodel specs validate {path})")
-    return merged.data
-
-
-def _leaves(data: Any, prefix: str = "") -> list[tuple[str, Any]]:
-    if isinstance(data, Mapping):
-        out: list[tuple[str, Any]] = []
-        for key, value in data.items():
-            if prefix == "" and key in ("sources", "alternatives", "notes", "extends"):
-                continue
-            out.extend(_leaves(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    return [(prefix, data)]
-
-
 def spec_fields(name: str) -> list[tuple[str, Any]]:
-    """Every field of spec ``name`` (its ``extends`` chain merged) as ``(dotted path, value as written)``."""
-    return [(path, value) for path, value in _leaves(_merged_spec(name)) if path != "schema_version"]
+    """Every field of spec ``name`` (its ``extends`` chain merged) as ``(dotted path, value as written)``
+    (``hardware.loader.spec_fields``)."""
+    from perfmodel.hardware.loader import spec_fields as fields_of
+
+    return [(item.field, item.value) for item in fields_of(name)]
 
 
 def spec_numbers(name: str) -> list[dict]:
@@ -201,7 +197,10 @@ def roofline(inputs: Mapping[str, Any]) -> dict:
 
 def llm(inputs: Mapping[str, Any]) -> dict:
     """``perfmodel llm --condensed`` for one model on one or two systems (side by side): TTFT, TPOT,
-    throughput, memory per chip, the bound of each phase and its time by bound."""
+    throughput, memory per chip, the bound of each phase and its time by bound; the headline figures
+    with their intervals at ``confidence`` (``perfmodel llm --confidence``: ``intervals`` holds the
+    confidence, the basis and each figure's low and high, None where there is no evidence)."""
+    from perfmodel.cli.confidence import scenario_intervals, to_json
     from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture
 
@@ -215,13 +214,15 @@ def llm(inputs: Mapping[str, Any]) -> dict:
                         if weights in ("bf16", "fp16") else "bf16", activation_dtype="bf16")
     parallelism = Parallelism(tp=_count(inputs, "tp", 1, high=4096), pp=_count(inputs, "pp", 1, high=4096))
     overrides = _overrides(inputs)
+    confidence = _confidence(inputs)
     results = []
     for position, system in enumerate(systems[:2]):
         hardware = load_system(system, str(inputs.get("parameters", "achievable")),
                                overrides if position == 0 else None)
         result = llm_predict(architecture, hardware, scenario, parallelism)
-        results.append({"system": system, **result.to_dict(), "memory_total_bytes": float(result.memory_bytes.total)})
-    return {"model": architecture.name, "results": results}
+        results.append({"system": system, **result.to_dict(), "memory_total_bytes": float(result.memory_bytes.total),
+                        "intervals": to_json(scenario_intervals(hardware, result, confidence))})
+    return {"model": architecture.name, "confidence": confidence, "results": results}
 
 
 # --- Serving and sizing --------------------------------------------------------------------------------------
@@ -253,10 +254,9 @@ def _rates(inputs: Mapping[str, Any]) -> list[float]:
 
 def serving(inputs: Mapping[str, Any]) -> dict:
     """``perfmodel serve --rates ...``: one simulation per Poisson rate, and the knee."""
-    from perfmodel.cli.serve_command import _knee
     from perfmodel.llm import Parallelism
     from perfmodel.llm.catalog import load_architecture
-    from perfmodel.serving import ArrivalProcess, Server, max_context
+    from perfmodel.serving import ArrivalProcess, Server, knee_rate, max_context
 
     architecture = load_architecture(_text(inputs, "model", "llama-2-7b"))
     hardware = load_system(_text(inputs, "system", "h100-sxm"), str(inputs.get("parameters", "achievable")),
@@ -272,12 +272,18 @@ def serving(inputs: Mapping[str, Any]) -> dict:
                                seed=_count(inputs, "seed", 0, low=0), ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo)
                for rate in rates]
     return {"model": architecture.name, "spec": hardware.name, "mode": server.mode, "rates": rates,
-            "knee_rate_per_s": _knee(rates, results, ttft_slo),
+            "knee_rate_per_s": knee_rate(rates, results, ttft_slo),
             "results": [to_jsonable(result.to_dict(per_request=False)) for result in results]}
 
 
 def size(inputs: Mapping[str, Any]) -> dict:
-    """``perfmodel size``: the fewest chips per system meeting p99 TTFT/TPOT targets at a Poisson rate."""
+    """``perfmodel size``: the fewest chips per system meeting p99 TTFT/TPOT targets at a Poisson rate,
+    each system's targets held at ``confidence`` as ``size --confidence`` holds them (the simulated
+    times must stay under the target x the system's ``intervals.time_factor``; ``at_median``: at the
+    median residual, ``--at-median``)."""
+    from dataclasses import replace
+
+    from perfmodel.intervals import time_factor
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.serving import ArrivalProcess
     from perfmodel.serving.sizing import Target, rank, size_deployment
@@ -290,48 +296,110 @@ def size(inputs: Mapping[str, Any]) -> dict:
     systems = [str(name) for name in (inputs.get("systems") or [])]
     if not systems:
         raise PerfmodelError("input 'systems': pick at least one system")
-    sizings = [size_deployment(architecture, load_system(system, str(inputs.get("parameters", "achievable"))), targets,
-                               ArrivalProcess(kind="poisson", rate_per_s=rate), prompt, output,
-                               requests=_count(inputs, "requests", 200, high=MAX_REQUESTS)) for system in systems]
+    confidence = None if inputs.get("at_median") else _confidence(inputs)
+    sizings, held = [], {}
+    for system in systems:
+        hardware = load_system(system, str(inputs.get("parameters", "achievable")))
+        factor, basis = time_factor(hardware, "served", confidence)
+        sizing = size_deployment(architecture, hardware, [replace(t, limit_s=t.limit_s * factor) for t in targets],
+                                 ArrivalProcess(kind="poisson", rate_per_s=rate), prompt, output,
+                                 requests=_count(inputs, "requests", 200, high=MAX_REQUESTS))
+        sizings.append(sizing)
+        held[sizing.hardware] = {"level": confidence, "limit_factor": factor, "basis": basis}
     return {"model": architecture.name, "rate_per_s": rate, "targets": [target.to_dict() for target in targets],
-            "systems": [to_jsonable(sizing.to_dict()) for sizing in rank(sizings)]}
+            "confidence": confidence,
+            "systems": [{**to_jsonable(sizing.to_dict()), "confidence": held[sizing.hardware]}
+                        for sizing in rank(sizings)]}
+
+
+def search(inputs: Mapping[str, Any]) -> dict:
+    """``perfmodel search``: the Pareto front of deployments (tokens/s per user against tokens/s per
+    chip) on ``chips`` chips of a GPU spec over its serving engines' overlays, the SLO region (TTFT and
+    TPOT targets), every configuration tried, the chosen point (the SLO region's highest tokens/s per chip,
+    or front point ``pick``, 1 = fewest tokens/s per user, as ``--pick``) and, with ``export`` (vllm,
+    sglang, trtllm), its launch settings as ``perfmodel search --export`` prints them."""
+    from perfmodel.cli.search_command import export
+    from perfmodel.hardware.loader import SERVING_ENGINES, load_for_prediction
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.serving.launch import ENGINES
+    from perfmodel.serving.search import search as run
+
+    architecture = load_architecture(_text(inputs, "model", "llama-2-7b"))
+    system = _text(inputs, "system", "h100-sxm")
+    engines = inputs.get("engines") or list(SERVING_ENGINES)
+    if not isinstance(engines, list) or any(engine not in SERVING_ENGINES for engine in engines):
+        raise PerfmodelError(f"input 'engines': expected some of {', '.join(SERVING_ENGINES)}, got {engines!r}")
+    hardware = {engine: load_for_prediction(system, engine=engine) for engine in dict.fromkeys(engines)}
+    result = run(architecture, hardware, _count(inputs, "chips", 8, high=4096),
+                 prompt_tokens=_count(inputs, "prompt", 1024), output_tokens=_count(inputs, "output", 256),
+                 disaggregation=bool(inputs.get("disagg", True)), ttft_slo_s=_seconds(inputs, "ttft_slo"),
+                 tpot_slo_s=_seconds(inputs, "tpot_slo"), simulate=_count(inputs, "simulate", 0, low=0, high=12),
+                 seed=_count(inputs, "seed", 0, low=0))
+    front = list(result.front)
+    pick = inputs.get("pick")
+    if pick in (None, ""):
+        chosen = result.best
+    else:
+        index = _count(inputs, "pick", 1, high=len(front))
+        chosen = front[index - 1]
+    data = {**to_jsonable(result.to_dict()), "system": system, "engines": list(hardware),
+            "points": {"tokens_per_s_per_user": [c.tokens_per_s_per_user for c in result.configurations],
+                       "tokens_per_s_per_chip": [c.tokens_per_s_per_chip for c in result.configurations],
+                       "meets_slo": [c.meets_slo for c in result.configurations]},
+            "chosen": None if chosen is None else front.index(chosen) + 1, "launch": None}
+    engine = inputs.get("export")
+    if engine not in (None, ""):
+        if engine not in ENGINES:
+            raise PerfmodelError(f"input 'export': expected one of {', '.join(ENGINES)}, got {engine!r}")
+        if chosen is None:
+            raise PerfmodelError("no front point meets the SLO targets to export; relax them or pick a point")
+        launch = export(chosen, str(engine), architecture.name, "bf16")
+        data["launch"] = {**launch.to_dict(), "text": launch.text()}
+    return data
 
 
 # --- Specs and accuracy ----------------------------------------------------------------------------------------
 
 def specs(inputs: Mapping[str, Any]) -> dict:
-    """Every field of a spec as written, with the source each sourced field names (``perfmodel specs show``)."""
+    """Every field of a spec as written, with the source it cites and the file and line it comes from
+    (``hardware.loader.spec_fields``; ``perfmodel specs show`` names the same sources)."""
+    from pathlib import Path
+
+    from perfmodel.hardware.loader import spec_fields as fields_of
+
     name = _text(inputs, "system", "h100-sxm")
     hardware = load_system(name, "ideal")
     rows = []
-    for path, value in spec_fields(name):
-        source_id = hardware.field_sources.get(path, "")
-        source = hardware.sources.get(source_id)
-        rows.append({"field": path, "value": to_jsonable(value), "source": source_id,
-                     "kind": source.kind if source else "", "url": source.url if source else ""})
+    for item in fields_of(name):
+        source = hardware.sources.get(item.source)
+        rows.append({"field": item.field, "value": to_jsonable(item.value), "source": item.source,
+                     "kind": source.kind if source else "", "url": source.url if source else "",
+                     "written": f"{Path(item.file).name}:{item.line}" if item.line else Path(item.file).name})
     return {"system": hardware.name, "description": hardware.description, "family": hardware.family,
             "vendor": hardware.vendor, "fields": rows,
             "sources": {key: {"kind": s.kind, "url": s.url, "note": s.note} for key, s in hardware.sources.items()}}
 
 
-_VALIDATION: dict[str, Any] = {}
-_VALIDATION_LOCK = threading.Lock()
+_VALIDATION_LOCK = threading.Lock()  # one validation at a time: a second request waits for the first's rows
 
 
-def validation(_inputs: Mapping[str, Any] | None = None) -> dict:
-    """``perfmodel validate``: every row of the validation table and the medians (computed once, ~30 s)."""
+def validation(inputs: Mapping[str, Any] | None = None) -> dict:
+    """``perfmodel validate [CSV]``: every row of a validation table and the medians; ``csv`` names a
+    table of published measurements in the shipped one's columns (none: the shipped table, ~30 s the
+    first time; ``validation.validate`` remembers each file's rows)."""
     from perfmodel.validation import summary
     from perfmodel.validation import validate as run
 
+    path = (inputs or {}).get("csv") or None
+    if path is not None and not isinstance(path, str):
+        raise PerfmodelError(f"input 'csv': expected a path to a CSV file, got {path!r}")
     with _VALIDATION_LOCK:
-        if "rows" not in _VALIDATION:
-            rows = run()
-            _VALIDATION["rows"] = [{**to_jsonable(row), "error": row.error} for row in rows]
-            _VALIDATION["summary"] = to_jsonable(summary(rows))
-    return {"rows": _VALIDATION["rows"], "summary": _VALIDATION["summary"]}
+        rows = run(path.strip() if path else None)
+    return {"csv": path, "rows": [{**to_jsonable(row), "error": row.error} for row in rows],
+            "summary": to_jsonable(summary(rows))}
 
 
 VIEWS: dict[str, Callable[[Mapping[str, Any]], dict]] = {
     "options": options, "whatif_fields": whatif_fields, "roofline": roofline, "llm": llm, "serving": serving,
-    "size": size, "specs": specs, "validation": validation,
+    "size": size, "search": search, "specs": specs, "validation": validation,
 }

@@ -26,9 +26,9 @@ def chromium_path() -> str | None:
 
 
 @contextmanager
-def explore_server() -> Iterator[str]:
-    """``python -m perfmodel explore --port 0 --no-browser`` in a child process; yields its URL."""
-    process = subprocess.Popen([sys.executable, "-m", "perfmodel", "explore", "--port", "0", "--no-browser"],
+def explore_server(*options: str) -> Iterator[str]:
+    """``python -m perfmodel explore --port 0 --no-browser [OPTIONS]`` in a child process; yields its URL."""
+    process = subprocess.Popen([sys.executable, "-m", "perfmodel", "explore", "--port", "0", "--no-browser", *options],
                                stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
     try:
         started = time.monotonic()

@@ -567,6 +567,50 @@ def validate_spec_file(path: str | Path) -> list[Problem]:
     return []
 
 
+SPEC_TABLES = ("schema_version", "extends", "sources", "alternatives", "notes")  # not fields of the device
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecField:
+    """One field of a spec as written (its ``extends`` chain merged): the dotted path ``--set`` takes,
+    the value as the YAML holds it, the id of the source it cites (``""``: none, a text field) and the
+    file and line it comes from."""
+
+    field: str
+    value: Any
+    source: str
+    file: str
+    line: int | None
+
+
+def spec_fields(name_or_path: str | Path) -> list[SpecField]:
+    """Every field of a spec (a catalog name or a file), its ``extends`` chain merged, in file order,
+    with the source each cites (``Hardware.field_sources``) and where it is written; the spec is
+    validated first (a bad spec raises :class:`SpecError`). ``sources``, ``alternatives`` and
+    ``notes`` are the spec's tables about its fields, not fields (``SPEC_TABLES``)."""
+    path = resolve_spec(name_or_path)
+    problems: list[Problem] = []
+    merged = _read_merged(path, (path.resolve(),), problems)
+    if merged is None:
+        raise SpecError(problems)
+    hardware = full_load(path)
+    out: list[SpecField] = []
+
+    def walk(data: Any, prefix: str) -> None:
+        if isinstance(data, dict):
+            for key, value in data.items():
+                if not prefix and key in SPEC_TABLES:
+                    continue
+                walk(value, join_path(prefix, str(key)))
+            return
+        file, line = merged.origins.get(prefix, (str(path), None))
+        out.append(SpecField(field=prefix, value=data, source=hardware.field_sources.get(prefix, ""), file=file,
+                             line=line))
+
+    walk(merged.data, "")
+    return out
+
+
 def _collect_field_sources(prefix: str, spec: Any, out: dict[str, str]) -> None:
     from perfmodel.hardware.schema import numeric_field_paths
 

@@ -52,7 +52,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -745,6 +745,24 @@ def server_scenario(server: Server, requests: int, prompt: LengthDistribution, o
             high = middle
     return ServerScenario(rate_per_s=low, result=runs[low], offline=offline, tried=tuple(tried),
                           ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+
+
+KNEE_GROWTH = 1.10  # without a TTFT SLO, the knee is the first rate after which throughput grows by 10% or less
+
+
+def knee_rate(rates: Sequence[float], results: Sequence[ServingResult], ttft_slo_s: float | None) -> float | None:
+    """The knee of a load sweep (``results[i]`` simulated at ``rates[i]``, ascending): the last rate whose
+    p99 TTFT meets ``ttft_slo_s``; without an SLO, the first rate after which throughput grows by no more
+    than 10% (``KNEE_GROWTH``). None: no rate meets the SLO, or throughput keeps growing."""
+    if len(rates) != len(results):
+        raise PerfmodelError(f"{len(rates)} rates but {len(results)} results")
+    if ttft_slo_s is not None:
+        meeting = [rate for rate, result in zip(rates, results, strict=True) if result.ttft.p99 <= ttft_slo_s]
+        return meeting[-1] if meeting else None
+    for index in range(len(rates) - 1):
+        if results[index + 1].tokens_per_s <= KNEE_GROWTH * results[index].tokens_per_s:
+            return rates[index]
+    return None
 
 
 def max_context(prompt: LengthDistribution, output: LengthDistribution) -> int | None:

@@ -203,7 +203,8 @@ function llmInputs() {
   for (const name of ["batch", "prompt", "gen"]) $(`llm-${name}-value`).textContent = power2(`llm-${name}`);
   return { model: $("llm-model").value, systems, parameters: $("llm-parameters").value, weights: $("llm-weights").value,
            tp: Number($("llm-tp").value), pp: Number($("llm-pp").value),
-           batch: power2("llm-batch"), prompt: power2("llm-prompt"), gen: power2("llm-gen") };
+           batch: power2("llm-batch"), prompt: power2("llm-prompt"), gen: power2("llm-gen"),
+           confidence: Number($("llm-confidence").value) / 100 };
 }
 
 const LLM_ROWS = [
@@ -213,13 +214,30 @@ const LLM_ROWS = [
   ["capacity per chip", "capacity_bytes_per_chip", (v) => si(v, "B")],
 ];
 
+// One figure's interval cell: "low - high" (perfmodel llm's column), the ends in data-low/data-high.
+function intervalCell(band, id, format) {
+  const td = cell("", id);
+  if (!band) return td;
+  if (band.low === null || band.high === null) { td.textContent = "no evidence"; td.className = "none"; return td; }
+  td.textContent = `${format(band.low)} - ${format(band.high)}`;
+  td.dataset.low = String(band.low);
+  td.dataset.high = String(band.high);
+  td.className = "num interval";
+  return td;
+}
+
 const redrawLLM = live("llm", async () => {
   const data = await api("llm", llmInputs());
-  const rows = LLM_ROWS.map(([label, key, format]) => [label, ...data.results.map((r, i) => cell(format(r[key]), `llm-${key}-${i}`, r[key]))]);
-  rows.push(["fits", ...data.results.map((r, i) => cell(r.fits ? "yes" : "NO", `llm-fits-${i}`))]);
-  rows.push(["bound (prefill / decode)", ...data.results.map((r, i) => cell(`${r.bound_by_phase.prefill} / ${r.bound_by_phase.decode}`, `llm-bound-${i}`))]);
-  rows.push(["mode, parameters", ...data.results.map((r) => `${r.mode}; ${r.parameters}`)]);
-  table($("llm-table"), [`${data.model}`, ...data.results.map((r) => `${r.chips} x ${r.hardware}`)], rows);
+  const level = `${Number((100 * data.confidence).toPrecision(3))}% interval`;
+  $("llm-confidence-value").textContent = `${Number((100 * data.confidence).toPrecision(3))}%`;
+  const rows = LLM_ROWS.map(([label, key, format]) => [label, ...data.results.flatMap((r, i) => [
+    cell(format(r[key]), `llm-${key}-${i}`, r[key]), intervalCell(r.intervals[key], `llm-${key}-${i}-interval`, format)])]);
+  const wide = (text, id) => { const td = cell(text, id); td.colSpan = 2; return td; };
+  rows.push(["fits", ...data.results.map((r, i) => wide(r.fits ? "yes" : "NO", `llm-fits-${i}`))]);
+  rows.push(["bound (prefill / decode)", ...data.results.map((r, i) => wide(`${r.bound_by_phase.prefill} / ${r.bound_by_phase.decode}`, `llm-bound-${i}`))]);
+  rows.push(["mode, parameters", ...data.results.map((r) => wide(`${r.mode}; ${r.parameters}`))]);
+  rows.push([`${level}: basis`, ...data.results.map((r, i) => { const td = wide(r.intervals.basis, `llm-basis-${i}`); td.className = "basis"; return td; })]);
+  table($("llm-table"), [`${data.model}`, ...data.results.flatMap((r) => [`${r.chips} x ${r.hardware}`, level])], rows);
   const bounds = [...new Set(data.results.flatMap((r) => Object.values(r.time_by_bound_by_phase).flatMap(Object.keys)))];
   const phaseTraces = bounds.map((bound) => ({
     type: "bar", name: bound, marker: { color: boundColour(bound) },
@@ -280,9 +298,12 @@ function download(name, data) {
 }
 
 async function runSizing() {
+  const level = $("sz-confidence").value;
   const data = await api("size", { model: $("sv-model").value, systems: picked($("sz-systems")), rate: Number($("sz-rate").value),
-                                   ttft_slo: $("sz-ttft").value, tpot_slo: $("sz-tpot").value });
-  table($("sz-table"), ["system", "chips", "replicas x (tp, pp)", "mode", "TTFT p99", "TPOT p99", "tokens/s", "power", "USD/M tokens", "note", ""],
+                                   ttft_slo: $("sz-ttft").value, tpot_slo: $("sz-tpot").value,
+                                   ...(level === "median" ? { at_median: true } : { confidence: Number(level) }) });
+  table($("sz-table"), ["system", "chips", "replicas x (tp, pp)", "mode", "TTFT p99", "TPOT p99", "tokens/s", "power", "USD/M tokens",
+                        `targets held at ${level === "median" ? "the median" : `${Math.round(100 * Number(level))}% confidence`}`, "note", ""],
         data.systems.map((s, i) => {
           const b = s.best;
           const button = document.createElement("button");
@@ -291,28 +312,101 @@ async function runSizing() {
           button.onclick = () => download(`${s.hardware}-deployment.json`, { model: data.model, rate_per_s: data.rate_per_s, targets: data.targets, ...s });
           const exportCell = document.createElement("td");
           if (b) exportCell.appendChild(button);
-          if (!b) return [s.hardware, "-", "-", s.mode, "-", "-", "-", "-", "-", s.note, exportCell];
+          const held = cell(`x ${s.confidence.limit_factor.toPrecision(3)} (${s.confidence.basis})`, `sz-held-${i}`, s.confidence.limit_factor);
+          held.className = "num basis";
+          if (!b) return [s.hardware, "-", "-", s.mode, "-", "-", "-", "-", "-", held, s.note, exportCell];
           return [s.hardware, cell(String(b.chips), `sz-chips-${i}`, b.chips), `${b.replicas} x (tp ${b.tp}, pp ${b.pp})`, b.mode,
                   cell(si(b.ttft_s.p99, "s"), null, b.ttft_s.p99), cell(si(b.tpot_s.p99, "s"), null, b.tpot_s.p99),
                   cell(plain(b.tokens_per_s), null, b.tokens_per_s), si(b.power_watts, "W"),
-                  b.usd_per_million_tokens === null ? "n/a" : b.usd_per_million_tokens.toFixed(2), s.note, exportCell];
+                  b.usd_per_million_tokens === null ? "n/a" : b.usd_per_million_tokens.toFixed(2), held, s.note, exportCell];
         }));
+}
+
+// --- Pareto front (perfmodel search) ------------------------------------------------------------------------
+function searchInputs() {
+  return { model: $("sv-model").value, system: $("sv-system").value, chips: Number($("pf-chips").value),
+           prompt: Number($("pf-prompt").value), output: Number($("pf-output").value), ttft_slo: $("pf-ttft").value,
+           tpot_slo: $("pf-tpot").value, disagg: $("pf-disagg").checked };
+}
+
+async function runSearch() {
+  const data = await api("search", searchInputs());
+  state.search = data;
+  const front = data.front;
+  const slo = [data.ttft_slo_s === null ? null : `TTFT <= ${si(data.ttft_slo_s, "s")}`,
+               data.tpot_slo_s === null ? null : `TPOT <= ${si(data.tpot_slo_s, "s")}`].filter(Boolean).join(" and ") || "none";
+  $("pf-summary").textContent = `${data.model} on ${data.chips} chips of ${data.system} (${data.engines.join(", ")}): ` +
+    `${data.configurations} configurations, ${front.length} on the front; SLO region: ${slo}; ` +
+    (data.chosen === null ? "no front point meets the SLO" : `chosen #${data.chosen} (the SLO region's most tokens/s per chip)`);
+  $("pf-summary").dataset.value = String(data.chosen);
+  const p = data.points;
+  const xs = front.map((c) => c.tokens_per_s_per_user), ys = front.map((c) => c.tokens_per_s_per_chip);
+  const xmax = Math.max(...p.tokens_per_s_per_user) * 1.05, ymax = Math.max(...p.tokens_per_s_per_chip) * 1.05;
+  const traces = [
+    { x: p.tokens_per_s_per_user, y: p.tokens_per_s_per_chip, mode: "markers", name: "configurations tried",
+      marker: { color: "#bbbbbb", size: 4 }, hoverinfo: "skip" },
+    { x: xs, y: ys, mode: "lines+markers", name: "Pareto front", line: { color: "#1f77b4", shape: "vh" },
+      marker: { size: 10, color: front.map((c) => c.meets_slo ? "#2ca02c" : "#d62728") },
+      text: front.map((c, i) => `#${i + 1} ${c.label}<br>${c.chips} chips; TTFT ${si(c.ttft_s, "s")}, TPOT ${si(c.tpot_s, "s")}` +
+                                 `<br>${c.meets_slo ? "in" : "outside"} the SLO region`), hoverinfo: "text" },
+  ];
+  if (data.chosen !== null) traces.push({ x: [xs[data.chosen - 1]], y: [ys[data.chosen - 1]], mode: "markers", name: "chosen",
+                                          marker: { size: 18, symbol: "star", color: "#f0b429", line: { color: "black", width: 1 } } });
+  const shapes = [];
+  if (data.tpot_slo_s !== null) {
+    shapes.push({ type: "rect", xref: "x", yref: "paper", x0: 1 / data.tpot_slo_s, x1: Math.max(xmax, 1.2 / data.tpot_slo_s), y0: 0, y1: 1,
+                  fillcolor: "#2ca02c", opacity: 0.08, line: { width: 0 } });
+    shapes.push({ type: "line", xref: "x", yref: "paper", x0: 1 / data.tpot_slo_s, x1: 1 / data.tpot_slo_s, y0: 0, y1: 1,
+                  line: { color: "#2ca02c", dash: "dash" } });
+  }
+  await Plotly.react($("pf-chart"), traces, {
+    title: { text: `Pareto front (estimates at full load); shaded: TPOT target met${data.ttft_slo_s === null ? "" : ", green points: TTFT too"}` },
+    xaxis: { title: { text: "tokens/s per user (1 / TPOT)" }, range: [0, Math.max(xmax, data.tpot_slo_s ? 1.2 / data.tpot_slo_s : 0)] },
+    yaxis: { title: { text: "tokens/s per chip" }, range: [0, ymax] }, shapes, margin: { t: 50 }, hovermode: "closest",
+    legend: { x: 0.98, xanchor: "right", y: 0.98 } }, plotConfig);
+  if (!state.searchClicks) { // a click on a front point chooses it for the export
+    state.searchClicks = true;
+    $("pf-chart").on("plotly_click", (event) => {
+      const point = event.points.find((item) => item.curveNumber === 1);
+      if (point) $("pf-pick").value = String(point.pointIndex + 1);
+    });
+  }
+  table($("pf-table"), ["#", "deployment", "chips", "tokens/s per user", "tokens/s per chip", "tokens/s per W", "TTFT", "TPOT", "in SLO"],
+        front.map((c, i) => [String(i + 1), c.label, cell(String(c.chips), `pf-chips-${i}`, c.chips),
+                             cell(plain(c.tokens_per_s_per_user), `pf-user-${i}`, c.tokens_per_s_per_user),
+                             cell(plain(c.tokens_per_s_per_chip), `pf-chip-${i}`, c.tokens_per_s_per_chip),
+                             cell(plain(c.tokens_per_s_per_watt), null, c.tokens_per_s_per_watt),
+                             cell(si(c.ttft_s, "s"), null, c.ttft_s), cell(si(c.tpot_s, "s"), null, c.tpot_s),
+                             cell(c.meets_slo ? "yes" : "no", `pf-slo-${i}`)]));
+  fill($("pf-pick"), front.map((_, i) => String(i + 1)), String(data.chosen === null ? 1 : data.chosen));
+}
+
+async function exportSearch() {
+  const engine = $("pf-engine").value;
+  const data = await api("search", { ...searchInputs(), pick: Number($("pf-pick").value), export: engine });
+  $("pf-launch").textContent = data.launch.text;
+  $("pf-launch").dataset.pick = String(data.chosen);
+  const link = document.createElement("a");
+  link.href = URL.createObjectURL(new Blob([data.launch.text + "\n"], { type: "text/plain" }));
+  link.download = `${data.system}-${engine}-launch.sh`;
+  link.click();
 }
 
 // --- Specs and accuracy ---------------------------------------------------------------------------------------
 async function showSpec() {
   const data = await api("specs", { system: $("sp-system").value });
   $("sp-title").textContent = `${data.system}: ${data.description} [${data.family}, ${data.vendor}]`;
-  table($("sp-table"), ["field", "value", "source", "kind", "url"], data.fields.map((f, i) => {
+  table($("sp-table"), ["field", "value", "source", "kind", "url", "written in"], data.fields.map((f, i) => {
     const link = document.createElement("td");
     if (f.url) { const a = document.createElement("a"); a.href = f.url; a.textContent = f.url; a.target = "_blank"; link.appendChild(a); }
-    return [cell(f.field, `sp-field-${i}`), cell(String(f.value), `sp-value-${i}`), f.source, f.kind, link];
+    return [cell(f.field, `sp-field-${i}`), cell(String(f.value), `sp-value-${i}`), f.source, f.kind, link,
+            cell(f.written, `sp-written-${i}`)];
   }));
 }
 
 async function showValidation() {
-  $("va-summary").textContent = "running perfmodel validate (about half a minute the first time)...";
-  const data = await api("validation", {});
+  $("va-summary").textContent = "running perfmodel validate (about half a minute the first time for the shipped table)...";
+  const data = await api("validation", { csv: $("va-csv").value.trim() || null });
   const s = data.summary;
   $("va-summary").textContent = `${s.predicted} rows predicted, ${s.skipped} skipped; median |error| ${pct(s.all)}`;
   $("va-summary").dataset.value = String(s.all);
@@ -354,9 +448,11 @@ async function start() {
   $("rf-scale").addEventListener("input", redrawRoofline);
   $("rf-reset").addEventListener("click", () => { $("rf-scale").value = 0; redrawRoofline(); });
   for (const id of ["llm-model", "llm-system-a", "llm-system-b", "llm-parameters", "llm-weights", "llm-tp", "llm-pp"]) $(id).addEventListener("change", redrawLLM);
-  for (const id of ["llm-batch", "llm-prompt", "llm-gen"]) $(id).addEventListener("input", redrawLLM);
+  for (const id of ["llm-batch", "llm-prompt", "llm-gen", "llm-confidence"]) $(id).addEventListener("input", redrawLLM);
   $("sv-run").addEventListener("click", runServing);
   $("sz-run").addEventListener("click", runSizing);
+  $("pf-run").addEventListener("click", runSearch);
+  $("pf-export").addEventListener("click", exportSearch);
   $("sp-system").addEventListener("change", showSpec);
   $("va-load").addEventListener("click", showValidation);
   for (const tab of document.querySelectorAll(".tab")) tab.addEventListener("click", () => show(tab.dataset.view));
