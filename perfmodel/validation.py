@@ -335,6 +335,9 @@ def _load_lengths(row: dict, load: _Load, model: str):
         name = next((name for name in names if name in squeezed), None)
         if name is None and load.kind.startswith("mlperf") and model == "llama-2-70b":
             name = "openorca"  # MLPerf Inference's Llama-2-70B dataset
+        if name is None and load.kind.startswith("mlperf"):
+            raise _Skip(f"{column} {text!r}: the lengths of {model}'s MLPerf dataset are not stated in the row and "
+                        f"no distribution of them is shipped (workloads/lengths: {', '.join(LENGTH_DATASETS)})")
         if name is None:
             raise _Skip(f"{column} {text!r} is neither a length nor a shipped dataset's name "
                         f"({', '.join(LENGTH_DATASETS)})")
