@@ -23,7 +23,24 @@ Conventions for reproducing rows:
   ``--max-num-batched-tokens``, vLLM's on-demand paged KV cache (16-token blocks, 0.9 of the memory).
   Output token throughput = all output tokens / the run's wall time; TPOT and TTFT as the benchmark
   reports them (median TPOT excludes the first token; mean TTFT).
-* FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute.
+* Rows measured under a load that is neither of those go through the serving simulator too
+  (``_load_row``): a request rate in the batch column ('rate 4/s', '4 req/s', 'QPS 4') or the notes
+  (``--request-rate 4``) as Poisson arrivals at that rate; a number of clients ('concurrency 16',
+  '16 concurrent') as a closed loop of that many users with no think time; the server's limits from
+  the notes (``--max-num-seqs``, ``--max-num-batched-tokens``) or else the simulator's defaults, and
+  ``--num-prompts`` requests or else ``LOAD_REQUESTS``. TTFT then includes the queueing and the steps
+  shared with other requests' decode. Lengths are the row's ISL/OSL, or a shipped dataset's
+  distribution when the length column names one (``workloads/lengths``).
+* MLPerf Inference rows: Offline is every request at once (``MLPERF_OFFLINE_SAMPLES``, the tokens/s of
+  the run); Server is Poisson arrivals at the row's rate when it states one (target QPS), else the
+  highest rate whose p99 TTFT and p99 TPOT meet the benchmark's constraints (``MLPERF_LATENCY``,
+  ``serving.server_scenario``); both with the dataset's length distribution, which must be shipped
+  (OpenOrca's is not: such rows are skipped with the reason).
+* FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute;
+  "INT4 weight-only (G=32)" int4 weights (the group scales' 0.5 bit a weight not counted), bf16
+  compute; a bare "INT8" int8 weights and activations (SmoothQuant W8A8, TensorRT-LLM's INT8), KV in
+  the 16-bit type. ITL rows are the time between tokens: TPOT for a lone request, the simulator's
+  inter-token latency under a load.
 * Single-user API speeds (Groq, Cerebras) are 1 / TPOT at batch 1 for a 512-token prompt and 256
   generated tokens, on the fewest chips that hold the weights (Groq: tp 8, pp as needed) or the
   stated system count (Cerebras: one wafer per pipeline stage).
@@ -61,6 +78,20 @@ API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
 VLLM_SETTINGS = re.compile(r"--(num-prompts|max-num-seqs|max-num-batched-tokens)[ =](\d+)")
+# Rows measured under a load (``_load``): requests simulated when the row states no count.
+LOAD_REQUESTS = 1000
+_RATE = re.compile(r"(?:\brate|\bqps)\s*[=:]?\s*(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:req(?:uests)?\s*/\s*s|qps)\b",
+                   re.IGNORECASE)
+_REQUEST_RATE_FLAG = re.compile(r"--request-rate[ =](\d+(?:\.\d+)?)")
+_CONCURRENCY = re.compile(r"concurren\w*\s*[=:]?\s*(\d+)|(\d+)\s*concurrent", re.IGNORECASE)
+# MLPerf Inference: the Offline scenario's sample count (MLPerf's minimum, mlcommons/inference mlperf.conf
+# performance_sample_count_override for llama2-70b) and the Server scenario's p99 TTFT / TPOT limits in
+# seconds (mlcommons/inference loadgen/mlperf.conf: llama2-70b ttft_latency 2000 ms, tpot_latency 200 ms;
+# llama2-70b-interactive 450 / 40; mixtral-8x7b 2000 / 200; llama3_1-405b 6000 / 175), per shipped model.
+MLPERF_OFFLINE_SAMPLES = 24576
+MLPERF_LATENCY = {"llama-2-70b": (2.0, 0.2), "mixtral-8x7b": (2.0, 0.2), "llama-3.1-405b": (6.0, 0.175)}
+MLPERF_INTERACTIVE_LATENCY = {"llama-2-70b": (0.45, 0.04)}
+MLPERF_SERVER_REQUESTS = 2000  # each rate tried in the server search simulates this many requests
 # A prompt stated only as "short": gpt-fast's generate.py default prompt, "Hello, my name is", is
 # 6 Llama tokens with BOS; 8 rounds it up (decode time barely depends on it).
 SHORT_PROMPT_TOKENS = 8
@@ -97,9 +128,37 @@ PREDICTION_KINDS = ("kernel", "scenario", "served", "training")
 
 
 def _served(row: dict) -> bool:
-    """Whether an LLM row is a served load (``_max_load_row`` or ``_vllm_serving_row``), as ``_llm_row`` routes it."""
+    """Whether an LLM row is a served load (``_max_load_row``, ``_vllm_serving_row`` or ``_load_row``), as
+    ``_llm_row`` routes it."""
     batch_text = row["batch"].lower()
-    return "ifb" in batch_text or "max-load" in batch_text or "vllm bench serve" in row.get("notes", "")
+    return "ifb" in batch_text or "max-load" in batch_text or "vllm bench serve" in row.get("notes", "") \
+        or _load(row) is not None
+
+
+@dataclass(frozen=True)
+class _Load:
+    kind: str  # rate, concurrency, mlperf-offline, mlperf-server or mlperf-interactive
+    value: float | None = None  # requests a second (rate, a server row's target), or clients (concurrency)
+
+
+def _load(row: dict) -> _Load | None:
+    """The load a row was measured under, when it is neither a trtllm-bench max-load nor a vLLM benchmark
+    row: an MLPerf scenario, a request rate or a number of concurrent clients (see the module docstring)."""
+    batch, notes = row["batch"], row.get("notes", "")
+    text = " ".join((row["system"], row["workload"], notes))
+    if re.search(r"mlperf", text, re.IGNORECASE) and not re.search(r"mlperf\s+training", text, re.IGNORECASE) \
+            and "training" not in row["workload"].lower():
+        words = " ".join((batch, row["metric"], notes)).lower()
+        for scenario in ("offline", "interactive", "server"):
+            if scenario in words:
+                rate = _RATE.search(batch) or re.search(r"target[_ ]qps\s*[=:]?\s*(\d+(?:\.\d+)?)", notes, re.I)
+                value = None if scenario == "offline" or rate is None else float(next(g for g in rate.groups() if g))
+                return _Load(kind=f"mlperf-{scenario}", value=value)
+    if match := _RATE.search(batch) or _REQUEST_RATE_FLAG.search(notes):
+        return _Load(kind="rate", value=float(next(group for group in match.groups() if group)))
+    if match := _CONCURRENCY.search(batch):
+        return _Load(kind="concurrency", value=float(next(group for group in match.groups() if group)))
+    return None
 
 
 SYSTEMS = [  # (pattern, spec); first match wins; PCIe cards and GH200 have no spec here
@@ -168,9 +227,15 @@ def _count_problem(row: dict) -> str | None:
 
 
 def _dtypes(precision: str, system: str) -> dict | None:
+    """The weight, KV and activation dtypes a precision string names (see the module docstring)."""
     p = precision.upper()
+    base = "fp16" if "FP16" in p else "bf16"  # the 16-bit type of a quantized row's compute
+    if "INT4" in p and "WEIGHT" in p:
+        return {"weight_dtype": "int4", "kv_dtype": base, "activation_dtype": base}
     if "INT8 WEIGHT" in p:
-        return {"weight_dtype": "int8", "kv_dtype": "bf16", "activation_dtype": "bf16"}
+        return {"weight_dtype": "int8", "kv_dtype": base, "activation_dtype": base}
+    if re.fullmatch(r"\s*INT8\s*(\(.*\))?\s*", p) or "W8A8" in p or "SMOOTHQUANT" in p:
+        return {"weight_dtype": "int8", "kv_dtype": base, "activation_dtype": "int8"}
     if "FP8" in p:
         return {"weight_dtype": "fp8", "kv_dtype": "fp8", "activation_dtype": "fp8"}
     if "BF16" in p:
@@ -202,6 +267,10 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     short = row["input_len"].strip().lower() == "short"
     prompt = _int(row["input_len"]) or (API_PROMPT_TOKENS if api else SHORT_PROMPT_TOKENS if short else None)
     gen = _int(row["output_len"]) or (API_GENERATED_TOKENS if api else SINGLE_STREAM_GENERATED_TOKENS)
+    load, lengths = _load(row), None
+    if load is not None:  # the lengths may be a dataset's distribution; the scenario holds their means
+        lengths = _load_lengths(row, load, model)
+        prompt, gen = (max(1, round(length.mean)) for length in lengths)
     if prompt is None:
         raise _Skip("prompt length not stated")
     if spec == "cerebras-wse-3":
@@ -215,11 +284,15 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     base = Scenario(batch=1, prompt_tokens=prompt, generated_tokens=gen, **dtypes)
     how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
-        + f"; prompt {prompt}, gen {gen}"
+        + ("" if load is not None else f"; prompt {prompt}, gen {gen}")
+    if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
+        how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
     if _served(row):
         if "ifb" in batch_text or "max-load" in batch_text:
             return _max_load_row(architecture, hardware, parallelism, base, mode, how)
-        return _vllm_serving_row(row, architecture, hardware, parallelism, base, mode, how)
+        if load is None or "vllm bench serve" in row.get("notes", ""):
+            return _vllm_serving_row(row, architecture, hardware, parallelism, base, mode, how)
+        return _load_row(row, load, lengths, architecture, hardware, parallelism, base, mode, how, model)
     if "max" in batch_text or "sweep" in batch_text:
         raise _Skip("batch size of the sweep's maximum not stated")
     batch = _int(row["batch"]) or 1
@@ -238,9 +311,123 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
         return (total / parallelism.chips if per_gpu else total), how + ("; per GPU" if per_gpu else "; total")
     if "decode tokens/s" in metric:
         return result.tokens_per_s_per_user, how
-    if "per-token" in metric:
-        return result.tpot_s * 1e3, how
+    if "per-token" in metric or "itl" in metric.split() or "inter-token" in metric or "tpot" in metric:
+        return result.tpot_s * 1e3, how + ("; ITL = TPOT of a lone request" if "itl" in metric.split()
+                                           or "inter-token" in metric else "")
     raise _Skip(f"metric {row['metric']!r} is not an LLM metric the model predicts")
+
+
+def _load_lengths(row: dict, load: _Load, model: str):
+    """The prompt and output length distributions of a row measured under a load: fixed at the row's
+    ISL/OSL, or a shipped dataset's (``workloads/lengths``) where the column names one; an MLPerf row
+    stating none uses its benchmark's dataset (Llama-2-70B: OpenOrca)."""
+    from perfmodel.serving import parse_length
+    from perfmodel.serving.workload import LENGTH_DATASETS, UNSHIPPED_DATASETS, dataset_lengths
+
+    names = sorted((*LENGTH_DATASETS, *UNSHIPPED_DATASETS), key=len, reverse=True)  # sharegpt-8k before sharegpt
+    lengths = []
+    for column, side in (("input_len", "prompt"), ("output_len", "output")):
+        text = row[column].strip()
+        if count := _int(text):
+            lengths.append(parse_length(f"fixed:{count}"))
+            continue
+        squeezed = re.sub(r"[\s_]", "-", text.lower())
+        name = next((name for name in names if name in squeezed), None)
+        if name is None and load.kind.startswith("mlperf") and model == "llama-2-70b":
+            name = "openorca"  # MLPerf Inference's Llama-2-70B dataset
+        if name is None and load.kind.startswith("mlperf"):
+            raise _Skip(f"{column} {text!r}: the lengths of {model}'s MLPerf dataset are not stated in the row and "
+                        f"no distribution of them is shipped (workloads/lengths: {', '.join(LENGTH_DATASETS)})")
+        if name is None:
+            raise _Skip(f"{column} {text!r} is neither a length nor a shipped dataset's name "
+                        f"({', '.join(LENGTH_DATASETS)})")
+        try:
+            lengths.append(dataset_lengths(name, side, column))
+        except PerfmodelError as error:
+            raise _Skip(f"the length distribution is not shipped: {error}") from None
+    return tuple(lengths)
+
+
+def _served_metric(metric: str, unit: str, result, chips: int) -> tuple[float, str] | None:
+    """A served run's value of a row's metric (milliseconds for latencies), and what was read."""
+    words = metric.replace("(", " ").replace(")", " ").split()
+    statistic = "p50" if ("median" in words or "p50" in words) else "p99" if "p99" in words else \
+        "p90" if "p90" in words else "mean"
+    if "ttft" in metric or "first token" in metric or "time to first" in metric:
+        return getattr(result.ttft, statistic) * 1e3, f"{statistic} TTFT"
+    if "itl" in words or "inter-token" in metric:
+        return getattr(result.itl, statistic) * 1e3, f"{statistic} inter-token latency"
+    if "tpot" in metric or "per output token" in metric or "per-token" in metric:
+        return getattr(result.tpot, statistic) * 1e3, f"{statistic} TPOT"
+    if "samples/s" in unit.lower() or "requests/s" in unit.lower() or "queries" in metric:
+        return result.requests_per_s, "requests a second"
+    if "throughput" in metric or "tokens/s" in metric or "tokens per second" in metric or "tok/s" in unit.lower():
+        per_gpu = "per gpu" in metric or "/gpu" in unit.lower()
+        return (result.tokens_per_s / chips if per_gpu else result.tokens_per_s), \
+            "output tokens a second" + (" per GPU" if per_gpu else "")
+    return None
+
+
+def _load_row(row: dict, load: _Load, lengths, architecture, hardware, parallelism, scenario, mode, how,
+              model: str) -> tuple[float, str]:
+    """A row measured under a request rate, a number of clients or an MLPerf scenario, through the
+    serving simulator (see the module docstring)."""
+    from perfmodel.serving import ArrivalProcess, ClosedLoop, Server, ServingConfig, max_context, server_scenario
+
+    prompt, output = lengths
+    settings = {name: int(value) for name, value in VLLM_SETTINGS.findall(row.get("notes", ""))}
+    defaults = ServingConfig()
+    batch = settings.get("max-num-seqs", defaults.max_batch)
+    tokens = max(settings.get("max-num-batched-tokens", defaults.max_tokens_per_step), batch)
+    limits = "stated" if {"max-num-seqs", "max-num-batched-tokens"} <= set(settings) else "the simulator's defaults"
+    search = load.kind != "mlperf-offline" and load.kind.startswith("mlperf") and load.value is None
+    requests = settings.get("num-prompts", MLPERF_OFFLINE_SAMPLES if load.kind == "mlperf-offline"
+                            else MLPERF_SERVER_REQUESTS if search else LOAD_REQUESTS)
+    engine, _ = _first(ENGINES, row["system"])
+    # TensorRT-LLM reserves a request's whole sequence at admission (GUARANTEED_NO_EVICT) in 32-token blocks;
+    # vLLM and SGLang (and an unnamed engine) take blocks on demand.
+    trtllm = engine == "trtllm"
+    config = ServingConfig(max_batch=batch, max_tokens_per_step=tokens,
+                           block_size=TRTLLM_TOKENS_PER_BLOCK if trtllm else defaults.block_size,
+                           kv_admission="reserve" if trtllm else "on-demand")
+    kv = f"{config.block_size}-token blocks, " + ("whole sequences reserved" if trtllm else "on-demand paged KV")
+    scenario_name = load.kind[len("mlperf-"):].capitalize()
+    try:
+        server = Server(architecture, hardware, parallelism, config=config,
+                        max_context=max_context(prompt, output), weight_dtype=scenario.weight_dtype,
+                        kv_dtype=scenario.kv_dtype, activation_dtype=scenario.activation_dtype, mode=mode)
+        if search:
+            table = MLPERF_INTERACTIVE_LATENCY if load.kind == "mlperf-interactive" else MLPERF_LATENCY
+            if model not in table:
+                raise _Skip(f"no MLPerf {scenario_name} latency constraints recorded for {model}")
+            ttft_slo, tpot_slo = table[model]
+            found = server_scenario(server, requests, prompt, output, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo)
+            if found.result is None:
+                raise _Skip(f"no arrival rate meets the MLPerf constraints (p99 TTFT {ttft_slo:g} s, TPOT "
+                            f"{tpot_slo * 1e3:g} ms) in the simulator")
+            result, arrivals = found.result, (f"MLPerf {scenario_name}: the highest Poisson rate meeting p99 TTFT "
+                                              f"{ttft_slo:g} s and TPOT {tpot_slo * 1e3:g} ms, "
+                                              f"{found.rate_per_s:.3g}/s")
+        else:
+            if load.kind == "concurrency":
+                stream: ArrivalProcess | ClosedLoop = ClosedLoop(users=int(load.value or 1), think_s=0.0)
+                arrivals = f"closed loop of {int(load.value or 1)} clients, no think time"
+            elif load.kind == "mlperf-offline":
+                stream, arrivals = ArrivalProcess(kind="burst"), "MLPerf Offline: every request at once"
+            else:
+                stream = ArrivalProcess(kind="poisson", rate_per_s=float(load.value or 0))
+                arrivals = (f"MLPerf {scenario_name} at the row's rate: " if load.kind.startswith("mlperf") else "") + \
+                    f"Poisson arrivals at {load.value:g}/s"
+            result = server.simulate(stream, requests, prompt, output)
+    except PerfmodelError as error:
+        raise _Skip(f"the model does not fit in this configuration ({error})") from None
+    value = _served_metric(row["metric"].lower(), row["unit"], result, parallelism.chips)
+    if value is None:
+        raise _Skip(f"metric {row['metric']!r} is not one the serving simulator reports")
+    return value[0], how + (
+        f"; served load simulated: {arrivals}; {requests} requests, prompt {prompt.text}, output {output.text}; "
+        f"max batch {batch}, {tokens} tokens a step ({limits}), {kv}; {value[1]}"
+        + (" (queueing included)" if "TTFT" in value[1] else ""))
 
 
 @dataclass(frozen=True)

@@ -90,8 +90,8 @@ def register(commands) -> None:
                                    f"{'500ms' if metric == 'ttft' else '50ms'}")
     size.add_argument("--prompt", type=int, help="prompt tokens, every request (default 1024; or --prompt-dist)")
     size.add_argument("--gen", type=int, help="output tokens, every request (default 256; or --output-dist)")
-    size.add_argument("--prompt-dist", help="prompt tokens: fixed:1024, uniform:128-1024, lognormal:MEAN,SIGMA or a "
-                                            "CSV file of lengths (as perfmodel serve)")
+    size.add_argument("--prompt-dist", help="prompt tokens: fixed:1024, uniform:128-1024, lognormal:MEAN,SIGMA, a "
+                                            "public dataset's name or a CSV file of lengths (as perfmodel serve)")
     size.add_argument("--output-dist", help="output tokens, as --prompt-dist")
     size.add_argument("--requests", type=int, default=DEFAULT_SIZE_REQUESTS,
                       help=f"requests per simulation (default {DEFAULT_SIZE_REQUESTS})")

@@ -26,6 +26,7 @@ from perfmodel.cli.serve_options import (
 )
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
+from perfmodel.serving.workload import LENGTH_DATASETS
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
@@ -70,8 +71,9 @@ def register(commands) -> None:
                        help=f"requests to simulate (default {DEFAULT_REQUESTS}; with --trace: the first N rows, "
                             "default all)")
     serve.add_argument("--prompt-dist",
-                       help=f"prompt tokens: fixed:512, uniform:128-1024, lognormal:MEAN,SIGMA, or a CSV file of "
-                            f"lengths (one column, or value,weight rows) (default {DEFAULT_PROMPT})")
+                       help=f"prompt tokens: fixed:512, uniform:128-1024, lognormal:MEAN,SIGMA, a public dataset's "
+                            f"lengths ({', '.join(LENGTH_DATASETS)}: workloads/lengths/README.md), or a CSV file "
+                            f"of lengths (one column, or value,weight rows) (default {DEFAULT_PROMPT})")
     serve.add_argument("--output-dist", help=f"output tokens, as --prompt-dist (default {DEFAULT_OUTPUT})")
     serve.add_argument("--prefix-share", type=float, default=0.0, metavar="F",
                        help="prefix caching: the fraction (0 <= F < 1) of each prompt found in a shared cached "

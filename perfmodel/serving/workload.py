@@ -6,6 +6,10 @@ Length distributions are written as text, ``kind:parameters``:
 * ``uniform:128-1024`` -- integers drawn uniformly from 128 to 1024, both included;
 * ``lognormal:600,0.5`` -- a log-normal with mean 600 tokens and shape sigma 0.5 (the standard
   deviation of the underlying normal), rounded to whole tokens, at least 1;
+* ``sharegpt-8k``, ``arxiv-summarization-4k`` (``LENGTH_DATASETS``) -- a public dataset's lengths, shipped
+  as histograms under ``workloads/lengths/`` (its README gives each one's source and statistics): the
+  prompt side for a prompt distribution, the output side for an output one (``NAME:prompt`` or
+  ``NAME:output`` to choose); prompts and outputs are drawn independently (the pairing is not kept);
 * ``lengths.csv`` (any path ending in ``.csv``, or ``empirical:PATH``) -- an empirical distribution
   read from a file (``read_length_csv``): one column of lengths (each row one observation), or two
   columns ``value,weight`` (a length and its weight or count); an optional header row; blank lines and
@@ -38,9 +42,25 @@ from pathlib import Path
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.paths import data_directory
 
 ARRIVAL_KINDS = ("poisson", "fixed", "burst")
 _NUMBER = r"(\d+(?:\.\d*)?|\.\d+)"
+#: Named request-length datasets: ``workloads/lengths/NAME_prompt.csv`` and ``NAME_output.csv`` (README
+#: there: the upstream files, their processing and the statistics each histogram keeps).
+LENGTH_DATASETS = ("sharegpt-8k", "arxiv-summarization-4k")
+LENGTH_SIDES = ("prompt", "output")
+#: Datasets a planner may name whose lengths are not shipped, and why (no histogram or summary statistics
+#: that fix a distribution are available to this project).
+UNSHIPPED_DATASETS = {
+    "openorca": "MLPerf's Llama-2-70B OpenOrca set (24,576 samples) is documented only by its filter (input and "
+                "output below 1,024 tokens, language/llama2-70b/processorca.py) and the reference run's mean of "
+                "294.45 output tokens (language/llama2-70b/README.md, mlcommons/inference); no input-length "
+                "statistic is published there, so no distribution is shipped",
+    "sharegpt": "vLLM's and SGLang's '--dataset-name sharegpt' sampling (the first turn of "
+                "ShareGPT_V3_unfiltered_cleaned_split.json, prompts up to 1,024 tokens) is not shipped; "
+                "'sharegpt-8k' is Sarathi-Serve's processed ShareGPT (whole conversations, up to 8k tokens)",
+}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -110,16 +130,21 @@ class LengthDistribution:
 
 
 def parse_length(text: str, what: str = "length") -> LengthDistribution:
-    """``fixed:N``, ``uniform:LO-HI``, ``lognormal:MEAN,SIGMA``, or a CSV file of lengths (see the
+    """``fixed:N``, ``uniform:LO-HI``, ``lognormal:MEAN,SIGMA``, a shipped dataset's name (``NAME`` or
+    ``NAME:prompt|output``; a bare name takes the side ``what`` names) or a CSV file of lengths (see the
     module docstring)."""
     raw = str(text).strip()
     spec = raw.lower()
+    name, _, side = spec.partition(":")
+    if name in LENGTH_DATASETS or name in UNSHIPPED_DATASETS:
+        return dataset_lengths(name, side or _side(what), what)
     if spec.startswith("empirical:"):
         return read_length_csv(raw.split(":", 1)[1].strip(), what)
     if spec.endswith(".csv"):
         return read_length_csv(raw, what)
-    expected = (f"{what} {text!r}: expected 'fixed:512', 'uniform:128-1024', 'lognormal:600,0.5' or a CSV file of "
-                "lengths, 'lengths.csv' (whole tokens of at least 1; lognormal: mean tokens, sigma > 0)")
+    expected = (f"{what} {text!r}: expected 'fixed:512', 'uniform:128-1024', 'lognormal:600,0.5', a dataset's "
+                f"name ({', '.join(LENGTH_DATASETS)}) or a CSV file of lengths, 'lengths.csv' (whole tokens of at "
+                "least 1; lognormal: mean tokens, sigma > 0)")
     if match := re.fullmatch(r"fixed:\s*(\d+)", spec):
         value = int(match.group(1))
         if value < 1:
@@ -136,6 +161,26 @@ def parse_length(text: str, what: str = "length") -> LengthDistribution:
             raise PerfmodelError(expected)
         return LengthDistribution(kind="lognormal", low=mean, high=sigma)
     raise PerfmodelError(expected)
+
+
+def _side(what: str) -> str:
+    """The side of a request a flag or label names: output for '--output-dist', 'output', '--gen', else prompt."""
+    lowered = what.lower()
+    return "output" if "output" in lowered or "gen" in lowered else "prompt"
+
+
+def dataset_lengths(name: str, side: str, what: str = "length") -> LengthDistribution:
+    """A shipped dataset's prompt or output lengths (``LENGTH_DATASETS``), an empirical distribution read
+    from ``workloads/lengths/NAME_SIDE.csv``."""
+    if name in UNSHIPPED_DATASETS:
+        raise PerfmodelError(f"{what} {name!r}: {UNSHIPPED_DATASETS[name]}; shipped datasets: "
+                             f"{', '.join(LENGTH_DATASETS)} (workloads/lengths/README.md), or give a CSV file of the "
+                             "lengths you have")
+    if name not in LENGTH_DATASETS:
+        raise PerfmodelError(f"{what} {name!r}: no such dataset; expected one of {', '.join(LENGTH_DATASETS)}")
+    if side not in LENGTH_SIDES:
+        raise PerfmodelError(f"{what} '{name}:{side}': expected '{name}', '{name}:prompt' or '{name}:output'")
+    return read_length_csv(data_directory("workloads") / "lengths" / f"{name}_{side}.csv", what)
 
 
 # ------------------------------------------------------------------------------------------ CSV files

@@ -1,0 +1,100 @@
+"""Validation routes a row the way it was measured: rows under a request rate, a number of clients or
+an MLPerf scenario go through the serving simulator (their TTFT includes queueing), ITL rows are
+predicted, and quantized precision strings map to dtypes."""
+
+from __future__ import annotations
+
+import pytest
+
+from perfmodel.validation import _dtypes, _load, validate_row
+
+BASE = {"group": "A", "system": "H100 SXM 80GB (vLLM)", "chips": "1", "workload": "Llama-3.1-8B", "precision": "FP8",
+        "batch": "1", "input_len": "2048", "output_len": "256", "metric": "mean TTFT", "value": "100", "unit": "ms",
+        "source": "synthetic test row", "notes": ""}
+
+
+def _row(**changes) -> dict:
+    return {**BASE, **changes}
+
+
+@pytest.mark.parametrize(("batch", "notes", "kind", "value"), [
+    ("rate 4/s", "", "rate", 4.0), ("4 req/s", "", "rate", 4.0), ("QPS 2.5", "", "rate", 2.5),
+    ("unstated", "vllm serve ... --request-rate 3", "rate", 3.0), ("concurrency 16", "", "concurrency", 16.0),
+    ("16 concurrent users", "", "concurrency", 16.0), ("Server", "MLPerf Inference v4.0, target_qps 83.5",
+                                                      "mlperf-server", 83.5),
+    ("Offline", "MLPerf Inference v4.0", "mlperf-offline", None),
+])
+def test_loads_are_read_from_the_batch_column_and_the_notes(batch, notes, kind, value):
+    load = _load(_row(batch=batch, notes=notes))
+    assert load is not None and (load.kind, load.value) == (kind, value)
+
+
+@pytest.mark.parametrize("batch", ["1", "64", "IFB max-load", "max (sweep)", "1 user"])
+def test_static_batches_are_not_loads(batch):
+    assert _load(_row(batch=batch)) is None
+
+
+def test_a_rate_row_goes_through_the_simulator_and_its_ttft_includes_queueing():
+    lone = validate_row(2, _row())
+    loaded = validate_row(3, _row(batch="rate 12/s", notes="--num-prompts 300"))
+    assert lone.kind == "scenario" and not lone.skipped
+    assert loaded.kind == "served" and not loaded.skipped, loaded.skipped
+    assert "Poisson arrivals at 12/s" in loaded.how and "300 requests" in loaded.how
+    assert "queueing included" in loaded.how
+    assert loaded.predicted > 1.2 * lone.predicted  # waiting for the step in flight and sharing steps
+
+
+def test_a_concurrency_row_is_a_closed_loop_and_its_itl_is_predicted():
+    row = validate_row(2, _row(batch="concurrency 32", input_len="1000", output_len="200", metric="median ITL",
+                               unit="ms", notes="--num-prompts 200"))
+    assert row.kind == "served" and "closed loop of 32 clients" in row.how and "p50 inter-token" in row.how
+    lone = validate_row(3, _row(input_len="1000", output_len="200", metric="ITL"))
+    tpot = validate_row(4, _row(input_len="1000", output_len="200", metric="per-token latency"))
+    assert "ITL = TPOT of a lone request" in lone.how and lone.predicted == tpot.predicted
+    assert row.predicted > lone.predicted  # 32 sequences share each decode step
+
+
+@pytest.mark.parametrize(("precision", "expected"), [
+    ("INT8", ("int8", "bf16", "int8")),
+    ("INT4 weight-only (G=32)", ("int4", "bf16", "bf16")),
+    ("INT8 weight-only", ("int8", "bf16", "bf16")),
+    ("INT8 weights", ("int8", "bf16", "bf16")),
+    ("FP16, INT4 weight-only", ("int4", "fp16", "fp16")),
+    ("BF16", ("bf16", "bf16", "bf16")),
+    ("FP8", ("fp8", "fp8", "fp8")),
+])
+def test_precision_strings_map_to_dtypes(precision, expected):
+    dtypes = _dtypes(precision, "H100 SXM")
+    assert dtypes is not None
+    assert (dtypes["weight_dtype"], dtypes["kv_dtype"], dtypes["activation_dtype"]) == expected
+
+
+def test_an_int4_row_is_predicted_and_says_what_it_leaves_out():
+    row = validate_row(2, _row(system="A100-SXM 80GB @330W (gpt-fast)", workload="Llama-2-7B",
+                               precision="INT4 weight-only (G=32)", input_len="8", output_len="128",
+                               metric="decode tokens/s per user", unit="tok/s"))
+    assert not row.skipped and "int4" in row.how and "group scales not counted" in row.how
+
+
+MLPERF = _row(system="H100 SXM 80GB (TensorRT-LLM)", chips="8", workload="Llama-2-70B", batch="Server", input_len="-",
+              output_len="-", metric="tokens per second", unit="tok/s", value="20000",
+              notes="MLPerf Inference Server")
+
+
+def test_an_mlperf_llama2_row_without_openorca_lengths_says_why_it_is_skipped():
+    row = validate_row(2, MLPERF)
+    assert row.predicted is None and "openorca" in row.skipped.lower() and "294.45" in row.skipped
+
+
+def test_mlperf_offline_is_every_request_at_once_with_the_dataset_lengths():
+    row = validate_row(2, {**MLPERF, "batch": "Offline", "input_len": "arxiv-summarization-4k",
+                           "output_len": "arxiv-summarization-4k", "notes": "MLPerf Inference Offline --num-prompts 400"})
+    assert row.kind == "served" and not row.skipped, row.skipped
+    assert "MLPerf Offline: every request at once" in row.how and "arxiv-summarization-4k_prompt.csv" in row.how
+    assert "whole sequences reserved" in row.how  # TensorRT-LLM's admission
+
+
+def test_mlperf_server_runs_poisson_arrivals_at_the_rows_rate():
+    row = validate_row(2, {**MLPERF, "input_len": "512", "output_len": "128",
+                           "notes": "MLPerf Inference Server, target_qps 4 --num-prompts 200"})
+    assert row.kind == "served" and "MLPerf Server at the row's rate: Poisson arrivals at 4/s" in row.how
