@@ -181,7 +181,9 @@ def pick_threads(*, cpus: int | None = None, probe_n: int = 384, min_run_s: floa
     all of them, unless one thread is measurably faster."""
     import torch
 
-    cpus = cpus or min(available_cpus(), torch.get_num_threads())
+    # the CPUs the process may use, not torch's current thread count (which defaults to physical cores:
+    # one on a 2-vCPU guest whose vCPUs are one core's hyper-threads); the probe decides
+    cpus = cpus or available_cpus()
     if cpus <= 1:
         return ThreadChoice(threads=1, cpus=1, one=None, many=None, reason="one CPU available")
     a, b, out = (torch.randn(probe_n, probe_n) for _ in range(3))
