@@ -253,3 +253,34 @@ def test_a_user_config_goes_through_its_class(tmp_path):
     architecture = load_architecture(path)
     assert architecture.expert_width == 16 and architecture.experts == 8
     assert architecture.parameter_count() == _meta_counts(config)[0]
+
+
+# Configs written from the published config.json values (issue 30's catalog): each names its source and the
+# published parameter count, which the class's count must match (the published figures are rounded).
+WRITTEN_CONFIGS = ("gemma-3-27b", "mistral-small-3-24b", "mistral-nemo-12b", "mistral-large-2", "phi-4")
+
+
+@pytest.mark.parametrize("name", WRITTEN_CONFIGS)
+def test_written_configs_match_their_published_counts(name):
+    config = load_config(name)
+    assert config["_source"].startswith("https://huggingface.co/") and config["_parameters_source"]
+    count = load_architecture(name).parameter_count()
+    assert count == pytest.approx(config["_published_parameters"], rel=0.005)
+
+
+def test_gemma3_27b_is_its_text_model_with_five_sliding_layers_to_one_full():
+    """Gemma 3 27B (multimodal config): the text model, 62 layers of which every sixth is global (10) and the rest
+    slide over 1,024 keys (52); QK norms, four norms a layer, tied embeddings; the vision encoder is not counted."""
+    gemma = load_architecture("gemma-3-27b")
+    assert gemma.layer_windows is not None
+    assert (gemma.layer_windows.count(1024), gemma.layer_windows.count(0)) == (52, 10)
+    assert gemma.qk_norm and gemma.norms_per_layer == 4 and gemma.tied_embeddings
+    per_layer = 2 * 16 * 128 * 2  # K and V of 16 KV heads, bf16
+    assert gemma.kv_cache_bytes(8192, 2) == per_layer * (52 * 1024 + 10 * 8192)
+
+
+def test_phi4_fused_projections_are_read():
+    """Phi-4 (Phi3ForCausalLM) fuses q/k/v and gate/up: read as 40 query and 10 KV heads of 128 and a 17,920-wide
+    gated MLP."""
+    phi = load_architecture("phi-4")
+    assert (phi.heads, phi.kv_heads, phi.head_dim, phi.intermediate, phi.gated_mlp) == (40, 10, 128, 17920, True)

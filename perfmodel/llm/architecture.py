@@ -404,6 +404,11 @@ STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_sh
                     "first_k_dense_replace", "layer_types", "num_experts", "use_qk_norm")
 
 
+# Multimodal configs whose text model (``text_config``) serves the tokens: its model_type in transformers.
+# The vision encoder is not priced.
+MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+
+
 def is_native_block(config: Mapping) -> bool:
     """A perfmodel-native block description (MaxText, PaLM): the keys no transformers class has."""
     return any(key in config for key in ("gated_mlp", "parallel_attention_mlp"))
@@ -428,7 +433,7 @@ def check_config_fields(config: Mapping) -> None:
                                                        for key in STRUCTURE_FIELDS):
         from_hf_config(config)
         return
-    if model_type == "llama4" and isinstance(config.get("text_config"), Mapping):
+    if model_type in MULTIMODAL_TEXT_MODELS and isinstance(config.get("text_config"), Mapping):
         config = config["text_config"]
     _check_rope(config)
     for key in CLASS_REQUIRED_FIELDS:

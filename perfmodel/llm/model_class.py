@@ -19,7 +19,13 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.llm.architecture import WHOLE_CONTEXT, Architecture, LatentAttention, _activation
+from perfmodel.llm.architecture import (
+    MULTIMODAL_TEXT_MODELS,
+    WHOLE_CONTEXT,
+    Architecture,
+    LatentAttention,
+    _activation,
+)
 
 MODULE_KINDS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
 _LAYER = re.compile(r"^(?:model\.layers|transformer\.h|model\.language_model\.layers)\.(\d+)\.(.+)$")
@@ -46,8 +52,8 @@ def meta_model(config: Mapping) -> tuple[Any, Any]:
                              "pip install 'perfmodel[torch]'") from None
     fields = {key: value for key, value in config.items() if not key.startswith("_")}
     model_type = fields.pop("model_type", None)
-    if model_type == "llama4":  # a multimodal Llama 4 config: its text model is what serves tokens
-        fields, model_type = dict(fields.get("text_config") or {}), "llama4_text"
+    if model_type in MULTIMODAL_TEXT_MODELS:  # a multimodal config: its text model is what serves tokens
+        fields, model_type = dict(fields.get("text_config") or {}), MULTIMODAL_TEXT_MODELS[model_type]
         fields.pop("model_type", None)
     fields.pop("architectures", None)
     fields.pop("auto_map", None)
