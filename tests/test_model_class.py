@@ -284,3 +284,30 @@ def test_phi4_fused_projections_are_read():
     gated MLP."""
     phi = load_architecture("phi-4")
     assert (phi.heads, phi.kv_heads, phi.head_dim, phi.intermediate, phi.gated_mlp) == (40, 10, 128, 17920, True)
+
+
+# -- block-scaled weight formats: the scales' bytes are part of every byte the weights take ----------------------
+@pytest.mark.parametrize("dtype, bits", [("fp8_block", 8 + 32 / (128 * 128)), ("mxfp8", 8 + 8 / 32),
+                                         ("mxfp4", 4 + 8 / 32), ("nvfp4", 4 + 8 / 16)])
+def test_block_scaled_weights_carry_their_scales_in_memory_and_traffic(dtype, bits):
+    """Weights per chip and the decode step's weight reads are the elements and their block scales: fp8 with one
+    fp32 per 128 x 128 block (DeepSeek-V3), OCP MX (one E8M0 per 32), NVFP4 (one E4M3 per 16)."""
+    from perfmodel.dtypes import get_dtype
+
+    assert get_dtype(dtype).bytes_per_element == bits / 8
+    model = load_architecture("gpt-oss-20b")
+    plain = "fp8" if bits > 8 else "fp4"
+    scenarios = {name: Scenario(batch=1, prompt_tokens=64, generated_tokens=1, weight_dtype=name)
+                 for name in (dtype, plain)}
+    memory = {name: memory_per_chip(model, scenario, Parallelism()).weights for name, scenario in scenarios.items()}
+    assert memory[dtype] == pytest.approx(model.stage_parameters(1) * bits / 8, rel=1e-12)
+    assert memory[dtype] / memory[plain] == pytest.approx(bits / int(bits), rel=1e-12)
+    reads = {name: _weight_bytes(stage_graph(model, scenario, Parallelism(), phase="decode", context=64))
+             for name, scenario in scenarios.items()}
+    assert reads[dtype] / reads[plain] == pytest.approx(bits / int(bits), rel=1e-12)
+
+
+def test_block_scaled_formats_are_weight_formats_only():
+    with pytest.raises(PerfmodelError, match="block-scaled weight format"):
+        memory = Scenario(batch=1, prompt_tokens=8, generated_tokens=1, kv_dtype="mxfp4")
+        llm_predict(load_architecture("llama-3.1-8b"), load_hardware("b200"), memory)

@@ -78,6 +78,9 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
     for role in ("weight_dtype", "kv_dtype", "activation_dtype"):
         if getattr(scenario, role) not in DTYPES:
             problems.append(f"{role} {getattr(scenario, role)!r} is unknown; allowed: {', '.join(DTYPES)}")
+        elif role != "weight_dtype" and DTYPES[getattr(scenario, role)].block_scaled:
+            problems.append(f"{role} {getattr(scenario, role)!r} is a block-scaled weight format; give it as the "
+                            f"weights' dtype (--weights) and {DTYPES[getattr(scenario, role)].element} here")
     tp, pp, ep, dp = parallelism.tp, parallelism.pp, parallelism.ep, parallelism.dp
     if min(tp, pp, ep, dp) < 1:
         problems.append("tp, pp, ep and dp must be at least 1")
