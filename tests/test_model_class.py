@@ -311,3 +311,38 @@ def test_block_scaled_formats_are_weight_formats_only():
     with pytest.raises(PerfmodelError, match="block-scaled weight format"):
         memory = Scenario(batch=1, prompt_tokens=8, generated_tokens=1, kv_dtype="mxfp4")
         llm_predict(load_architecture("llama-3.1-8b"), load_hardware("b200"), memory)
+
+
+# -- multi-token prediction (DeepSeek-V3's MTP module: not in the transformers class) -----------------------------
+def test_deepseek_v3_mtp_module_is_counted_beside_the_class():
+    """num_nextn_predict_layers = 1: one module of hnorm + enorm + shared_head.norm (3 x 7168), eh_proj (2 x 7168 ->
+    7168) and a decoder layer like the last one (the meta model's layer 60, the oracle); with the embedding and head
+    copies the checkpoint stores, the published 685 B (671 B main model + 14 B MTP, DeepSeek-V3's model card)."""
+    deepseek = load_architecture("deepseek-v3")
+    _, model = meta_model(load_config("deepseek-v3"))
+    last_layer = sum(parameter.numel() for name, parameter in model.named_parameters()
+                     if name.startswith("model.layers.60."))
+    assert deepseek.mtp_modules == 1
+    assert deepseek.mtp_parameters == 3 * 7168 + 2 * 7168 * 7168 + last_layer
+    assert deepseek.parameter_count() == sum(parameter.numel() for parameter in model.parameters())  # the class's
+    stored_copies = 2 * 129280 * 7168
+    assert deepseek.parameter_count() + deepseek.mtp_parameters + stored_copies == pytest.approx(685e9, rel=1e-3)
+    assert load_architecture("qwen3-235b-a22b").mtp_modules == 0
+
+
+def test_speculative_mtp_holds_the_mtp_weights():
+    """serve --speculative mtp: the KV budget per chip shrinks by the MTP module's weights, fp8, over tp 8."""
+    from perfmodel.serving.speculation import Speculation, drafter
+    from perfmodel.serving.steps import kv_capacity
+
+    deepseek, h200 = load_architecture("deepseek-v3"), load_hardware("h200-sxm")
+    scenario = Scenario(batch=1, prompt_tokens=1, generated_tokens=1, weight_dtype="fp8_block", kv_dtype="bf16",
+                        activation_dtype="fp8")
+    layout = Parallelism(tp=8)
+    speculation = Speculation(method="mtp", tokens=1, acceptance=0.85)
+    settings = dict(block_size=64, max_batch=64, max_tokens_per_step=8192, memory_utilization=0.9)
+    plain = kv_capacity(deepseek, h200, scenario, layout, **settings)
+    with_mtp = kv_capacity(deepseek, h200, scenario, layout, drafter=drafter(deepseek, speculation, scenario, layout),
+                           **settings)
+    held = deepseek.mtp_parameters * (1 + 4 / (128 * 128)) / 8
+    assert plain.budget_bytes - with_mtp.budget_bytes == pytest.approx(held, rel=1e-9)

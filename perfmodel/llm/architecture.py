@@ -99,6 +99,7 @@ class Architecture:
     qkv_bias: bool = False
     output_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
     attention_sinks: bool = False  # one learned logit per head in the softmax's denominator (gpt-oss)
+    mtp_modules: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers); not in the class
 
     def __post_init__(self) -> None:
         for label, flags in (("moe_layers", self.moe_layers), ("layer_windows", self.layer_windows)):
@@ -211,7 +212,23 @@ class Architecture:
                 "norms": self.layers * self.norm_parameters + final_norm, "lm_head": head}
 
     def parameter_count(self) -> int:
+        """The model class's parameters (multi-token-prediction modules apart: ``mtp_parameters``)."""
         return sum(self.parameters_by_kind().values())
+
+    @property
+    def mtp_module_parameters(self) -> int:
+        """One multi-token-prediction module (DeepSeek-V3, arXiv 2412.19437 section 2.2; the checkpoint's
+        ``model.layers.61.*``): RMSNorms of the hidden state and of the next token's embedding (``hnorm``,
+        ``enorm``), the projection of their concatenation (``eh_proj``, 2 x hidden -> hidden, no bias), one
+        decoder layer of the last layer's kind (MoE in DeepSeek-V3) and the output head's norm
+        (``shared_head.norm``). The embedding and output head are the main model's, shared (section 2.2: "shared
+        embedding layer" and "shared output head"); the checkpoint stores copies of them, which this does not
+        count."""
+        return 3 * self.hidden + 2 * self.hidden * self.hidden + self.parameters_of_layer(self.layers - 1)
+
+    @property
+    def mtp_parameters(self) -> int:
+        return self.mtp_modules * self.mtp_module_parameters
 
     def active_parameter_count(self) -> int:
         """Parameters touched per token (MoE: only the routed experts)."""

@@ -44,9 +44,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check
+from perfmodel.llm.metrics import memory_per_chip
 
 METHODS = ("draft", "mtp", "eagle")
 DEFAULT_ACCEPTANCE = {"mtp": 0.85, "eagle": 0.93, "draft": 0.7}
@@ -121,7 +125,7 @@ def drafter(target: Architecture, speculation: Speculation, scenario: Scenario,
     else:
         last = target.layers - 1
         moe = speculation.method == "mtp" and target.is_moe_layer(last)
-        model = replace(target, name=f"{target.name}.{speculation.method}", layers=1, moe_layers=None,
+        model = replace(target, name=f"{target.name}.{speculation.method}", layers=1, moe_layers=None, mtp_modules=0,
                         layer_windows=None if target.layer_windows is None else (target.layer_windows[last],),
                         experts=target.experts if moe else 1, experts_per_token=target.experts_per_token if moe else 1)
     tp = parallelism.tp
@@ -131,3 +135,16 @@ def drafter(target: Architecture, speculation: Speculation, scenario: Scenario,
     except PerfmodelError:
         one = Parallelism()
     return model, one
+
+
+def drafter_weight_bytes(target: Architecture, drafter: tuple[Architecture, Parallelism], scenario: Scenario) -> float:
+    """Bytes of the drafter's weights on each chip. The target's own multi-token-prediction modules
+    (``Architecture.mtp_modules``, DeepSeek-V3): their parameters exactly (``mtp_parameters``: each
+    module's norms, ``eh_proj`` and decoder layer; the embedding and head are the target's, shared),
+    split over the drafter's tensor parallelism like the target's layers. Otherwise (a draft model, an
+    EAGLE head, MTP on a model that ships no module): the drafter as ``memory_per_chip`` counts it, a
+    copy of the embedding and head included."""
+    model, parallelism = drafter
+    if model.name == f"{target.name}.mtp" and target.mtp_modules:
+        return target.mtp_parameters * DTYPES[scenario.weight_dtype].bytes_per_element / parallelism.tp
+    return float(np.max(memory_per_chip(model, scenario, parallelism).weights))

@@ -44,7 +44,7 @@ from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.llm.metrics import memory_per_chip, phase_time
 from perfmodel.roofline.arrays import evaluate_arrays
-from perfmodel.serving.speculation import Speculation, drafter
+from perfmodel.serving.speculation import Speculation, drafter, drafter_weight_bytes
 from perfmodel.workload.ir import Graph
 
 CONTEXT_POINTS = 17
@@ -83,7 +83,7 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     activations = float(memory.activations)
     weights = float(np.max(memory.weights))
     if drafter is not None:
-        weights += float(np.max(memory_per_chip(drafter[0], one, drafter[1]).weights))
+        weights += drafter_weight_bytes(a, drafter, one)
     # Weights stay on the chip when they fit beside a full step's buffers (the one residency rule,
     # costs.residency); otherwise an external store streams them (Cerebras MemoryX) and the KV cache
     # may use the whole memory.
