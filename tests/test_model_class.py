@@ -346,3 +346,22 @@ def test_speculative_mtp_holds_the_mtp_weights():
                            **settings)
     held = deepseek.mtp_parameters * (1 + 4 / (128 * 128)) / 8
     assert plain.budget_bytes - with_mtp.budget_bytes == pytest.approx(held, rel=1e-9)
+
+
+@pytest.mark.parametrize("name, checkpoint_gib", [("gpt-oss-120b", 60.8), ("gpt-oss-20b", 12.8)])
+def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib):
+    """gpt-oss ships its routed experts in MXFP4 and everything else in bf16 (quantization_config's
+    modules_to_not_convert): weights per chip in that layout are the checkpoint sizes of OpenAI's gpt-oss model card
+    (arXiv 2508.10925, Table 1: 60.8 GiB and 12.8 GiB; the experts' biases, bf16 there, are MXFP4 here: < 0.1%)."""
+    model = load_architecture(name)
+    scenario = Scenario(batch=1, prompt_tokens=64, generated_tokens=1, weight_dtype="bf16", expert_weight_dtype="mxfp4")
+    weights = memory_per_chip(model, scenario, Parallelism()).weights
+    experts = model.moe_layer_count * model.experts * model.expert_parameters
+    assert weights == pytest.approx((model.parameter_count() - experts) * 2 + experts * 4.25 / 8, rel=1e-12)
+    assert weights / 2**30 == pytest.approx(checkpoint_gib, rel=5e-3)
+    graph = stage_graph(model, scenario, Parallelism(), phase="decode", context=64)
+    dtypes = {op.name: op.inputs[1].dtype for op in graph.ops if op.kind == "matmul"}
+    assert dtypes["layers.moe.experts.gate_up"] == dtypes["layers.moe.experts.down"] == "mxfp4"
+    assert dtypes["layers.moe.router"] == dtypes["lm_head"] == "bf16"
+    with pytest.raises(PerfmodelError, match="has none"):
+        llm_predict(load_architecture("llama-3.1-8b"), load_hardware("h100-sxm"), scenario)
