@@ -344,8 +344,30 @@ def test_speculative_mtp_holds_the_mtp_weights():
     plain = kv_capacity(deepseek, h200, scenario, layout, **settings)
     with_mtp = kv_capacity(deepseek, h200, scenario, layout, drafter=drafter(deepseek, speculation, scenario, layout),
                            **settings)
-    held = deepseek.mtp_parameters * (1 + 4 / (128 * 128)) / 8
+    eh_proj = 2 * 7168 * 7168  # replicated on every chip (vLLM's DeepSeekMTP); the rest split over tp 8
+    held = ((deepseek.mtp_parameters - eh_proj) / 8 + eh_proj) * (1 + 4 / (128 * 128))
     assert plain.budget_bytes - with_mtp.budget_bytes == pytest.approx(held, rel=1e-9)
+
+
+def test_the_mtp_drafter_adds_its_norms_and_projection():
+    """The MTP drafter's decode graph is the decoder layer and shared head plus hnorm/enorm and eh_proj (2 x 7168 ->
+    7168 on every chip); a draft model's graph is its own."""
+    from perfmodel.serving.speculation import Speculation, drafter, drafter_graph
+
+    deepseek = load_architecture("deepseek-v3")
+    scenario = Scenario(batch=4, prompt_tokens=100, generated_tokens=1, weight_dtype="fp8", activation_dtype="fp8")
+    draft = drafter(deepseek, Speculation(method="mtp", tokens=1, acceptance=0.85), scenario, Parallelism(tp=8))
+    graph = drafter_graph(deepseek, draft, scenario, phase="decode", context=128)
+    layer = stage_graph(draft[0], scenario, draft[1], phase="decode", context=128)
+    added = {op.name: op for op in graph.ops[len(layer.ops):]}
+    assert [op.name for op in graph.ops[:len(layer.ops)]] == [op.name for op in layer.ops]
+    assert set(added) == {"mtp.enorm_hnorm", "mtp.eh_proj"}
+    assert (added["mtp.eh_proj"].attrs["m"], added["mtp.eh_proj"].attrs["k"]) == (4, 2 * 7168)
+    assert added["mtp.eh_proj"].inputs[1].bytes == 2 * 7168 * 7168
+    small = drafter(load_architecture("llama-3.1-70b"), Speculation(method="mtp", tokens=1, acceptance=0.85),
+                    scenario, Parallelism(tp=8))
+    assert "mtp.eh_proj" not in [op.name for op in drafter_graph(load_architecture("llama-3.1-70b"), small, scenario,
+                                                                 phase="decode", context=128).ops]
 
 
 @pytest.mark.parametrize("name, checkpoint_gib", [("gpt-oss-120b", 60.8), ("gpt-oss-20b", 12.8)])

@@ -49,8 +49,10 @@ import numpy as np
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
-from perfmodel.llm.graphs import Parallelism, Scenario, check
+from perfmodel.llm.graphs import Parallelism, Scenario, check, stage_graph
 from perfmodel.llm.metrics import memory_per_chip
+from perfmodel.workload.builders import linear
+from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 METHODS = ("draft", "mtp", "eagle")
 DEFAULT_ACCEPTANCE = {"mtp": 0.85, "eagle": 0.93, "draft": 0.7}
@@ -145,6 +147,39 @@ def drafter_weight_bytes(target: Architecture, drafter: tuple[Architecture, Para
     EAGLE head, MTP on a model that ships no module): the drafter as ``memory_per_chip`` counts it, a
     copy of the embedding and head included."""
     model, parallelism = drafter
-    if model.name == f"{target.name}.mtp" and target.mtp_modules:
-        return target.mtp_parameters * DTYPES[scenario.weight_dtype].bytes_per_element / parallelism.tp
+    if is_mtp_drafter(target, model):
+        projections = target.mtp_modules * mtp_projection_parameters(target)  # replicated on every chip
+        return ((target.mtp_parameters - projections) / parallelism.tp + projections) \
+            * DTYPES[scenario.weight_dtype].bytes_per_element
     return float(np.max(memory_per_chip(model, scenario, parallelism).weights))
+
+
+def is_mtp_drafter(target: Architecture, model: Architecture) -> bool:
+    """``model`` is ``drafter``'s stand-in for ``target``'s own multi-token-prediction modules."""
+    return model.name == f"{target.name}.mtp" and target.mtp_modules > 0
+
+
+def mtp_projection_parameters(target: Architecture) -> int:
+    """An MTP module's ``eh_proj`` (2 x hidden -> hidden, no bias)."""
+    return 2 * target.hidden * target.hidden
+
+
+def drafter_graph(target: Architecture, drafter: tuple[Architecture, Parallelism], scenario: Scenario, *,
+                  phase: str, context) -> Graph:
+    """The drafter's stage graph for ``phase``. For the target's own MTP modules, the decoder layer and
+    shared head of ``stage_graph`` plus what the module adds before its layer (arXiv 2412.19437, section
+    2.2): the RMSNorms of the hidden state and of the next token's embedding, and ``eh_proj`` on their
+    concatenation (2 x hidden -> hidden), unsplit on every chip as vLLM's ``DeepSeekMTP`` holds it."""
+    model, parallelism = drafter
+    graph = stage_graph(model, scenario, parallelism, phase=phase, context=context)
+    if not is_mtp_drafter(target, model):
+        return graph
+    act, hidden = scenario.activation_dtype, target.hidden
+    tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens if phase == "prefill" else 1)
+    if not np.ndim(tokens):
+        tokens = int(tokens)
+    state = TensorSpec(shape=(tokens, hidden), dtype=act)
+    norms = Op(name="mtp.enorm_hnorm", kind="norm", count=2, inputs=(state,), outputs=(state,),
+               attrs={"flops_per_element": 1, "norm": "rms"})
+    projection = linear("mtp.eh_proj", tokens, 2 * hidden, hidden, act, scenario.weight_dtype)
+    return Graph(name=graph.name, ops=[*graph.ops, norms, projection])

@@ -44,7 +44,7 @@ from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.llm.metrics import memory_per_chip, phase_time
 from perfmodel.roofline.arrays import evaluate_arrays
-from perfmodel.serving.speculation import Speculation, drafter, drafter_weight_bytes
+from perfmodel.serving.speculation import Speculation, drafter, drafter_graph, drafter_weight_bytes
 from perfmodel.workload.ir import Graph
 
 CONTEXT_POINTS = 17
@@ -164,8 +164,8 @@ class StepCosts:
                                     stream_items=tokens)
             row = np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape)
             if draft is not None:  # the drafter reads every prompt too
-                model, split = draft
-                graph = stage_graph(model, prompts, split, phase="prefill", context=tokens + int(before))
+                split = draft[1]
+                graph = drafter_graph(a, draft, prompts, phase="prefill", context=tokens + int(before))
                 stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
                                         stream_items=tokens)
                 row = row + np.broadcast_to(phase_time(stage, hardware, split, send), tokens.shape)
@@ -182,7 +182,7 @@ class StepCosts:
         batches = np.asarray(decode_scenario.batch)
         k = speculation.tokens
         model, split = draft
-        graph = stage_graph(model, decode_scenario, split, phase="decode", context=context)
+        graph = drafter_graph(a, draft, decode_scenario, phase="decode", context=context)
         send = Graph(name="send", ops=[pipeline_send(decode_scenario, model, "decode")])
         stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes, stream_items=batches)
         drafting = k * np.broadcast_to(phase_time(stage, hardware, split, send), batches.shape)
