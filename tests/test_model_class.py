@@ -387,3 +387,28 @@ def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib)
     assert dtypes["layers.moe.router"] == dtypes["lm_head"] == "bf16"
     with pytest.raises(PerfmodelError, match="has none"):
         llm_predict(load_architecture("llama-3.1-8b"), load_hardware("h100-sxm"), scenario)
+
+
+# More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
+# meta model's count, kind by kind) or refused naming the module or kind that does not fit.
+MORE_FAMILIES = ("qwen2", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2", "gemma2",
+                 "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
+
+
+@pytest.mark.parametrize("family", MORE_FAMILIES)
+def test_more_families_count_exactly(family):
+    config = {"model_type": family, "num_hidden_layers": 2}
+    total, by_kind = _meta_counts(config)
+    architecture = architecture_from_class(config, family)
+    assert architecture.parameter_count() == total and architecture.parameters_by_kind() == by_kind
+
+
+@pytest.mark.parametrize("family, needle", [
+    ("olmo2", "attention: the class has"),  # its QK norms span the whole projection, not a head
+    ("qwen3_next", "linear_attn"),  # gated delta net layers: state instead of a KV cache, not modelled
+    ("jamba", "mamba"),
+    ("starcoder2", "c_fc"),
+])
+def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
+    with pytest.raises(PerfmodelError, match=needle):
+        architecture_from_class({"model_type": family, "num_hidden_layers": 2}, family)
