@@ -412,3 +412,25 @@ def test_more_families_count_exactly(family):
 def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
     with pytest.raises(PerfmodelError, match=needle):
         architecture_from_class({"model_type": family, "num_hidden_layers": 2}, family)
+
+
+@pytest.mark.parametrize("flags, needle", [(["--expert-weights", "bogus"], "expert_weight_dtype 'bogus' is unknown"),
+                                           (["--weights", "bogus"], "weight_dtype 'bogus' is unknown"),
+                                           (["--kv", "mxfp4"], "block-scaled weight format")])
+def test_serve_refuses_bad_weight_formats_with_exit_2(flags, needle, capsys):
+    from perfmodel.cli import main
+
+    assert main(["serve", "--model", "gpt-oss-20b", "--on", "h100-sxm", "--rate", "2/s", "--requests", "5",
+                 *flags]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_serve_holds_gpt_oss_as_published():
+    """serve --expert-weights: the KV budget grows by what MXFP4 experts save against bf16 ones."""
+    from perfmodel.serving import Server
+
+    model, h100 = load_architecture("gpt-oss-120b"), load_hardware("h100-sxm")
+    bf16 = Server(model, h100, Parallelism(tp=4), weight_dtype="bf16")
+    published = Server(model, h100, Parallelism(tp=4), weight_dtype="bf16", expert_weight_dtype="mxfp4")
+    experts = model.moe_layer_count * model.experts * model.expert_parameters
+    assert published.kv.budget_bytes - bf16.kv.budget_bytes == pytest.approx(experts * (2 - 4.25 / 8) / 4, rel=1e-9)

@@ -77,6 +77,7 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     if not 0 < memory_utilization <= 1:
         raise PerfmodelError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
     a = architecture
+    check(a, replace(scenario, batch=1, prompt_tokens=1, generated_tokens=1), parallelism)  # dtypes, layout
     one = replace(scenario, batch=1, prompt_tokens=max_tokens_per_step, generated_tokens=1)
     memory = memory_per_chip(a, one, parallelism)
     workspace = float(memory.workspace) * max_batch
