@@ -187,3 +187,14 @@ def test_a_config_with_integer_label_keys_and_lists_of_pairs_is_captured_as_writ
     graph = stream(load_architecture("llama-2-7b"), Scenario(batch=1, prompt_tokens=16, generated_tokens=4),
                    Parallelism(), phase="decode", context=17)
     assert sum(op.count for op in graph.ops if op.kind == "matmul") > 0
+
+
+def test_a_pad_token_outside_the_shards_vocabulary_is_captured():
+    """Phi-4's pad_token_id (100349) lies beyond one tp-2 shard's 50,176 rows: the shard is still captured."""
+    architecture = load_architecture("phi-4")
+    stream = CapturedStream.from_config(load_config("phi-4"))
+    graph = stream(architecture, Scenario(batch=1, prompt_tokens=8, generated_tokens=1), Parallelism(tp=2),
+                   phase="decode", context=9)
+    assert any(op.kind == "matmul" for op in graph.ops)
+    assert stage_graphs_for(load_config("gemma-3-27b"), load_hardware("h100-sxm"), "eager")[1].endswith(
+        "a multimodal config's text model (text_config) is not captured")

@@ -74,6 +74,8 @@ EXPERT_MATMULS = ("layers.moe.experts.gate_up", "layers.moe.experts.down")
 
 def supports(config: Mapping[str, Any]) -> str | None:
     """Why a config cannot be captured as an eager stream, or None when it can."""
+    if isinstance(config.get("text_config"), Mapping):
+        return "a multimodal config's text model (text_config) is not captured"
     if not all(key in config for key in ("hidden_size", "num_attention_heads", "intermediate_size",
                                          "num_hidden_layers", "vocab_size")):
         return "only decoder configs in the Llama layout (hidden_size, num_attention_heads...) are captured"
@@ -200,6 +202,9 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
              "intermediate_size": config["intermediate_size"] // tp, "vocab_size": config["vocab_size"] // tp}
     if isinstance(config.get("layer_types"), list) and config["layer_types"]:  # one layer of the (uniform) kinds
         shard["layer_types"] = config["layer_types"][:1]
+    pad = config.get("pad_token_id")
+    if isinstance(pad, int) and not isinstance(pad, bool) and pad >= shard["vocab_size"]:
+        shard["pad_token_id"] = None  # outside a shard's vocab / tp rows (Phi-4's 100349 at tp 2); it launches nothing
     moe = any(config.get(key) for key in MOE_FIELDS)
     if moe and config.get("moe_intermediate_size"):  # a routed expert's width, split like the dense MLP's
         shard["moe_intermediate_size"] = config["moe_intermediate_size"] // tp
