@@ -2,6 +2,25 @@
 
 Storage sizes are in bits so that sub-byte formats (int4, fp4) are exact; ``bytes_per_element`` is a
 float (0.5 for int4). ``tf32`` is a compute format stored as fp32 (4 bytes).
+
+Block-scaled formats store each element in a narrow format (``element``) and one scale per block of
+``scale_block`` elements: their ``bytes_per_element`` includes each element's share of its block's
+scale, so every byte count made from them (weights in memory, the traffic of reading them) carries
+the scale traffic:
+
+* ``fp8_block``: fp8 (E4M3) elements and one fp32 scale per 128 x 128 block of a weight matrix
+  (DeepSeek-V3's ``quantization_config``: ``"weight_block_size": [128, 128]``, ``weight_scale_inv``
+  float32 tensors; arXiv 2412.19437, section 3.3.2): 8 + 32/16384 bits an element.
+* ``mxfp8`` / ``mxfp4``: OCP Microscaling formats (OCP MX specification v1.0, section 5): E4M3 or E2M1
+  elements and one E8M0 (8-bit) scale per 32 consecutive elements: 8.25 and 4.25 bits. gpt-oss ships
+  its experts' weights so (``quant_method: mxfp4``; ``*_blocks`` uint8 tensors of two E2M1 elements a
+  byte, ``*_scales`` uint8 of one E8M0 scale per 32).
+* ``nvfp4``: NVIDIA's E2M1 elements with one E4M3 (8-bit) scale per 16 elements (NVIDIA technical
+  blog "Introducing NVFP4", 2025; TensorRT-LLM / ModelOpt NVFP4 checkpoints): 4.5 bits. Its second-level
+  fp32 scale is one per tensor, not counted (under 10^-6 of a matrix's bytes).
+
+They are storage formats for weights (``Scenario.weight_dtype``); a matrix engine's peak is listed for
+their ``element`` format.
 """
 
 from __future__ import annotations
@@ -20,10 +39,18 @@ class DType:
     name: str
     bits: int
     kind: str  # "float", "int", "bool" or "complex"
+    scale_bits: int = 0  # block-scaled formats: the bits of one block's scale
+    scale_block: int = 1  # ... and the elements sharing it
+    element: str | None = None  # ... and the format of an element (None: not block-scaled)
 
     @property
     def bytes_per_element(self) -> float:
-        return self.bits / BITS_PER_BYTE
+        """Storage bytes an element takes, its share of a block scale included."""
+        return (self.bits + self.scale_bits / self.scale_block) / BITS_PER_BYTE
+
+    @property
+    def block_scaled(self) -> bool:
+        return self.element is not None
 
 
 _DTYPES = (
@@ -41,6 +68,10 @@ _DTYPES = (
     DType(name="int8", bits=8, kind="int"),
     DType(name="uint8", bits=8, kind="int"),
     DType(name="int4", bits=4, kind="int"),
+    DType(name="fp8_block", bits=8, kind="float", scale_bits=32, scale_block=128 * 128, element="fp8"),
+    DType(name="mxfp8", bits=8, kind="float", scale_bits=8, scale_block=32, element="fp8"),
+    DType(name="mxfp4", bits=4, kind="float", scale_bits=8, scale_block=32, element="fp4"),
+    DType(name="nvfp4", bits=4, kind="float", scale_bits=8, scale_block=16, element="fp4"),
     DType(name="bool", bits=8, kind="bool"),
     DType(name="complex64", bits=64, kind="complex"),
     DType(name="complex128", bits=128, kind="complex"),

@@ -74,12 +74,65 @@ def test_eager_on_an_a100_is_host_bound_several_times_the_graph_time():
     assert eager.ops_per_decode_step["per_layer"] == pytest.approx(43, abs=5)
 
 
-def test_compiled_modes_and_moe_use_the_condensed_graph():
+def test_compiled_modes_and_mixed_moe_layers_use_the_condensed_graph():
+    """Compiled modes use the condensed graph; so do MoE models whose layers differ (DeepSeek's dense first layers),
+    with a note naming the field; a MoE model whose every layer routes is captured (issue 30)."""
     hardware = load_hardware("h100-sxm")
     graphs, note = stage_graphs_for(load_config("llama-2-7b"), hardware, "graph")
     assert graphs is stage_graph and note is None
-    graphs, note = stage_graphs_for(load_config("mixtral-8x7b"), hardware, "eager")
-    assert graphs is stage_graph and "mixture-of-experts" in note
+    graphs, note = stage_graphs_for(load_config("qwen3-235b-a22b"), hardware, "eager")
+    assert isinstance(graphs, CapturedStream) and note is None
+    config = {**load_config("qwen3-30b-a3b"), "mlp_only_layers": [0]}
+    graphs, note = stage_graphs_for(config, hardware, "eager")
+    assert graphs is stage_graph and "mlp_only_layers" in note
+
+
+# A small Qwen3-MoE and Mixtral (transformers' grouped_mm experts): 16 experts, top-4 / top-2.
+TINY_MOE = {
+    "qwen3_moe": {"model_type": "qwen3_moe", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                  "head_dim": 64, "intermediate_size": 512, "moe_intermediate_size": 128, "num_experts": 16,
+                  "num_experts_per_tok": 4, "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 4096},
+    "mixtral": {"model_type": "mixtral", "hidden_size": 256, "num_attention_heads": 4, "num_key_value_heads": 2,
+                "intermediate_size": 128, "num_local_experts": 16, "num_experts_per_tok": 2, "num_hidden_layers": 2,
+                "vocab_size": 1000, "max_position_embeddings": 4096},
+}
+
+
+@pytest.mark.parametrize("family", sorted(TINY_MOE))
+@pytest.mark.parametrize(("phase", "batch", "tp"), [("decode", 1, 1), ("decode", 3, 1), ("prefill", 2, 1),
+                                                     ("decode", 3, 2)])
+def test_moe_stream_is_captured_at_the_expected_load(family, phase, batch, tp):
+    """The captured MoE layer has the router, top-k, sort, histc/cumsum and gathers as real kernels, and its two
+    grouped expert GEMMs are the condensed graph's expert matmuls at the expected load (the experts the routed
+    tokens reach, evenly loaded): the same FLOPs and weight bytes as the condensed graph (within 2%)."""
+    from perfmodel.llm.model_class import architecture_from_class
+
+    config = TINY_MOE[family]
+    architecture, hardware = architecture_from_class(config, family), load_hardware("h100-sxm")
+    scenario = Scenario(batch=batch, prompt_tokens=16, generated_tokens=4)
+    context = 16 if phase == "prefill" else 17
+    captured = CapturedStream.from_config(config)(architecture, scenario, Parallelism(tp=tp), phase=phase,
+                                                  context=context)
+    condensed = stage_graph(architecture, scenario, Parallelism(tp=tp), phase=phase, context=context)
+    provenances = {op.provenance for op in captured.ops}
+    assert {"aten.topk", "aten.sort", "aten.histc", "aten.cumsum"} <= provenances
+    def dims(op):
+        return tuple(op.attrs[key] for key in ("batch", "m", "k", "n"))
+    experts = [dims(op) for op in captured.ops if op.provenance == "aten._grouped_mm"]
+    expected = [dims(op) for op in condensed.ops if op.name.startswith("layers.moe.experts.") and op.kind == "matmul"]
+    assert experts == expected and len(experts) == 2
+    routed = batch * (16 if phase == "prefill" else 1) * architecture.experts_per_token
+    assert {reached for reached, *_ in experts} == {min(16, routed)}
+    (captured_flops, _), (condensed_flops, _) = (_flops_and_weights(captured, hardware),
+                                                 _flops_and_weights(condensed, hardware))
+    assert captured_flops == pytest.approx(condensed_flops, rel=0.02)
+
+    def weights(graph):  # the embedding apart: a shard's table is vocab / tp rows captured, the whole table condensed
+        return sum(t.bytes * op.count for op in graph.ops if op.kind != "embedding" for t in op.inputs
+                   if t.role == "weight")
+    assert weights(captured) == pytest.approx(weights(condensed), rel=0.02)
+    kernels = sum(op.count for op in captured.ops if op.kind != "view" and op.name.startswith("layers."))
+    assert kernels > 2 * sum(op.count for op in condensed.ops if op.name.startswith("layers."))
 
 
 def test_view_ops_cost_the_eager_host_only():
@@ -134,3 +187,14 @@ def test_a_config_with_integer_label_keys_and_lists_of_pairs_is_captured_as_writ
     graph = stream(load_architecture("llama-2-7b"), Scenario(batch=1, prompt_tokens=16, generated_tokens=4),
                    Parallelism(), phase="decode", context=17)
     assert sum(op.count for op in graph.ops if op.kind == "matmul") > 0
+
+
+def test_a_pad_token_outside_the_shards_vocabulary_is_captured():
+    """Phi-4's pad_token_id (100349) lies beyond one tp-2 shard's 50,176 rows: the shard is still captured."""
+    architecture = load_architecture("phi-4")
+    stream = CapturedStream.from_config(load_config("phi-4"))
+    graph = stream(architecture, Scenario(batch=1, prompt_tokens=8, generated_tokens=1), Parallelism(tp=2),
+                   phase="decode", context=9)
+    assert any(op.kind == "matmul" for op in graph.ops)
+    assert stage_graphs_for(load_config("gemma-3-27b"), load_hardware("h100-sxm"), "eager")[1].endswith(
+        "a multimodal config's text model (text_config) is not captured")

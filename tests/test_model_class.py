@@ -253,3 +253,184 @@ def test_a_user_config_goes_through_its_class(tmp_path):
     architecture = load_architecture(path)
     assert architecture.expert_width == 16 and architecture.experts == 8
     assert architecture.parameter_count() == _meta_counts(config)[0]
+
+
+# Configs written from the published config.json values (issue 30's catalog): each names its source and the
+# published parameter count, which the class's count must match (the published figures are rounded).
+WRITTEN_CONFIGS = ("gemma-3-27b", "mistral-small-3-24b", "mistral-nemo-12b", "mistral-large-2", "phi-4")
+
+
+@pytest.mark.parametrize("name", WRITTEN_CONFIGS)
+def test_written_configs_match_their_published_counts(name):
+    config = load_config(name)
+    assert config["_source"].startswith("https://huggingface.co/") and config["_parameters_source"]
+    count = load_architecture(name).parameter_count()
+    assert count == pytest.approx(config["_published_parameters"], rel=0.005)
+
+
+def test_gemma3_27b_is_its_text_model_with_five_sliding_layers_to_one_full():
+    """Gemma 3 27B (multimodal config): the text model, 62 layers of which every sixth is global (10) and the rest
+    slide over 1,024 keys (52); QK norms, four norms a layer, tied embeddings; the vision encoder is not counted."""
+    gemma = load_architecture("gemma-3-27b")
+    assert gemma.layer_windows is not None
+    assert (gemma.layer_windows.count(1024), gemma.layer_windows.count(0)) == (52, 10)
+    assert gemma.qk_norm and gemma.norms_per_layer == 4 and gemma.tied_embeddings
+    per_layer = 2 * 16 * 128 * 2  # K and V of 16 KV heads, bf16
+    assert gemma.kv_cache_bytes(8192, 2) == per_layer * (52 * 1024 + 10 * 8192)
+
+
+def test_phi4_fused_projections_are_read():
+    """Phi-4 (Phi3ForCausalLM) fuses q/k/v and gate/up: read as 40 query and 10 KV heads of 128 and a 17,920-wide
+    gated MLP."""
+    phi = load_architecture("phi-4")
+    assert (phi.heads, phi.kv_heads, phi.head_dim, phi.intermediate, phi.gated_mlp) == (40, 10, 128, 17920, True)
+
+
+# -- block-scaled weight formats: the scales' bytes are part of every byte the weights take ----------------------
+@pytest.mark.parametrize("dtype, bits", [("fp8_block", 8 + 32 / (128 * 128)), ("mxfp8", 8 + 8 / 32),
+                                         ("mxfp4", 4 + 8 / 32), ("nvfp4", 4 + 8 / 16)])
+def test_block_scaled_weights_carry_their_scales_in_memory_and_traffic(dtype, bits):
+    """Weights per chip and the decode step's weight reads are the elements and their block scales: fp8 with one
+    fp32 per 128 x 128 block (DeepSeek-V3), OCP MX (one E8M0 per 32), NVFP4 (one E4M3 per 16)."""
+    from perfmodel.dtypes import get_dtype
+
+    assert get_dtype(dtype).bytes_per_element == bits / 8
+    model = load_architecture("gpt-oss-20b")
+    plain = "fp8" if bits > 8 else "fp4"
+    scenarios = {name: Scenario(batch=1, prompt_tokens=64, generated_tokens=1, weight_dtype=name)
+                 for name in (dtype, plain)}
+    memory = {name: memory_per_chip(model, scenario, Parallelism()).weights for name, scenario in scenarios.items()}
+    assert memory[dtype] == pytest.approx(model.stage_parameters(1) * bits / 8, rel=1e-12)
+    assert memory[dtype] / memory[plain] == pytest.approx(bits / int(bits), rel=1e-12)
+    reads = {name: _weight_bytes(stage_graph(model, scenario, Parallelism(), phase="decode", context=64))
+             for name, scenario in scenarios.items()}
+    assert reads[dtype] / reads[plain] == pytest.approx(bits / int(bits), rel=1e-12)
+
+
+def test_block_scaled_formats_are_weight_formats_only():
+    with pytest.raises(PerfmodelError, match="block-scaled weight format"):
+        memory = Scenario(batch=1, prompt_tokens=8, generated_tokens=1, kv_dtype="mxfp4")
+        llm_predict(load_architecture("llama-3.1-8b"), load_hardware("b200"), memory)
+
+
+# -- multi-token prediction (DeepSeek-V3's MTP module: not in the transformers class) -----------------------------
+def test_deepseek_v3_mtp_module_is_counted_beside_the_class():
+    """num_nextn_predict_layers = 1: one module of hnorm + enorm + shared_head.norm (3 x 7168), eh_proj (2 x 7168 ->
+    7168) and a decoder layer like the last one (the meta model's layer 60, the oracle); with the embedding and head
+    copies the checkpoint stores, the published 685 B (671 B main model + 14 B MTP, DeepSeek-V3's model card)."""
+    deepseek = load_architecture("deepseek-v3")
+    _, model = meta_model(load_config("deepseek-v3"))
+    last_layer = sum(parameter.numel() for name, parameter in model.named_parameters()
+                     if name.startswith("model.layers.60."))
+    assert deepseek.mtp_modules == 1
+    assert deepseek.mtp_parameters == 3 * 7168 + 2 * 7168 * 7168 + last_layer
+    assert deepseek.parameter_count() == sum(parameter.numel() for parameter in model.parameters())  # the class's
+    stored_copies = 2 * 129280 * 7168
+    assert deepseek.parameter_count() + deepseek.mtp_parameters + stored_copies == pytest.approx(685e9, rel=1e-3)
+    assert load_architecture("qwen3-235b-a22b").mtp_modules == 0
+
+
+def test_speculative_mtp_holds_the_mtp_weights():
+    """serve --speculative mtp: the KV budget per chip shrinks by the MTP module's weights, fp8, over tp 8."""
+    from perfmodel.serving.speculation import Speculation, drafter
+    from perfmodel.serving.steps import kv_capacity
+
+    deepseek, h200 = load_architecture("deepseek-v3"), load_hardware("h200-sxm")
+    scenario = Scenario(batch=1, prompt_tokens=1, generated_tokens=1, weight_dtype="fp8_block", kv_dtype="bf16",
+                        activation_dtype="fp8")
+    layout = Parallelism(tp=8)
+    speculation = Speculation(method="mtp", tokens=1, acceptance=0.85)
+    settings = dict(block_size=64, max_batch=64, max_tokens_per_step=8192, memory_utilization=0.9)
+    plain = kv_capacity(deepseek, h200, scenario, layout, **settings)
+    with_mtp = kv_capacity(deepseek, h200, scenario, layout, drafter=drafter(deepseek, speculation, scenario, layout),
+                           **settings)
+    eh_proj = 2 * 7168 * 7168  # replicated on every chip (vLLM's DeepSeekMTP); the rest split over tp 8
+    held = ((deepseek.mtp_parameters - eh_proj) / 8 + eh_proj) * (1 + 4 / (128 * 128))
+    assert plain.budget_bytes - with_mtp.budget_bytes == pytest.approx(held, rel=1e-9)
+
+
+def test_the_mtp_drafter_adds_its_norms_and_projection():
+    """The MTP drafter's decode graph is the decoder layer and shared head plus hnorm/enorm and eh_proj (2 x 7168 ->
+    7168 on every chip); a draft model's graph is its own."""
+    from perfmodel.serving.speculation import Speculation, drafter, drafter_graph
+
+    deepseek = load_architecture("deepseek-v3")
+    scenario = Scenario(batch=4, prompt_tokens=100, generated_tokens=1, weight_dtype="fp8", activation_dtype="fp8")
+    draft = drafter(deepseek, Speculation(method="mtp", tokens=1, acceptance=0.85), scenario, Parallelism(tp=8))
+    graph = drafter_graph(deepseek, draft, scenario, phase="decode", context=128)
+    layer = stage_graph(draft[0], scenario, draft[1], phase="decode", context=128)
+    added = {op.name: op for op in graph.ops[len(layer.ops):]}
+    assert [op.name for op in graph.ops[:len(layer.ops)]] == [op.name for op in layer.ops]
+    assert set(added) == {"mtp.enorm_hnorm", "mtp.eh_proj"}
+    assert (added["mtp.eh_proj"].attrs["m"], added["mtp.eh_proj"].attrs["k"]) == (4, 2 * 7168)
+    assert added["mtp.eh_proj"].inputs[1].bytes == 2 * 7168 * 7168
+    small = drafter(load_architecture("llama-3.1-70b"), Speculation(method="mtp", tokens=1, acceptance=0.85),
+                    scenario, Parallelism(tp=8))
+    assert "mtp.eh_proj" not in [op.name for op in drafter_graph(load_architecture("llama-3.1-70b"), small, scenario,
+                                                                 phase="decode", context=128).ops]
+
+
+@pytest.mark.parametrize("name, checkpoint_gib", [("gpt-oss-120b", 60.8), ("gpt-oss-20b", 12.8)])
+def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib):
+    """gpt-oss ships its routed experts in MXFP4 and everything else in bf16 (quantization_config's
+    modules_to_not_convert): weights per chip in that layout are the checkpoint sizes of OpenAI's gpt-oss model card
+    (arXiv 2508.10925, Table 1: 60.8 GiB and 12.8 GiB; the experts' biases, bf16 there, are MXFP4 here: < 0.1%)."""
+    model = load_architecture(name)
+    scenario = Scenario(batch=1, prompt_tokens=64, generated_tokens=1, weight_dtype="bf16", expert_weight_dtype="mxfp4")
+    weights = memory_per_chip(model, scenario, Parallelism()).weights
+    experts = model.moe_layer_count * model.experts * model.expert_parameters
+    assert weights == pytest.approx((model.parameter_count() - experts) * 2 + experts * 4.25 / 8, rel=1e-12)
+    assert weights / 2**30 == pytest.approx(checkpoint_gib, rel=5e-3)
+    graph = stage_graph(model, scenario, Parallelism(), phase="decode", context=64)
+    dtypes = {op.name: op.inputs[1].dtype for op in graph.ops if op.kind == "matmul"}
+    assert dtypes["layers.moe.experts.gate_up"] == dtypes["layers.moe.experts.down"] == "mxfp4"
+    assert dtypes["layers.moe.router"] == dtypes["lm_head"] == "bf16"
+    with pytest.raises(PerfmodelError, match="has none"):
+        llm_predict(load_architecture("llama-3.1-8b"), load_hardware("h100-sxm"), scenario)
+
+
+# More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
+# meta model's count, kind by kind) or refused naming the module or kind that does not fit.
+MORE_FAMILIES = ("qwen2", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2", "gemma2",
+                 "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
+
+
+@pytest.mark.parametrize("family", MORE_FAMILIES)
+def test_more_families_count_exactly(family):
+    config = {"model_type": family, "num_hidden_layers": 2}
+    total, by_kind = _meta_counts(config)
+    architecture = architecture_from_class(config, family)
+    assert architecture.parameter_count() == total and architecture.parameters_by_kind() == by_kind
+
+
+@pytest.mark.parametrize("family, needle", [
+    ("olmo2", "attention: the class has"),  # its QK norms span the whole projection, not a head
+    ("qwen3_next", "linear_attn"),  # gated delta net layers: state instead of a KV cache, not modelled
+    ("jamba", "mamba"),
+    ("starcoder2", "c_fc"),
+])
+def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
+    with pytest.raises(PerfmodelError, match=needle):
+        architecture_from_class({"model_type": family, "num_hidden_layers": 2}, family)
+
+
+@pytest.mark.parametrize("flags, needle", [(["--expert-weights", "bogus"], "expert_weight_dtype 'bogus' is unknown"),
+                                           (["--weights", "bogus"], "weight_dtype 'bogus' is unknown"),
+                                           (["--kv", "mxfp4"], "block-scaled weight format")])
+def test_serve_refuses_bad_weight_formats_with_exit_2(flags, needle, capsys):
+    from perfmodel.cli import main
+
+    assert main(["serve", "--model", "gpt-oss-20b", "--on", "h100-sxm", "--rate", "2/s", "--requests", "5",
+                 *flags]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_serve_holds_gpt_oss_as_published():
+    """serve --expert-weights: the KV budget grows by what MXFP4 experts save against bf16 ones."""
+    from perfmodel.serving import Server
+
+    model, h100 = load_architecture("gpt-oss-120b"), load_hardware("h100-sxm")
+    bf16 = Server(model, h100, Parallelism(tp=4), weight_dtype="bf16")
+    published = Server(model, h100, Parallelism(tp=4), weight_dtype="bf16", expert_weight_dtype="mxfp4")
+    experts = model.moe_layer_count * model.experts * model.expert_parameters
+    assert published.kv.budget_bytes - bf16.kv.budget_bytes == pytest.approx(experts * (2 - 4.25 / 8) / 4, rel=1e-9)

@@ -31,7 +31,8 @@ def _models(args) -> int:
                      "attention": attention_kind(a), "experts": a.experts, "experts_per_token": a.experts_per_token,
                      "shared_experts_width": a.shared_intermediate, "moe_layers": a.moe_layer_count,
                      "kv_bytes_per_token_bf16": a.kv_bytes_per_token(2), "max_positions": a.max_positions,
-                     "sliding_window": a.sliding_window})
+                     "sliding_window": a.sliding_window, "mtp_modules": a.mtp_modules,
+                     "mtp_parameters": a.mtp_parameters})
     if args.json:
         print(json_text(rows, indent=1))
         return 0
@@ -42,6 +43,10 @@ def _models(args) -> int:
                          _experts(row), f"{row['kv_bytes_per_token_bf16'] / 1024:.1f} KiB", row["max_positions"]]
                         for row in rows]))
     print("KV/token: every layer holding the whole context (windowed layers hold at most their window).")
+    for row in rows:
+        if row["mtp_modules"]:
+            print(f"{row['name']}: {row['mtp_modules']} multi-token-prediction module(s) of "
+                  f"{row['mtp_parameters'] / 1e9:.2f} B parameters beside these (held with serve --speculative mtp)")
     return 0
 
 

@@ -49,6 +49,9 @@ def register(commands) -> None:
     llm.add_argument("--pp", type=int)
     llm.add_argument("--ep", type=int, default=1)
     add_dtype_arguments(llm)
+    llm.add_argument("--expert-weights", metavar="DTYPE",
+                     help="the routed experts' weight dtype when stored apart from the rest (gpt-oss as published: "
+                          "--weights bf16 --expert-weights mxfp4); default: --weights")
     add_mode_argument(llm)
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
     llm.add_argument("--max-tokens-per-step", type=int,
@@ -187,7 +190,7 @@ def _llm(args) -> int:
     args.batch, args.prompt, args.gen = scenarios[0]
     scenario = Scenario(batch=args.batch, prompt_tokens=args.prompt, generated_tokens=args.gen,
                         weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
-                        activation_dtype=args.activations)
+                        activation_dtype=args.activations, expert_weight_dtype=args.expert_weights)
     parallelism = _parallelism(args)
     graphs, note = stage_graphs_for(load_config(args.model), hardware, args.mode, condensed=args.condensed)
     if note:
@@ -241,7 +244,7 @@ def _llm(args) -> int:
                      f"{data['continuous_batching']['tokens_per_s']:.1f} tokens/s"])
     print(f"{architecture.name} on {result.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
           f"{result.mode} mode; parameters: {result.parameters}), batch {args.batch}, prompt {args.prompt}, "
-          f"gen {args.gen}, weights {args.weights}")
+          f"gen {args.gen}, weights {args.weights}" + (f" (experts {args.expert_weights})" if args.expert_weights else ""))
     print(format_table(["metric", "value", intervals.heading(args.confidence)], [row + [""] * (3 - len(row))
                                                                                  for row in rows]))
     print(f"interval: {found['ttft_s'].basis}")
@@ -280,7 +283,8 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
     batches, prompts, gens = (np.asarray(column) for column in zip(*scenarios, strict=True))
     swept = llm_predict(architecture, hardware, Scenario(
         batch=batches, prompt_tokens=prompts, generated_tokens=gens, weight_dtype=args.weights,
-        kv_dtype=args.kv or args.activations, activation_dtype=args.activations), parallelism, mode=args.mode,
+        kv_dtype=args.kv or args.activations, activation_dtype=args.activations,
+        expert_weight_dtype=args.expert_weights), parallelism, mode=args.mode,
         graphs=graphs)  # one evaluation per phase for every scenario (the condensed graphs take arrays)
     results = [swept.at(index) for index in range(len(scenarios))]
     found = [intervals.scenario_intervals(hardware, result, args.confidence) for result in results]
@@ -297,7 +301,8 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
              f"{result.tokens_per_s:.1f}", f"{result.tokens_per_s_per_chip:.1f}", "yes" if result.fits else "NO",
              result.bound_by_phase["decode"]] for result, bands in zip(results, found, strict=True)]
     print(f"{architecture.name} on {parallelism.chips} x {hardware.name} (tp {parallelism.tp}, pp {parallelism.pp}, "
-          f"{results[0].mode} mode; parameters: {results[0].parameters}), weights {args.weights}")
+          f"{results[0].mode} mode; parameters: {results[0].parameters}), weights {args.weights}"
+          + (f" (experts {args.expert_weights})" if args.expert_weights else ""))
     print(format_table(["batch", "prompt", "gen", "TTFT", "TPOT", f"TPOT {intervals.heading(args.confidence)}",
                         "tokens/s", "tokens/s/chip", "fits", "decode bound"], rows))
     print(f"interval: {found[0]['tpot_s'].basis}")

@@ -92,6 +92,9 @@ def register(commands) -> None:
     serve.add_argument("--ttft-slo", help="SLO on time to first token, e.g. 1s (goodput, the knee)")
     serve.add_argument("--tpot-slo", help="SLO on time per output token, e.g. 50ms (goodput)")
     add_dtype_arguments(serve)
+    serve.add_argument("--expert-weights", metavar="DTYPE",
+                       help="the routed experts' weight dtype when stored apart from the rest (gpt-oss as published: "
+                            "--weights bf16 --expert-weights mxfp4); default: --weights")
     add_mode_argument(serve)
     add_set_argument(serve)
     add_ideal_argument(serve)
@@ -207,7 +210,7 @@ def _serve(args) -> int:
     server = Server(architecture, hardware, Parallelism(tp=args.tp, pp=args.pp), config=config,
                     max_context=longest, weight_dtype=args.weights,
                     kv_dtype=args.kv or args.activations, activation_dtype=args.activations, mode=args.mode,
-                    speculation=speculation)
+                    speculation=speculation, expert_weight_dtype=args.expert_weights)
     if args.scenario == "server":
         return _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header_of(server))
     runs = max(len(streams), 1)

@@ -105,7 +105,8 @@ def run_disaggregated(args, architecture, hardware, config, speculation, *, requ
 
     prefill_workers, decode_workers = parse_disagg(args.disagg)
     kv = args.kv or args.activations
-    dtypes = dict(weight_dtype=args.weights, kv_dtype=kv, activation_dtype=args.activations, mode=args.mode)
+    dtypes = dict(weight_dtype=args.weights, kv_dtype=kv, activation_dtype=args.activations, mode=args.mode,
+                  expert_weight_dtype=args.expert_weights)
 
     def server(tp, pp, max_batch, spec, ep=1, dp=1):
         limits = config if max_batch is None else replace(config, max_batch=max_batch,

@@ -99,6 +99,7 @@ class Architecture:
     qkv_bias: bool = False
     output_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
     attention_sinks: bool = False  # one learned logit per head in the softmax's denominator (gpt-oss)
+    mtp_modules: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers); not in the class
 
     def __post_init__(self) -> None:
         for label, flags in (("moe_layers", self.moe_layers), ("layer_windows", self.layer_windows)):
@@ -211,7 +212,23 @@ class Architecture:
                 "norms": self.layers * self.norm_parameters + final_norm, "lm_head": head}
 
     def parameter_count(self) -> int:
+        """The model class's parameters (multi-token-prediction modules apart: ``mtp_parameters``)."""
         return sum(self.parameters_by_kind().values())
+
+    @property
+    def mtp_module_parameters(self) -> int:
+        """One multi-token-prediction module (DeepSeek-V3, arXiv 2412.19437 section 2.2; the checkpoint's
+        ``model.layers.61.*``): RMSNorms of the hidden state and of the next token's embedding (``hnorm``,
+        ``enorm``), the projection of their concatenation (``eh_proj``, 2 x hidden -> hidden, no bias), one
+        decoder layer of the last layer's kind (MoE in DeepSeek-V3) and the output head's norm
+        (``shared_head.norm``). The embedding and output head are the main model's, shared (section 2.2: "shared
+        embedding layer" and "shared output head"); the checkpoint stores copies of them, which this does not
+        count."""
+        return 3 * self.hidden + 2 * self.hidden * self.hidden + self.parameters_of_layer(self.layers - 1)
+
+    @property
+    def mtp_parameters(self) -> int:
+        return self.mtp_modules * self.mtp_module_parameters
 
     def active_parameter_count(self) -> int:
         """Parameters touched per token (MoE: only the routed experts)."""
@@ -404,6 +421,11 @@ STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_sh
                     "first_k_dense_replace", "layer_types", "num_experts", "use_qk_norm")
 
 
+# Multimodal configs whose text model (``text_config``) serves the tokens: its model_type in transformers.
+# The vision encoder is not priced.
+MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+
+
 def is_native_block(config: Mapping) -> bool:
     """A perfmodel-native block description (MaxText, PaLM): the keys no transformers class has."""
     return any(key in config for key in ("gated_mlp", "parallel_attention_mlp"))
@@ -428,7 +450,7 @@ def check_config_fields(config: Mapping) -> None:
                                                        for key in STRUCTURE_FIELDS):
         from_hf_config(config)
         return
-    if model_type == "llama4" and isinstance(config.get("text_config"), Mapping):
+    if model_type in MULTIMODAL_TEXT_MODELS and isinstance(config.get("text_config"), Mapping):
         config = config["text_config"]
     _check_rope(config)
     for key in CLASS_REQUIRED_FIELDS:

@@ -14,8 +14,18 @@ as gpt-fast and torch.compile users run; ``DynamicCache`` would copy the whole c
 Tensor parallelism runs each rank's shard (heads, KV heads, MLP width and vocabulary divided by
 ``tp``) plus the condensed graph's all-reduces; views become one ``view`` op per module group,
 which eager mode charges the spec's ``host_op`` each. The KV-cache writes (``index_copy_``, in
-place) move the new token's K and V only. MoE models route tokens with data-dependent shapes that
-fake tensors cannot follow: they use the condensed graph (``supports`` says so).
+place) move the new token's K and V only.
+
+Mixture-of-experts layers are captured with ``transformers``' ``grouped_mm`` experts implementation
+(its default where ``torch`` has grouped GEMMs): the router's matmul, softmax and top-k, the sort of
+the token-expert pairs, ``histc`` and ``cumsum`` of the group offsets, the gathers, the gating and the
+weighted sum are the real kernels with static shapes (tokens x top-k rows). Routing itself is data
+dependent, so each of the two grouped GEMMs (``aten._grouped_mm``, which the capture sees reading every
+expert's weights) is replaced by the condensed graph's expert matmul at the expected load: the routed
+tokens spread evenly over the experts they reach (``min(experts / ep, tokens x top-k / ep)`` experts,
+``ceil(routed / reached)`` rows each: an imbalance factor of 1, the condensed graph's convention), so
+both graphs read the same expert weights. Models whose layers differ (dense and MoE layers, windows
+per layer) or that use latent attention still use the condensed graph (``supports`` says why).
 """
 
 from __future__ import annotations
@@ -54,13 +64,25 @@ def stage_graphs_for(config: Mapping[str, Any], hardware: Hardware, mode: str | 
 MOE_FIELDS = ("num_local_experts", "num_experts", "n_routed_experts")
 
 
+# Config fields with which some layers of a MoE model are dense (field -> the values with which none is).
+MIXED_MOE_FIELDS = {"first_k_dense_replace": (None, 0), "mlp_only_layers": (None, []), "decoder_sparse_step": (None, 1),
+                    "interleave_moe_layer_step": (None, 1), "moe_layer_freq": (None, 1)}
+# The grouped GEMM of transformers' ``grouped_mm`` experts (its custom fallback op where torch has none).
+GROUPED_MATMULS = ("aten._grouped_mm", "transformers.grouped_mm_fallback")
+EXPERT_MATMULS = ("layers.moe.experts.gate_up", "layers.moe.experts.down")
+
+
 def supports(config: Mapping[str, Any]) -> str | None:
     """Why a config cannot be captured as an eager stream, or None when it can."""
+    if isinstance(config.get("text_config"), Mapping):
+        return "a multimodal config's text model (text_config) is not captured"
     if not all(key in config for key in ("hidden_size", "num_attention_heads", "intermediate_size",
                                          "num_hidden_layers", "vocab_size")):
         return "only decoder configs in the Llama layout (hidden_size, num_attention_heads...) are captured"
-    if any(config.get(key) for key in MOE_FIELDS):
-        return "mixture-of-experts routing has data-dependent shapes that fake tensors cannot follow"
+    mixed = [key for key, dense in MIXED_MOE_FIELDS.items() if config.get(key) not in dense]
+    if any(config.get(key) for key in MOE_FIELDS) and mixed:
+        return (f"its layers differ in MLP ({', '.join(mixed)}: dense and mixture-of-experts layers), and one captured "
+                "layer would stand for all of them")
     if config.get("kv_lora_rank"):
         return "multi-head latent attention is not captured (the one-layer shard is cut in the Llama layout)"
     types = config.get("layer_types")
@@ -108,10 +130,32 @@ class CapturedStream:
         if end_views:
             ops.append(Op(name="ends.views", kind="view", count=end_views,
                           outputs=(TensorSpec(shape=(1,), dtype=scenario.activation_dtype),)))
-        if parallelism.tp > 1:  # the shard's all-reduces, as the condensed graph prices them
-            condensed = stage_graph(architecture, scenario, parallelism, phase=phase, context=context)
+        grouped = [index for index, op in enumerate(ops) if op.provenance in GROUPED_MATMULS]
+        condensed = stage_graph(architecture, scenario, parallelism, phase=phase, context=context) \
+            if grouped or parallelism.tp > 1 or parallelism.ep > 1 else None
+        if grouped:
+            assert condensed is not None
+            ops = _expected_load(ops, grouped, condensed, architecture)
+        if condensed is not None:  # the shard's all-reduces (and all-to-alls), as the condensed graph prices them
             ops += [op for op in condensed.ops if op.kind == "collective"]
         return Graph(name=f"{architecture.name}.{phase}.eager", ops=ops)
+
+
+def _expected_load(ops: list[Op], grouped: list[int], condensed: Graph, architecture: Architecture) -> list[Op]:
+    """The captured grouped expert GEMMs replaced by the condensed graph's expert matmuls at the expected
+    load (see the module docstring), keeping the captured names."""
+    if architecture.moe_layer_count != architecture.layers:
+        raise PerfmodelError(f"{architecture.name}: {architecture.moe_layer_count} of {architecture.layers} layers "
+                             "route to experts; one captured layer cannot stand for both kinds (use --condensed)")
+    experts = [op for op in condensed.ops if op.name in EXPERT_MATMULS]
+    if len(experts) != len(grouped):
+        raise PerfmodelError(f"{architecture.name}: the captured layer has {len(grouped)} grouped expert GEMMs, the "
+                             f"condensed graph {len(experts)} expert matmuls; the eager stream cannot price its experts "
+                             "(use --condensed)")
+    replaced = list(ops)
+    for index, expert in zip(grouped, experts, strict=True):
+        replaced[index] = replace(expert, name=ops[index].name, provenance=ops[index].provenance)
+    return replaced
 
 
 _DICT, _LIST = "<dict>", "<list>"  # tags that keep a frozen mapping apart from a frozen list of pairs
@@ -158,6 +202,12 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
              "intermediate_size": config["intermediate_size"] // tp, "vocab_size": config["vocab_size"] // tp}
     if isinstance(config.get("layer_types"), list) and config["layer_types"]:  # one layer of the (uniform) kinds
         shard["layer_types"] = config["layer_types"][:1]
+    pad = config.get("pad_token_id")
+    if isinstance(pad, int) and not isinstance(pad, bool) and pad >= shard["vocab_size"]:
+        shard["pad_token_id"] = None  # outside a shard's vocab / tp rows (Phi-4's 100349 at tp 2); it launches nothing
+    moe = any(config.get(key) for key in MOE_FIELDS)
+    if moe and config.get("moe_intermediate_size"):  # a routed expert's width, split like the dense MLP's
+        shard["moe_intermediate_size"] = config["moe_intermediate_size"] // tp
     try:
         hf_config = transformers.AutoConfig.for_model(**{**config, **shard})
     # transformers validates the fields itself (huggingface_hub's strict dataclasses raise their own
@@ -166,6 +216,8 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
         raise PerfmodelError(f"transformers refuses this {config.get('model_type', 'model')} config for the eager "
                              f"op stream: {error}; fix the field in the config, or use --condensed") from None
     hf_config._attn_implementation = "sdpa"
+    if moe:  # static shapes (tokens x top-k rows) instead of a loop over the experts the router hits
+        hf_config._experts_implementation = "grouped_mm"
     torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype).eval()
@@ -184,7 +236,7 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
     end_ops: list[Op] = []
     for op in result.graph.ops:
         op = _kv_roles(op, kv_shape)
-        if op.provenance in CACHE_WRITES:
+        if op.provenance in CACHE_WRITES and ".experts." not in op.name:
             op = _cache_write(op)
         target = layer_ops if op.name.startswith(LAYER_PREFIX) else end_ops
         target.append(replace(op, name=op.name.removeprefix("model.").replace("layers.0.", "layers.")))

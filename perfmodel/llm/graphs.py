@@ -13,7 +13,7 @@ Dimensions may be numpy arrays (batch sweeps for sizing).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,14 @@ class Scenario:
     weight_dtype: str = "bf16"
     kv_dtype: str = "bf16"
     activation_dtype: str = "bf16"
+    # The routed experts' weights when stored apart (gpt-oss: MXFP4 experts, bf16 elsewhere); None: weight_dtype.
+    expert_weight_dtype: str | None = None
+
+    @property
+    def experts_scenario(self) -> Scenario:
+        """This scenario with the routed experts' weight dtype as its weight dtype."""
+        return self if self.expert_weight_dtype is None else replace(self, weight_dtype=self.expert_weight_dtype,
+                                                                     expert_weight_dtype=None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +86,15 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
     for role in ("weight_dtype", "kv_dtype", "activation_dtype"):
         if getattr(scenario, role) not in DTYPES:
             problems.append(f"{role} {getattr(scenario, role)!r} is unknown; allowed: {', '.join(DTYPES)}")
+        elif role != "weight_dtype" and DTYPES[getattr(scenario, role)].block_scaled:
+            problems.append(f"{role} {getattr(scenario, role)!r} is a block-scaled weight format; give it as the "
+                            f"weights' dtype (--weights) and {DTYPES[getattr(scenario, role)].element} here")
+    if scenario.expert_weight_dtype is not None:
+        if scenario.expert_weight_dtype not in DTYPES:
+            problems.append(f"expert_weight_dtype {scenario.expert_weight_dtype!r} is unknown; allowed: "
+                            f"{', '.join(DTYPES)}")
+        if architecture.experts <= 1:
+            problems.append(f"an expert weight dtype is for models with routed experts; {architecture.name} has none")
     tp, pp, ep, dp = parallelism.tp, parallelism.pp, parallelism.ep, parallelism.dp
     if min(tp, pp, ep, dp) < 1:
         problems.append("tp, pp, ep and dp must be at least 1")
@@ -364,7 +381,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if groups.moe:
         ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, groups.moe))
     if groups.moe and moe_capacity_factor is not None:
-        ops += _dropping_moe(a, s, batch, seq, a.expert_width // p.tp, groups.moe, moe_capacity_factor)
+        ops += _dropping_moe(a, s.experts_scenario, batch, seq, a.expert_width // p.tp, groups.moe, moe_capacity_factor)
     elif groups.moe:
         local_experts = a.experts // p.ep
         # the tokens of all dp groups (each group's tp chips hold the same ones) meet at the ep chips
@@ -378,10 +395,11 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
             ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act,
                                    groups.moe, **wide))
         touched = whole(touched)
-        ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, s, groups.moe, batch=touched),
+        experts = s.experts_scenario
+        ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, experts, groups.moe, batch=touched),
                 _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, groups.moe, inputs=2,
                              flops_per_element=activation_flops_per_element(a.activation, gated=True)),
-                _linear("layers.moe.experts.down", per_expert, width, hidden, s, groups.moe, batch=touched)]
+                _linear("layers.moe.experts.down", per_expert, width, hidden, experts, groups.moe, batch=touched)]
         if p.ep > 1:
             ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act,
                                    groups.moe, **wide))

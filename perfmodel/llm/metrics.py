@@ -154,7 +154,7 @@ class LLMResult:
             "tp": self.parallelism.tp, "pp": self.parallelism.pp, "ep": self.parallelism.ep,
             "batch": _plain(self.scenario.batch), "prompt": _plain(self.scenario.prompt_tokens),
             "gen": _plain(self.scenario.generated_tokens), "weights": self.scenario.weight_dtype,
-            "kv": self.scenario.kv_dtype,
+            "expert_weights": self.scenario.experts_scenario.weight_dtype, "kv": self.scenario.kv_dtype,
             "ttft_s": self.ttft_s, "tpot_s": self.tpot_s, "e2e_s": self.e2e_s,
             "tokens_per_s_per_user": self.tokens_per_s_per_user, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_chip": self.tokens_per_s_per_chip, "memory_bytes": self.memory_bytes.as_dict(),
@@ -189,10 +189,13 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     widest = a.hidden + _widest_mlp(a) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
     workspace = np.asarray(scenario.batch) * a.vocab / tp * LOGIT_BYTES
+    expert_bytes = DTYPES[scenario.experts_scenario.weight_dtype].bytes_per_element
+    experts = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.experts * a.expert_parameters
     weights = stage_parameters * weight_bytes / tp
+    if expert_bytes != weight_bytes:  # the routed experts stored in their own dtype
+        weights = weights + experts * (expert_bytes - weight_bytes) / tp
     if parallelism.dp > 1:  # wide expert parallelism: the routed experts are spread over tp x dp chips
-        experts = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.experts * a.expert_parameters
-        weights -= experts * weight_bytes / tp * (1 - 1 / parallelism.dp)
+        weights -= experts * expert_bytes / tp * (1 - 1 / parallelism.dp)
     return MemoryPerChip(weights=weights, kv_cache=kv, activations=activations, workspace=workspace)
 
 
@@ -281,7 +284,7 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
     if len(values) < 3:
         return None
     key = (id(architecture), id(hardware), parallelism, execution, scenario.weight_dtype, scenario.kv_dtype,
-           scenario.activation_dtype)
+           scenario.activation_dtype, scenario.expert_weight_dtype)
     numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
     result = _REPLAYS(key, (architecture, hardware), numbers, values)
     return None if result is None else replace(_named_bounds(result), scenario=scenario)

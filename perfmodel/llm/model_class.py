@@ -19,7 +19,13 @@ from collections import defaultdict
 from typing import Any, Mapping
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.llm.architecture import WHOLE_CONTEXT, Architecture, LatentAttention, _activation
+from perfmodel.llm.architecture import (
+    MULTIMODAL_TEXT_MODELS,
+    WHOLE_CONTEXT,
+    Architecture,
+    LatentAttention,
+    _activation,
+)
 
 MODULE_KINDS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
 _LAYER = re.compile(r"^(?:model\.layers|transformer\.h|model\.language_model\.layers)\.(\d+)\.(.+)$")
@@ -46,8 +52,8 @@ def meta_model(config: Mapping) -> tuple[Any, Any]:
                              "pip install 'perfmodel[torch]'") from None
     fields = {key: value for key, value in config.items() if not key.startswith("_")}
     model_type = fields.pop("model_type", None)
-    if model_type == "llama4":  # a multimodal Llama 4 config: its text model is what serves tokens
-        fields, model_type = dict(fields.get("text_config") or {}), "llama4_text"
+    if model_type in MULTIMODAL_TEXT_MODELS:  # a multimodal config: its text model is what serves tokens
+        fields, model_type = dict(fields.get("text_config") or {}), MULTIMODAL_TEXT_MODELS[model_type]
         fields.pop("model_type", None)
     fields.pop("architectures", None)
     fields.pop("auto_map", None)
@@ -235,6 +241,18 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
     return tuple(windows)
 
 
+def _mtp_modules(hf_config: Any) -> int:
+    """DeepSeek-V3's multi-token-prediction modules (``num_nextn_predict_layers``), read by hand: the
+    transformers class does not build them (its checkpoint loader drops ``model.layers.61.*``). Each is one
+    more decoder layer of the last layer's kind with its own norms and projection
+    (``Architecture.mtp_module_parameters``)."""
+    value = getattr(hf_config, "num_nextn_predict_layers", None) or 0
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise PerfmodelError(f"config field 'num_nextn_predict_layers': expected a whole number of multi-token-"
+                             f"prediction modules (DeepSeek-V3: 1), got {value!r}")
+    return value
+
+
 def architecture_from_class(config: Mapping, name: str) -> Architecture:
     """The :class:`Architecture` of ``config``'s model class, checked to count the class's parameters
     exactly by module kind (a :class:`PerfmodelError` naming the kind otherwise)."""
@@ -284,7 +302,8 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         sliding_window=(windows[0] or None) if windows and uniform else None,
         layer_windows=None if uniform else windows,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
-        activation=_activation(act_config, "silu"), **attention, **experts)
+        activation=_activation(act_config, "silu"), mtp_modules=_mtp_modules(hf_config),
+        **attention, **experts)
     derived = architecture.parameters_by_kind()
     wrong = [f"{kind}: the class has {class_counts[kind]:,}, perfmodel's reading {derived[kind]:,}"
              for kind in MODULE_KINDS if class_counts[kind] != derived[kind]]

@@ -310,12 +310,14 @@ class Server:
     def __init__(self, architecture: Architecture, hardware: Hardware, parallelism: Parallelism = Parallelism(), *,
                  config: ServingConfig = ServingConfig(), max_context: int | None = None,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", activation_dtype: str = "bf16",
-                 mode: str | None = None, speculation: Speculation | None = None) -> None:
+                 mode: str | None = None, speculation: Speculation | None = None,
+                 expert_weight_dtype: str | None = None) -> None:
         self.architecture, self.hardware, self.parallelism, self.config = architecture, hardware, parallelism, config
         self.speculation = speculation
         context = min(max_context or architecture.max_positions, architecture.max_positions)
         scenario = Scenario(batch=1, prompt_tokens=1, generated_tokens=1, weight_dtype=weight_dtype,
-                            kv_dtype=kv_dtype, activation_dtype=activation_dtype)
+                            kv_dtype=kv_dtype, activation_dtype=activation_dtype,
+                            expert_weight_dtype=expert_weight_dtype)
         self.scenario = scenario
         draft = None if speculation is None else drafter(architecture, speculation, scenario, parallelism)
         self.kv: KVCapacity = kv_capacity(architecture, hardware, scenario, parallelism,

@@ -44,9 +44,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+import numpy as np
+
+from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
-from perfmodel.llm.graphs import Parallelism, Scenario, check
+from perfmodel.llm.graphs import Parallelism, Scenario, check, stage_graph
+from perfmodel.llm.metrics import memory_per_chip
+from perfmodel.workload.builders import linear
+from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 METHODS = ("draft", "mtp", "eagle")
 DEFAULT_ACCEPTANCE = {"mtp": 0.85, "eagle": 0.93, "draft": 0.7}
@@ -121,7 +127,7 @@ def drafter(target: Architecture, speculation: Speculation, scenario: Scenario,
     else:
         last = target.layers - 1
         moe = speculation.method == "mtp" and target.is_moe_layer(last)
-        model = replace(target, name=f"{target.name}.{speculation.method}", layers=1, moe_layers=None,
+        model = replace(target, name=f"{target.name}.{speculation.method}", layers=1, moe_layers=None, mtp_modules=0,
                         layer_windows=None if target.layer_windows is None else (target.layer_windows[last],),
                         experts=target.experts if moe else 1, experts_per_token=target.experts_per_token if moe else 1)
     tp = parallelism.tp
@@ -131,3 +137,49 @@ def drafter(target: Architecture, speculation: Speculation, scenario: Scenario,
     except PerfmodelError:
         one = Parallelism()
     return model, one
+
+
+def drafter_weight_bytes(target: Architecture, drafter: tuple[Architecture, Parallelism], scenario: Scenario) -> float:
+    """Bytes of the drafter's weights on each chip. The target's own multi-token-prediction modules
+    (``Architecture.mtp_modules``, DeepSeek-V3): their parameters exactly (``mtp_parameters``: each
+    module's norms, ``eh_proj`` and decoder layer; the embedding and head are the target's, shared),
+    split over the drafter's tensor parallelism like the target's layers. Otherwise (a draft model, an
+    EAGLE head, MTP on a model that ships no module): the drafter as ``memory_per_chip`` counts it, a
+    copy of the embedding and head included."""
+    model, parallelism = drafter
+    if is_mtp_drafter(target, model):
+        projections = target.mtp_modules * mtp_projection_parameters(target)  # replicated on every chip
+        return ((target.mtp_parameters - projections) / parallelism.tp + projections) \
+            * DTYPES[scenario.weight_dtype].bytes_per_element
+    return float(np.max(memory_per_chip(model, scenario, parallelism).weights))
+
+
+def is_mtp_drafter(target: Architecture, model: Architecture) -> bool:
+    """``model`` is ``drafter``'s stand-in for ``target``'s own multi-token-prediction modules."""
+    return model.name == f"{target.name}.mtp" and target.mtp_modules > 0
+
+
+def mtp_projection_parameters(target: Architecture) -> int:
+    """An MTP module's ``eh_proj`` (2 x hidden -> hidden, no bias)."""
+    return 2 * target.hidden * target.hidden
+
+
+def drafter_graph(target: Architecture, drafter: tuple[Architecture, Parallelism], scenario: Scenario, *,
+                  phase: str, context) -> Graph:
+    """The drafter's stage graph for ``phase``. For the target's own MTP modules, the decoder layer and
+    shared head of ``stage_graph`` plus what the module adds before its layer (arXiv 2412.19437, section
+    2.2): the RMSNorms of the hidden state and of the next token's embedding, and ``eh_proj`` on their
+    concatenation (2 x hidden -> hidden), unsplit on every chip as vLLM's ``DeepSeekMTP`` holds it."""
+    model, parallelism = drafter
+    graph = stage_graph(model, scenario, parallelism, phase=phase, context=context)
+    if not is_mtp_drafter(target, model):
+        return graph
+    act, hidden = scenario.activation_dtype, target.hidden
+    tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens if phase == "prefill" else 1)
+    if not np.ndim(tokens):
+        tokens = int(tokens)
+    state = TensorSpec(shape=(tokens, hidden), dtype=act)
+    norms = Op(name="mtp.enorm_hnorm", kind="norm", count=2, inputs=(state,), outputs=(state,),
+               attrs={"flops_per_element": 1, "norm": "rms"})
+    projection = linear("mtp.eh_proj", tokens, 2 * hidden, hidden, act, scenario.weight_dtype)
+    return Graph(name=graph.name, ops=[*graph.ops, norms, projection])

@@ -44,7 +44,7 @@ from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.llm.metrics import memory_per_chip, phase_time
 from perfmodel.roofline.arrays import evaluate_arrays
-from perfmodel.serving.speculation import Speculation, drafter
+from perfmodel.serving.speculation import Speculation, drafter, drafter_graph, drafter_weight_bytes
 from perfmodel.workload.ir import Graph
 
 CONTEXT_POINTS = 17
@@ -77,13 +77,14 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     if not 0 < memory_utilization <= 1:
         raise PerfmodelError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
     a = architecture
+    check(a, replace(scenario, batch=1, prompt_tokens=1, generated_tokens=1), parallelism)  # dtypes, layout
     one = replace(scenario, batch=1, prompt_tokens=max_tokens_per_step, generated_tokens=1)
     memory = memory_per_chip(a, one, parallelism)
     workspace = float(memory.workspace) * max_batch
     activations = float(memory.activations)
     weights = float(np.max(memory.weights))
     if drafter is not None:
-        weights += float(np.max(memory_per_chip(drafter[0], one, drafter[1]).weights))
+        weights += drafter_weight_bytes(a, drafter, one)
     # Weights stay on the chip when they fit beside a full step's buffers (the one residency rule,
     # costs.residency); otherwise an external store streams them (Cerebras MemoryX) and the KV cache
     # may use the whole memory.
@@ -164,8 +165,8 @@ class StepCosts:
                                     stream_items=tokens)
             row = np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape)
             if draft is not None:  # the drafter reads every prompt too
-                model, split = draft
-                graph = stage_graph(model, prompts, split, phase="prefill", context=tokens + int(before))
+                split = draft[1]
+                graph = drafter_graph(a, draft, prompts, phase="prefill", context=tokens + int(before))
                 stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
                                         stream_items=tokens)
                 row = row + np.broadcast_to(phase_time(stage, hardware, split, send), tokens.shape)
@@ -182,7 +183,7 @@ class StepCosts:
         batches = np.asarray(decode_scenario.batch)
         k = speculation.tokens
         model, split = draft
-        graph = stage_graph(model, decode_scenario, split, phase="decode", context=context)
+        graph = drafter_graph(a, draft, decode_scenario, phase="decode", context=context)
         send = Graph(name="send", ops=[pipeline_send(decode_scenario, model, "decode")])
         stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes, stream_items=batches)
         drafting = k * np.broadcast_to(phase_time(stage, hardware, split, send), batches.shape)
