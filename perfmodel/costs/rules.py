@@ -383,7 +383,10 @@ def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficien
                   latency_s: float) -> SIValue:
     """Memory time at a level: bytes at bandwidth x efficiency, plus the level's latency once if the
     kernel touches it."""
-    return moved_bytes / (bandwidth_bytes_per_s * efficiency) + latency_s * greater(moved_bytes, 0)
+    time = moved_bytes / (bandwidth_bytes_per_s * efficiency)
+    if type(latency_s) in (float, int) and latency_s == 0:  # no latency to add (most levels): skip a pass
+        return time
+    return time + latency_s * greater(moved_bytes, 0)
 
 
 @overload

@@ -319,9 +319,23 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         return stacked
 
     count_column = counts.reshape((-1,) + (1,) * len(shape))
+
+    def column(values) -> np.ndarray:
+        """Per-op constants (rates, efficiencies) as a column that broadcasts over the sweep's points
+        (the same numbers as ``stack``'s rows, without filling them)."""
+        if any(map(is_traced, values)) or any(isinstance(value, np.ndarray) and value.ndim for value in values):
+            return stack(values)
+        return np.array(values, dtype=float).reshape(count_column.shape)
+
     flops = stack([c.flops for c in costs])
     executed = stack([c.executed_flops for c in costs])
-    bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
+    if shape and not any(is_traced(c.bytes_by_level[index]) for c in costs for index in range(len(levels))):
+        bytes_by_level = np.empty((len(levels), len(costs), *shape))
+        for index in range(len(levels)):
+            for row, cost in enumerate(costs):
+                bytes_by_level[index, row] = cost.bytes_by_level[index]
+    else:
+        bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
     if len(kept_shares):
         bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
@@ -333,8 +347,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         key = (c.engine, c.peak_dtype, kind)
         if key not in rates:
             rates[key] = compute_rate_flops_per_s(hardware, parameters, *key)
-    peaks = stack([rates[(c.engine, c.peak_dtype, kind)] for c, kind in zip(costs, priced_as, strict=True)])
-    latency = stack([parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)])
+    peaks = column([rates[(c.engine, c.peak_dtype, kind)] for c, kind in zip(costs, priced_as, strict=True)])
+    latency = column([parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)])
     kinds = set(priced_as)
     compute_s = compute_time_s(executed, peaks, latency)
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
@@ -347,7 +361,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
     def efficiencies(level: str) -> np.ndarray:
         by_kind = {kind: parameters.memory(level, kind) for kind in kinds}
-        return stack([by_kind[kind] for kind in priced_as])
+        return column([by_kind[kind] for kind in priced_as])
 
     memory_s = np.stack([memory_time_s(bytes_by_level[index], floats(level.bandwidth_bytes_per_s),
                                        efficiencies(level.name), parameters.memory_latency(level.name))
