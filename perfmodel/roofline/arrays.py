@@ -336,7 +336,10 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
                 bytes_by_level[index, row] = cost.bytes_by_level[index]
     else:
         bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
-    if len(kept_shares):
+    if isinstance(kept_shares, np.ndarray) and kept_shares.dtype != object:  # one share per op (no sweep)
+        if not np.all(kept_shares == 1.0):  # (all ones where nothing is fused: nothing to scale)
+            bytes_by_level[1:] = bytes_by_level[1:] * kept_shares.reshape(count_column.shape)
+    elif len(kept_shares):
         bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
     # Rates and efficiencies depend on (engine, dtype, kind) only: looked up once per distinct key. The
@@ -403,15 +406,17 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     fixed_s = np.broadcast_to(anchors * stack([hardware.compute[c.engine].kernel_fixed_s for c in costs])
                               * scale, compute_s.shape).copy()
 
-    components = np.concatenate([compute_s[None], memory_s, link_s[None]])
+    # The bottlenecks, and the scheduling bottleneck after them (launch/dispatch costs and the kernel's
+    # fixed time together), in one array: ``components`` are all rows but the last.
+    bottlenecks = np.concatenate([compute_s[None], memory_s, link_s[None], (scheduling_s + fixed_s)[None]])
+    components = bottlenecks[:-1]
     busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
         count_column.shape)) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial:  # one item streams as no pipeline: the formula gives per_instance x count exactly
         total_s = pipelined_totals(per_instance, count_column, floats(stream_items))
-    # Launch/dispatch costs and the kernel's fixed time together are the scheduling bottleneck.
-    bound_index = argmax(np.concatenate([components, (scheduling_s + fixed_s)[None]]), axis=0)
+    bound_index = argmax(bottlenecks, axis=0)
 
     program_s = model.per_program_s(execution) * scale
     return ArrayEvaluation(
