@@ -410,7 +410,7 @@ def _first_index_along_0(values: np.ndarray, better: np.ufunc) -> np.ndarray:
     equal to it. A NaN (which numpy's rule picks, first occurrence) is left to numpy."""
     values = np.asarray(values)
     if values.ndim < 2 or values.shape[0] < 2 or values[0].size < _ROW_PASSES_FROM or values.dtype.kind != "f" \
-            or values.shape[0] > np.iinfo(np.uint8).max:
+            or values.shape[0] > 255:  # (the index is counted in uint8)
         return np.argmax(values, axis=0) if better is np.greater else np.argmin(values, axis=0)
     extreme = values.max(axis=0) if better is np.greater else values.min(axis=0)
     if np.isnan(extreme).any():
