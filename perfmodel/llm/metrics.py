@@ -394,7 +394,7 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
 # caches, and evaluating a million scenarios in such blocks is about twice as fast as in one
 # (``benchmarks/scale.py``). Blocks are of equal size, each above ``costs.columns.MAX_STACKED_POINTS``,
 # so that every block's ops are priced as the whole array's would be.
-CHUNK_POINTS = 16_384
+CHUNK_POINTS = 8_192
 
 
 def _chunked_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,

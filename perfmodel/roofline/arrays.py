@@ -419,10 +419,17 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     bound_index = argmax(bottlenecks, axis=0)
 
     program_s = model.per_program_s(execution) * scale
+
+    def counted(values: np.ndarray) -> np.ndarray:
+        """Per-instance values times the op's count, in place: each of these arrays was made above
+        for this evaluation alone (none is a view of another), and is not read again."""
+        values *= count_column
+        return values
+
     return ArrayEvaluation(
         hardware=hardware, mode=mode_name, overlap=overlap, level_names=tuple(level.name for level in levels),
-        costs=costs, fusion=plan, counts=counts, flops=flops * count_column, executed_flops=executed * count_column,
-        bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
-        memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
-        fixed_s=fixed_s * count_column, total_s=total_s, bound_index=bound_index, program_s=program_s,
+        costs=costs, fusion=plan, counts=counts, flops=counted(flops), executed_flops=counted(executed),
+        bytes_by_level=counted(bytes_by_level), compute_s=counted(compute_s), memory_s=counted(memory_s),
+        link_s=counted(link_s), scheduling_s=counted(scheduling_s), fixed_s=counted(fixed_s), total_s=total_s,
+        bound_index=bound_index, program_s=program_s,
         weights_resident=resident, weight_bytes=weights, on_device_bytes=on_device, parameters=parameters)
