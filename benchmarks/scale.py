@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import json
 import os
 import platform
@@ -50,9 +51,9 @@ import numpy as np
 
 from perfmodel import __version__
 from perfmodel.fanout import mapper
+from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.loader import load_for_prediction
 from perfmodel.llm.catalog import load_architecture
-from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
 from perfmodel.llm.metrics import _predict_one, llm_predict
 from perfmodel.roofline.sweep import concatenate, sweep_chunks, sweep_plan
@@ -60,6 +61,7 @@ from perfmodel.workload.builders import transformer_block
 from perfmodel.yaml_source import write_text_atomically
 
 MODEL, SPEC = "llama-2-7b", "a100-sxm-80gb"
+DATA = ("workloads", "hardware_specs", "calibration")  # what a baseline tree reads beside its package
 
 
 def _scenarios(count: int, seed: int = 0) -> Scenario:
@@ -96,7 +98,9 @@ def llm_rows(counts: tuple[int, ...], repeats: int) -> tuple[list[dict], dict]:
                             repeats if count <= 100_000 else 1)
         rows.append({"benchmark": f"llm_predict over arrays, {count:,} scenarios", "scenarios": count,
                      "seconds": seconds, "scenarios_per_s": count / seconds})
-    prompts = iter(range(64, 10**9))  # distinct prompts (64 + calls stays far below the model's positions)
+    # Prompts of 64 to 3,967 tokens in turn (with 128 generated, within Llama-2's 4,096 positions): no two
+    # calls in a row alike (replays are compiled per model and device, never per scenario: nothing is cached).
+    prompts = itertools.cycle(range(64, 3968))
     for _ in range(50):  # warm up: the replay is compiled after a few evaluated calls
         llm_predict(architecture, hardware, Scenario(batch=8, prompt_tokens=next(prompts), generated_tokens=128))
     calls = 2000
@@ -190,8 +194,8 @@ def main(argv=None) -> int:
     baseline = None
     if args.baseline:
         with tempfile.TemporaryDirectory() as tree:
-            archive = subprocess.run(["git", "archive", args.baseline, "perfmodel", "workloads", "hardware_specs", "calibration"], check=True, capture_output=True,
-                                     cwd=Path(__file__).resolve().parents[1]).stdout
+            archive = subprocess.run(["git", "archive", args.baseline, "perfmodel", *DATA], check=True,
+                                     capture_output=True, cwd=Path(__file__).resolve().parents[1]).stdout
             subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
             baseline = _tree_rows(Path(tree), counts, args.repeats)
         current = _tree_rows(Path(__file__).resolve().parents[1], counts, args.repeats)

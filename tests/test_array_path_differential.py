@@ -9,8 +9,7 @@ from perfmodel.costs.columns import op_costs
 from perfmodel.costs.rules import CostContext, op_cost
 from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.loader import load_hardware
-from perfmodel.llm import Parallelism, Scenario, llm_predict
-from perfmodel.llm import metrics
+from perfmodel.llm import Parallelism, Scenario, llm_predict, metrics
 from perfmodel.llm.catalog import load_architecture
 from perfmodel.llm.graphs import stage_graph
 from perfmodel.tracing import argmax, argmin

@@ -436,10 +436,11 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     few = _few_values(m, n, k, batch, a_compulsory_elements, side_compute_s) if not hardware.is_swept else None
     if few is not None:  # a large sweep over few distinct sizes (decode's batch): priced once per size
         slot, values, positions = few
-        dims = [m, n, k, batch]
+        dims: list[Any] = [m, n, k, batch]
         dims[slot] = values
-        executed, traffic, kernel = select_kernel(op, context, engine, peak_dtype, *dims, bytes_per_element,
-                                                  a_compulsory_elements, side_compute_s=side_compute_s)
+        executed, traffic, kernel = select_kernel(op, context, engine, peak_dtype, dims[0], dims[1], dims[2], dims[3],
+                                                  bytes_per_element, a_compulsory_elements,
+                                                  side_compute_s=side_compute_s)
 
         def spread(value: Any) -> Any:
             return value[positions] if isinstance(value, np.ndarray) and value.shape == values.shape else value

@@ -416,10 +416,11 @@ def _chunked_numbers(architecture: Architecture, hardware: Hardware, scenario: S
     def joined(name: str) -> np.ndarray:
         return np.concatenate([getattr(part, name) for part in parts])
 
+    arrays: dict[str, Any] = {name: joined(name) for name in (
+        "ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_user", "tokens_per_s", "tokens_per_s_per_chip", "fits",
+        "weights_streamed")}
     return replace(
-        first, scenario=scenario, **{name: joined(name) for name in (
-            "ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_user", "tokens_per_s", "tokens_per_s_per_chip", "fits",
-            "weights_streamed")},
+        first, scenario=scenario, **arrays,
         memory_bytes=MemoryPerChip(**{key: np.concatenate([part.memory_bytes.as_dict()[key] for part in parts])
                                       for key in first.memory_bytes.as_dict()}),
         time_by_bound_by_phase={phase: {name: np.concatenate([part.time_by_bound_by_phase[phase][name]
