@@ -391,9 +391,9 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
 
 
 # Scenarios evaluated together: numpy's temporaries over (ops x contexts x points) then stay in the
-# caches, and evaluating a million scenarios in such blocks is about twice as fast as in one
-# (``benchmarks/scale.py``). Blocks are of equal size, each above ``costs.columns.MAX_STACKED_POINTS``,
-# so that every block's ops are priced as the whole array's would be.
+# caches (before blocks, 10^4 scenarios ran at about twice the rate of 10^5 here; ``benchmarks/scale.py``).
+# Blocks are of equal size, each above ``costs.columns.MAX_STACKED_POINTS`` (blocks of n > 8,192 scenarios
+# hold more than n/2 each), so that every block's ops are priced as the whole array's would be.
 CHUNK_POINTS = 8_192
 
 
