@@ -1,5 +1,6 @@
 """The array path's shortcuts (issue 34: blocks of scenarios, kernels chosen once per distinct size, alike
-ops priced once, the row-pass argmax) give the numbers of the plain computation, on seeded scenarios."""
+ops priced once, the row-pass argmax, decode's context-free ops priced at one context) give the numbers
+of the plain computation, on seeded scenarios."""
 
 import numpy as np
 import pytest
@@ -42,13 +43,15 @@ def _assert_results_equal(blocks, whole):
 
 @pytest.mark.parametrize("model, spec, parallelism", [
     ("llama-2-7b", "a100-sxm-80gb", Parallelism()),            # scenarios on both sides of residency
+    ("mistral-7b", "h100-sxm", Parallelism(tp=2)),             # sliding window, all-reduces
     ("llama-3.1-8b", "cerebras-wse-3", Parallelism()),         # spatial: pipelined totals (argmax over ops)
 ])
 def test_blocks_of_scenarios_give_the_whole_arrays_numbers_and_the_scalar_paths(model, spec, parallelism, monkeypatch):
     architecture, hardware = load_architecture(model), load_hardware(spec)
     scenario = _scenarios(2 * metrics.CHUNK_POINTS + 17, seed=34)
     blocks = llm_predict(architecture, hardware, scenario, parallelism)
-    monkeypatch.setattr(metrics, "CHUNK_POINTS", 10**9)  # one block: the plain array computation
+    monkeypatch.setattr(metrics, "CHUNK_POINTS", 10**9)  # one block: the plain array computation,
+    monkeypatch.setattr(metrics, "_context_ops", lambda graph, execution: None)  # every decode op at 3 contexts
     whole = llm_predict(architecture, hardware, scenario, parallelism)
     _assert_results_equal(blocks, whole)
     # ... and each scenario as the scalar path (``_predict_one``, its own implementation) prices it alone.
