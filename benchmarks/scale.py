@@ -16,21 +16,34 @@ Rows:
    block: in this process, on a LocalCluster of 1 worker process and of 2 (cluster start-up excluded;
    wall time, as the work runs in other processes, so the machine's load shows in these rows).
 
-Rows 1 and 2 are CPU seconds of this process (``time.process_time``).
+Rows 1 and 2 are CPU seconds of the process that runs them (``time.process_time``). Row 1 also times
+one scenario as an array of one (``llm_predict`` over arrays of length 1) and as the scalar path
+evaluates it before a replay is compiled (``_predict_one``): what a single scenario would cost if it
+went through the array path, against the two single-scenario paths kept.
+
+``--baseline REV``: rows 1 and 2 also for perfmodel as of git revision ``REV`` (its ``perfmodel``
+package and data extracted with ``git archive`` into a temporary folder), each tree's rows in its own
+process, the baseline first, in the same run; the table adds before/after ratios (baseline time /
+this tree's time), which the shared machine's load moves far less than it moves either time.
 
 Prints a table; writes ``benchmarks/results/scale.json`` (``--json``).
-Run: ``python benchmarks/scale.py`` (``--quick``: 10^5 instead of 10^6 and a smaller sweep).
+Run: ``python benchmarks/scale.py`` (``--quick``: 10^5 instead of 10^6 and a smaller sweep;
+``--baseline 5bce5b3``: before/after the array path's speed-ups of issue 34).
 """
 
 from __future__ import annotations
 
 import argparse
 import cProfile
+import itertools
 import json
 import os
 import platform
 import pstats
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -38,15 +51,17 @@ import numpy as np
 
 from perfmodel import __version__
 from perfmodel.fanout import mapper
+from perfmodel.hardware.execution_models import resolve_mode
 from perfmodel.hardware.loader import load_for_prediction
 from perfmodel.llm.catalog import load_architecture
-from perfmodel.llm.graphs import Parallelism, Scenario
-from perfmodel.llm.metrics import llm_predict
+from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
+from perfmodel.llm.metrics import _predict_one, llm_predict
 from perfmodel.roofline.sweep import concatenate, sweep_chunks, sweep_plan
 from perfmodel.workload.builders import transformer_block
 from perfmodel.yaml_source import write_text_atomically
 
 MODEL, SPEC = "llama-2-7b", "a100-sxm-80gb"
+DATA = ("workloads", "hardware_specs", "calibration")  # what a baseline tree reads beside its package
 
 
 def _scenarios(count: int, seed: int = 0) -> Scenario:
@@ -83,13 +98,27 @@ def llm_rows(counts: tuple[int, ...], repeats: int) -> tuple[list[dict], dict]:
                             repeats if count <= 100_000 else 1)
         rows.append({"benchmark": f"llm_predict over arrays, {count:,} scenarios", "scenarios": count,
                      "seconds": seconds, "scenarios_per_s": count / seconds})
-    prompts = iter(range(64, 10**9))
+    # Prompts of 64 to 3,967 tokens in turn (with 128 generated, within Llama-2's 4,096 positions): no two
+    # calls in a row alike (replays are compiled per model and device, never per scenario: nothing is cached).
+    prompts = itertools.cycle(range(64, 3968))
     for _ in range(50):  # warm up: the replay is compiled after a few evaluated calls
         llm_predict(architecture, hardware, Scenario(batch=8, prompt_tokens=next(prompts), generated_tokens=128))
     calls = 2000
     seconds = _median_s(lambda: [llm_predict(architecture, hardware, Scenario(
         batch=8, prompt_tokens=next(prompts), generated_tokens=128)) for _ in range(calls)], repeats) / calls
     rows.append({"benchmark": "llm_predict, one scenario (compiled replay)", "scenarios": 1, "seconds": seconds,
+                 "scenarios_per_s": 1 / seconds})
+    execution = resolve_mode(hardware, None)
+    calls = 50
+    seconds = _median_s(lambda: [llm_predict(architecture, hardware, Scenario(
+        batch=np.asarray([8]), prompt_tokens=np.asarray([next(prompts)]), generated_tokens=np.asarray([128])))
+        for _ in range(calls)], repeats) / calls
+    rows.append({"benchmark": "llm_predict, one scenario as an array of one", "scenarios": 1, "seconds": seconds,
+                 "scenarios_per_s": 1 / seconds})
+    seconds = _median_s(lambda: [_predict_one(architecture, hardware, Scenario(
+        batch=8, prompt_tokens=next(prompts), generated_tokens=128), Parallelism(), execution, stage_graph)
+        for _ in range(calls)], repeats) / calls
+    rows.append({"benchmark": "one scenario, evaluated (_predict_one)", "scenarios": 1, "seconds": seconds,
                  "scenarios_per_s": 1 / seconds})
     profile = cProfile.Profile()
     scenario = _scenarios(100_000, seed=2)
@@ -126,25 +155,69 @@ def sweep_rows(points: int, chunk_points: int) -> list[dict]:
     return rows
 
 
+def _tree_rows(tree: Path, counts: tuple[int, ...], repeats: int) -> dict:
+    """Rows 1 and 2 for the perfmodel package under ``tree``, in a process of its own."""
+    with tempfile.TemporaryDirectory() as scratch:
+        out = Path(scratch) / "rows.json"
+        subprocess.run([sys.executable, __file__, "--llm-rows-only", str(out), "--repeats", str(repeats),
+                        "--counts", ",".join(map(str, counts))],
+                       env={**os.environ, "PYTHONPATH": str(tree)}, check=True)
+        return json.loads(out.read_text())
+
+
+def _llm_part(counts: tuple[int, ...], repeats: int) -> dict:
+    rate = numpy_rate()
+    rows, profile = llm_rows(counts, repeats)
+    for row in rows:
+        row["element_op_equivalents"] = row["seconds"] / row["scenarios"] * rate
+    import perfmodel  # which tree's package ran (PYTHONPATH of ``_tree_rows``)
+
+    return {"rows": rows, "profile": profile, "numpy_rate": rate, "perfmodel_path": str(Path(perfmodel.__file__).parent)}
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/scale.json"))
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--sweep-points", type=int, help="points of the sweep rows (default 10^6; 10^5 with --quick)")
+    parser.add_argument("--baseline", metavar="REV", help="also rows 1-2 for perfmodel at git revision REV (ratios)")
+    parser.add_argument("--llm-rows-only", type=Path, help=argparse.SUPPRESS)  # a tree's rows 1-2, as JSON
+    parser.add_argument("--counts", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     big = 100_000 if args.quick else 1_000_000
+    counts = tuple(int(count) for count in args.counts.split(",")) if args.counts else (1_000, big)
+    if args.llm_rows_only:
+        write_text_atomically(args.llm_rows_only, json.dumps(_llm_part(counts, args.repeats)))
+        return 0
     sweep_points = args.sweep_points or (100_000 if args.quick else 1_000_000)
-    rate = numpy_rate()
-    rows, profile = llm_rows((1_000, big), args.repeats)
-    for row in rows:
-        row["element_op_equivalents"] = row["seconds"] / row["scenarios"] * rate
+    baseline = None
+    if args.baseline:
+        with tempfile.TemporaryDirectory() as tree:
+            archive = subprocess.run(["git", "archive", args.baseline, "perfmodel", *DATA], check=True,
+                                     capture_output=True, cwd=Path(__file__).resolve().parents[1]).stdout
+            subprocess.run(["tar", "-x", "-C", tree], input=archive, check=True)
+            baseline = _tree_rows(Path(tree), counts, args.repeats)
+        current = _tree_rows(Path(__file__).resolve().parents[1], counts, args.repeats)
+    else:
+        current = _llm_part(counts, args.repeats)
+    rows, profile, rate = current["rows"], current["profile"], current["numpy_rate"]
+    if baseline is not None:
+        for row, before in zip(rows, baseline["rows"], strict=False):
+            if row["benchmark"] == before["benchmark"]:
+                row["baseline_seconds"] = before["seconds"]
+                row["speedup"] = before["seconds"] / row["seconds"]
     bound = {"numpy_element_ops_per_s": rate, "element_ops_per_scenario_for_1e6_per_s": rate / 1e6}
     rows += sweep_rows(sweep_points, max(sweep_points // 10, 1))
-    print(f"{'benchmark':<58} {'time':>12} {'scenarios/s':>14} {'numpy element ops/scenario':>27}")
+    print(f"{'benchmark':<58} {'time':>12} {'scenarios/s':>14} {'numpy element ops/scenario':>27} {'speed-up':>9}")
     for row in rows:
         ops = f"{row['element_op_equivalents']:,.0f}" if "element_op_equivalents" in row else "-"
-        print(f"{row['benchmark']:<58} {row['seconds'] * 1e3:>9.3f} ms {row['scenarios_per_s']:>14,.0f} {ops:>27}")
+        ratio = f"{row['speedup']:.2f}x" if "speedup" in row else "-"
+        print(f"{row['benchmark']:<58} {row['seconds'] * 1e3:>9.3f} ms {row['scenarios_per_s']:>14,.0f} {ops:>27} "
+              f"{ratio:>9}")
+    if baseline is not None:
+        print(f"speed-up: perfmodel at {args.baseline}'s time / this tree's, each measured in its own process in "
+              "this run")
     print(f"\nnumpy float64 element-wise on 10^6 arrays: {rate:.3g} element ops/s here: 10^6 scenarios/s leaves "
           f"{rate / 1e6:,.0f} element ops a scenario")
     print(f"cProfile of 10^5 scenarios: {100 * profile['share_in_numpy_and_builtins']:.0f}% of the time in numpy and "
@@ -154,8 +227,11 @@ def main(argv=None) -> int:
     meta = {"perfmodel": __version__, "python": platform.python_version(), "numpy": np.__version__,
             "machine": platform.machine(), "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "model": MODEL, "spec": SPEC}
-    write_text_atomically(args.json, json.dumps({"meta": meta, "rows": rows, "bound": bound, "profile": profile},
-                                                indent=2))
+    meta["perfmodel_path"] = current.get("perfmodel_path")
+    if baseline is not None:
+        meta.update(baseline=args.baseline, baseline_perfmodel_path=baseline["perfmodel_path"])
+    write_text_atomically(args.json, json.dumps({"meta": meta, "rows": rows, "bound": bound, "profile": profile,
+                                                 "baseline_profile": baseline and baseline["profile"]}, indent=2))
     return 0
 
 

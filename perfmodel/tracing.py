@@ -386,12 +386,44 @@ def largest(values: np.ndarray, axis: int = 0) -> np.ndarray:
 def argmax(values: np.ndarray, axis: int = 0) -> np.ndarray:
     """``np.argmax(values, axis)`` (the first of equal largest); over traced numbers each position's
     index is one operation of the replay (a number it goes on computing with), not a decision."""
-    return _index_of(values, axis, "argmax") if is_traced(values) else np.argmax(values, axis=axis)
+    if is_traced(values):
+        return _index_of(values, axis, "argmax")
+    return _first_index_along_0(values, np.greater) if axis == 0 else np.argmax(values, axis=axis)
 
 
 def argmin(values: np.ndarray, axis: int = 0) -> np.ndarray:
     """``np.argmin(values, axis)``, as ``argmax``."""
-    return _index_of(values, axis, "argmin") if is_traced(values) else np.argmin(values, axis=axis)
+    if is_traced(values):
+        return _index_of(values, axis, "argmin")
+    return _first_index_along_0(values, np.less) if axis == 0 else np.argmin(values, axis=axis)
+
+
+# Below this many positions numpy's own arg-reduction costs less than a pass per row.
+_ROW_PASSES_FROM = 256
+
+
+def _first_index_along_0(values: np.ndarray, better: np.ufunc) -> np.ndarray:
+    """``np.argmax`` (``better`` np.greater) or ``np.argmin`` (np.less) along the first axis, the first
+    of equals, as numpy gives it, in a few passes per row: numpy reduces a short first axis position
+    by position, several times slower over large sweeps (an evaluation's bound index over ops x
+    points). The extreme comes from numpy's reduction; the index counts the rows before the first one
+    equal to it. A NaN (which numpy's rule picks, first occurrence) is left to numpy."""
+    values = np.asarray(values)
+    if values.ndim < 2 or values.shape[0] < 2 or values[0].size < _ROW_PASSES_FROM or values.dtype.kind != "f" \
+            or values.shape[0] > 255:  # (the index is counted in uint8)
+        return np.argmax(values, axis=0) if better is np.greater else np.argmin(values, axis=0)
+    extreme = values.max(axis=0) if better is np.greater else values.min(axis=0)
+    if np.isnan(extreme).any():
+        return np.argmax(values, axis=0) if better is np.greater else np.argmin(values, axis=0)
+    found = np.zeros(extreme.shape, dtype=bool)
+    scratch = np.empty(extreme.shape, dtype=bool)
+    index = np.zeros(extreme.shape, dtype=np.uint8)
+    for row in range(values.shape[0] - 1):
+        np.equal(values[row], extreme, out=scratch)
+        found |= scratch
+        np.logical_not(found, out=scratch)
+        index += scratch
+    return index.astype(np.intp)
 
 
 def _index_of(values: np.ndarray, axis: int, operation: str) -> np.ndarray:

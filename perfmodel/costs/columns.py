@@ -45,8 +45,16 @@ def op_costs(ops: Sequence[Op], context: CostContext) -> tuple[OpCost, ...]:
     for key, positions in groups.items():
         stacked = _stacked([ops[position] for position in positions]) if key is not None and len(positions) > 1 else None
         if stacked is None:
+            # Alike ops with the very same numbers (a transformer's q, k, v and o projections over one
+            # sweep's token counts) cost the same: priced once.
+            priced: dict[Hashable, OpCost] = {}
             for position in positions:
-                costs[position] = op_cost(ops[position], context)
+                numbers = _numbers(ops[position]) if key is not None else None
+                if numbers is None or numbers not in priced:
+                    cost = op_cost(ops[position], context)
+                    if numbers is not None:
+                        priced[numbers] = cost
+                costs[position] = cost if numbers is None else priced[numbers]
             continue
         for position, cost in zip(positions, _split(op_cost(stacked, context), len(positions)), strict=True):
             costs[position] = cost
@@ -72,6 +80,20 @@ def _likeness(op: Op) -> Hashable | None:
             return None
     return (pricing_kind(op), tuple(attrs), tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.inputs]),
             tuple([(tensor.dtype, tensor.role, len(tensor.shape)) for tensor in op.outputs]))
+
+
+def _numbers(op: Op) -> Hashable | None:
+    """The numbers of an op (its numeric attributes and tensor dimensions), for ops of one likeness
+    (``_likeness``): equal for ops that the rules price alike. An array stands by its identity (the
+    same array object; the ops hold them while they are priced), a plain number by its value."""
+    def number(value: Any) -> Hashable:
+        if isinstance(value, np.ndarray):
+            return ("array", id(value))
+        return (type(value).__name__, value) if type(value) in _PLAIN_NUMBERS else ("other", id(value))
+
+    attrs = tuple(number(value) for name, value in sorted(op.attrs.items()) if _is_number(value))
+    dims = tuple(number(dim) for tensor in (*op.inputs, *op.outputs) for dim in tensor.shape)
+    return (attrs, dims)
 
 
 class _Unstackable(Exception):

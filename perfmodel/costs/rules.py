@@ -383,7 +383,10 @@ def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficien
                   latency_s: float) -> SIValue:
     """Memory time at a level: bytes at bandwidth x efficiency, plus the level's latency once if the
     kernel touches it."""
-    return moved_bytes / (bandwidth_bytes_per_s * efficiency) + latency_s * greater(moved_bytes, 0)
+    time = moved_bytes / (bandwidth_bytes_per_s * efficiency)
+    if type(latency_s) in (float, int) and latency_s == 0:  # no latency to add (most levels): skip a pass
+        return time
+    return time + latency_s * greater(moved_bytes, 0)
 
 
 @overload
@@ -430,6 +433,19 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     charged, and more bandwidth or peak never makes the op slower. Returns (executed FLOPs, bytes per
     level, kernel name)."""
     hardware = context.hardware
+    few = _few_values(m, n, k, batch, a_compulsory_elements, side_compute_s) if not hardware.is_swept else None
+    if few is not None:  # a large sweep over few distinct sizes (decode's batch): priced once per size
+        slot, values, positions = few
+        dims: list[Any] = [m, n, k, batch]
+        dims[slot] = values
+        executed, traffic, kernel = select_kernel(op, context, engine, peak_dtype, dims[0], dims[1], dims[2], dims[3],
+                                                  bytes_per_element, a_compulsory_elements,
+                                                  side_compute_s=side_compute_s)
+
+        def spread(value: Any) -> Any:
+            return value[positions] if isinstance(value, np.ndarray) and value.shape == values.shape else value
+
+        return spread(executed), tuple(spread(level) for level in traffic), spread(kernel)
     traffic = _tiled_bytes(op, context, engine, m, n, k, batch, *bytes_per_element,
                            a_compulsory_elements=a_compulsory_elements)
     candidates = engine.kernel_candidates
@@ -470,6 +486,31 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     chosen_executed, chosen_inner = pick(executed, best), pick(inner, best)
     names = np.asarray([kernel.name for kernel in candidates])[peek(best)]
     return chosen_executed, (chosen_inner, *traffic[1:]), names
+
+
+# A product's dimension swept over at least this many points, taking at most 1/8 as many distinct
+# whole values, is priced once per value (``select_kernel``).
+FEW_VALUES_FROM_POINTS = 4096
+FEW_VALUES_SHARE = 8
+
+
+def _few_values(m: Any, n: Any, k: Any, batch: Any, a_compulsory_elements: Any,
+                side_compute_s: Any) -> tuple[int, np.ndarray, np.ndarray] | None:
+    """Where exactly one of a product's dimensions is an integer array over a large sweep whose values
+    span a narrow range (the other inputs plain numbers): (which dimension, every whole value of its
+    range, each point's position among them). Each point's numbers are then computed from its own
+    value by the same arithmetic, once per value instead of once per point."""
+    dims = (m, n, k, batch)
+    swept = [slot for slot, value in enumerate(dims) if np.ndim(value)]
+    if len(swept) != 1 or np.ndim(side_compute_s) or np.ndim(a_compulsory_elements) or is_traced(side_compute_s):
+        return None
+    dim = dims[swept[0]]
+    if not isinstance(dim, np.ndarray) or dim.dtype.kind not in "iu" or dim.size < FEW_VALUES_FROM_POINTS:
+        return None
+    low, high = int(dim.min()), int(dim.max())
+    if (high - low + 1) * FEW_VALUES_SHARE > dim.size:
+        return None
+    return swept[0], np.arange(low, high + 1, dtype=dim.dtype), dim - low
 
 
 def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine, peak_dtype: str,

@@ -30,7 +30,7 @@ import numpy as np
 from perfmodel.costs.residency import Residency, residency
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.execution_models import resolve_mode
+from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
@@ -41,7 +41,7 @@ from perfmodel.roofline.arrays import (
     kernels_launched,
     time_by_bound_points,
 )
-from perfmodel.tracing import Replays, all_finite, floats, maximum
+from perfmodel.tracing import Replays, all_finite, floats, is_traced, maximum
 from perfmodel.workload.ir import Graph
 
 # Builds one pipeline stage's graph: (architecture, scenario, parallelism, *, phase, context) -> Graph.
@@ -390,7 +390,47 @@ def _predict_points(architecture: Architecture, hardware: Hardware, scenario: Sc
             else:
                 parts.append((indices, _predict_points(architecture, hardware, part, parallelism, execution, graphs)))
         return _merged(parts, scenario)
-    return _named_bounds(_point_numbers(architecture, hardware, scenario, parallelism, execution))
+    return _named_bounds(_chunked_numbers(architecture, hardware, scenario, parallelism, execution))
+
+
+# Scenarios evaluated together: numpy's temporaries over (ops x contexts x points) then stay in the
+# caches (before blocks, 10^4 scenarios ran at about twice the rate of 10^5 here; ``benchmarks/scale.py``).
+# Blocks are of equal size, each above ``costs.columns.MAX_STACKED_POINTS`` (blocks of n > 8,192 scenarios
+# hold more than n/2 each), so that every block's ops are priced as the whole array's would be.
+CHUNK_POINTS = 8_192
+
+
+def _chunked_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
+                     execution: str) -> LLMResult:
+    """``_point_numbers`` over blocks of at most ``CHUNK_POINTS`` scenarios, joined: the numbers of each
+    scenario are computed by the same arithmetic as over the whole array (element by element), so they
+    are the same numbers."""
+    count = int(np.size(scenario.batch))
+    blocks = -(-count // CHUNK_POINTS)
+    if blocks <= 1:
+        return _point_numbers(architecture, hardware, scenario, parallelism, execution)
+    batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
+                                                           scenario.generated_tokens))
+    parts = [_point_numbers(architecture, hardware, replace(scenario, batch=batch[indices], prompt_tokens=prompt[indices],
+                                                            generated_tokens=gen[indices]), parallelism, execution)
+             for indices in np.array_split(np.arange(count), blocks)]
+    first = parts[0]
+
+    def joined(name: str) -> np.ndarray:
+        return np.concatenate([getattr(part, name) for part in parts])
+
+    arrays: dict[str, Any] = {name: joined(name) for name in (
+        "ttft_s", "tpot_s", "e2e_s", "tokens_per_s_per_user", "tokens_per_s", "tokens_per_s_per_chip", "fits",
+        "weights_streamed")}
+    return replace(
+        first, scenario=scenario, **arrays,
+        memory_bytes=MemoryPerChip(**{key: np.concatenate([part.memory_bytes.as_dict()[key] for part in parts])
+                                      for key in first.memory_bytes.as_dict()}),
+        time_by_bound_by_phase={phase: {name: np.concatenate([part.time_by_bound_by_phase[phase][name]
+                                                               for part in parts]) for name in shares}
+                                for phase, shares in first.time_by_bound_by_phase.items()},
+        ops_per_decode_step={key: max(part.ops_per_decode_step[key] for part in parts)
+                             for key in first.ops_per_decode_step})
 
 
 def _resident(placed: Residency, shape: tuple[int, ...]) -> np.ndarray:
@@ -421,12 +461,24 @@ def _point_numbers(architecture: Architecture, hardware: Hardware, scenario: Sce
     ttft = np.broadcast_to(phase_time(prefill_arrays, hardware, parallelism, send_prefill), batch.shape)
     contexts = np.stack([prompt + 1, prompt + maximum(gen // 2, 1), prompt + gen])
     decode_graph = stage_graph(architecture, scenario, parallelism, phase="decode", context=contexts)
-    decode_arrays = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
-                                    stream_items=batch)
-    steps = np.broadcast_to(phase_time(decode_arrays, hardware, parallelism, send_decode), contexts.shape)
+    varying = _context_ops(decode_graph, execution)
+    if varying is None:
+        decode_arrays = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
+                                        stream_items=batch)
+        steps = np.broadcast_to(phase_time(decode_arrays, hardware, parallelism, send_decode), contexts.shape)
+        middle = at_first_axis(decode_arrays, 1)
+    else:
+        # Only the ops that read the context (attention) differ between the three contexts, and each op
+        # is priced on its own in this mode: the whole stage at the middle context, and those ops at all
+        # three, whose difference from the middle moves the other two steps.
+        decode_graph = stage_graph(architecture, scenario, parallelism, phase="decode", context=contexts[1])
+        middle = decode_arrays = evaluate_arrays(decode_graph, hardware, mode=execution, resident_bytes=state,
+                                                 stream_items=batch)
+        moving = evaluate_arrays(varying, hardware, mode=execution, resident_bytes=state, stream_items=batch)
+        moved = moving.total_s.sum(axis=0)  # (contexts, points)
+        steps = phase_time(middle, hardware, parallelism, send_decode) + parallelism.pp * (moved - moved[1])
     tpot = np.tensordot(np.asarray(SIMPSON_WEIGHTS), steps, axes=1)
     _refuse_non_finite(architecture, hardware, ttft, tpot)
-    middle = at_first_axis(decode_arrays, 1)
     by_bound = {"prefill": time_by_bound_points(prefill_arrays, every_bound=True),
                 "decode": time_by_bound_points(middle, every_bound=True)}
     tokens_per_s = batch / tpot
@@ -447,6 +499,29 @@ def _point_numbers(architecture: Architecture, hardware: Hardware, scenario: Sce
         parameters=decode_arrays.parameters.label, graph="condensed LLM graph",
         ops_per_decode_step=op_counts(decode_graph, kernels_launched(decode_arrays, decode_graph),
                                       math.ceil(architecture.layers / parallelism.pp)))
+
+
+def _context_ops(graph: Graph, execution: str) -> Graph | None:
+    """The ops of a decode stage over contexts x points that vary with the context (an array over both
+    axes among their numbers), as a graph of their own, where pricing them apart from the others gives
+    their own numbers: a mode that prices every op on its own (no fusion, no spatial layout), ops
+    without weights (whose residency the stage decides), and traced numbers left to the whole stage
+    (``tracing`` replays the plain computation). None where that does not hold or nothing is saved."""
+    model = execution_model(execution)
+    if model.fuses or model.spatial:
+        return None
+    varying = []
+    for op in graph.ops:
+        numbers = [*op.attrs.values(), *(dim for tensor in (*op.inputs, *op.outputs) for dim in tensor.shape)]
+        if any(is_traced(value) for value in numbers):
+            return None
+        if any(isinstance(value, np.ndarray) and value.ndim >= 2 for value in numbers):
+            if any(tensor.role == "weight" for tensor in op.inputs):
+                return None
+            varying.append(op)
+    if not varying or len(varying) == len(graph.ops):
+        return None
+    return Graph.prechecked(f"{graph.name} (context)", varying)
 
 
 def _named_bounds(result: LLMResult) -> LLMResult:

@@ -319,10 +319,27 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         return stacked
 
     count_column = counts.reshape((-1,) + (1,) * len(shape))
+
+    def column(values) -> np.ndarray:
+        """Per-op constants (rates, efficiencies) as a column that broadcasts over the sweep's points
+        (the same numbers as ``stack``'s rows, without filling them)."""
+        if any(map(is_traced, values)) or any(isinstance(value, np.ndarray) and value.ndim for value in values):
+            return stack(values)
+        return np.array(values, dtype=float).reshape(count_column.shape)
+
     flops = stack([c.flops for c in costs])
     executed = stack([c.executed_flops for c in costs])
-    bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
-    if len(kept_shares):
+    if shape and not any(is_traced(c.bytes_by_level[index]) for c in costs for index in range(len(levels))):
+        bytes_by_level = np.empty((len(levels), len(costs), *shape))
+        for index in range(len(levels)):
+            for row, cost in enumerate(costs):
+                bytes_by_level[index, row] = cost.bytes_by_level[index]
+    else:
+        bytes_by_level = np.stack([stack([c.bytes_by_level[index] for c in costs]) for index in range(len(levels))])
+    if isinstance(kept_shares, np.ndarray) and kept_shares.dtype != object:  # one share per op (no sweep)
+        if not np.all(kept_shares == 1.0):  # (all ones where nothing is fused: nothing to scale)
+            bytes_by_level[1:] = bytes_by_level[1:] * kept_shares.reshape(count_column.shape)
+    elif len(kept_shares):
         bytes_by_level[1:] = bytes_by_level[1:] * stack(kept_shares)
 
     # Rates and efficiencies depend on (engine, dtype, kind) only: looked up once per distinct key. The
@@ -333,8 +350,8 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         key = (c.engine, c.peak_dtype, kind)
         if key not in rates:
             rates[key] = compute_rate_flops_per_s(hardware, parameters, *key)
-    peaks = stack([rates[(c.engine, c.peak_dtype, kind)] for c, kind in zip(costs, priced_as, strict=True)])
-    latency = stack([parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)])
+    peaks = column([rates[(c.engine, c.peak_dtype, kind)] for c, kind in zip(costs, priced_as, strict=True)])
+    latency = column([parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)])
     kinds = set(priced_as)
     compute_s = compute_time_s(executed, peaks, latency)
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
@@ -347,7 +364,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # A kernel that touches a level waits its latency once (saturating bandwidth efficiency).
     def efficiencies(level: str) -> np.ndarray:
         by_kind = {kind: parameters.memory(level, kind) for kind in kinds}
-        return stack([by_kind[kind] for kind in priced_as])
+        return column([by_kind[kind] for kind in priced_as])
 
     memory_s = np.stack([memory_time_s(bytes_by_level[index], floats(level.bandwidth_bytes_per_s),
                                        efficiencies(level.name), parameters.memory_latency(level.name))
@@ -389,21 +406,30 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     fixed_s = np.broadcast_to(anchors * stack([hardware.compute[c.engine].kernel_fixed_s for c in costs])
                               * scale, compute_s.shape).copy()
 
-    components = np.concatenate([compute_s[None], memory_s, link_s[None]])
+    # The bottlenecks, and the scheduling bottleneck after them (launch/dispatch costs and the kernel's
+    # fixed time together), in one array: ``components`` are all rows but the last.
+    bottlenecks = np.concatenate([compute_s[None], memory_s, link_s[None], (scheduling_s + fixed_s)[None]])
+    components = bottlenecks[:-1]
     busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
         count_column.shape)) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial:  # one item streams as no pipeline: the formula gives per_instance x count exactly
         total_s = pipelined_totals(per_instance, count_column, floats(stream_items))
-    # Launch/dispatch costs and the kernel's fixed time together are the scheduling bottleneck.
-    bound_index = argmax(np.concatenate([components, (scheduling_s + fixed_s)[None]]), axis=0)
+    bound_index = argmax(bottlenecks, axis=0)
 
     program_s = model.per_program_s(execution) * scale
+
+    def counted(values: np.ndarray) -> np.ndarray:
+        """Per-instance values times the op's count, in place: each of these arrays was made above
+        for this evaluation alone (none is a view of another), and is not read again."""
+        values *= count_column
+        return values
+
     return ArrayEvaluation(
         hardware=hardware, mode=mode_name, overlap=overlap, level_names=tuple(level.name for level in levels),
-        costs=costs, fusion=plan, counts=counts, flops=flops * count_column, executed_flops=executed * count_column,
-        bytes_by_level=bytes_by_level * count_column, compute_s=compute_s * count_column,
-        memory_s=memory_s * count_column, link_s=link_s * count_column, scheduling_s=scheduling_s * count_column,
-        fixed_s=fixed_s * count_column, total_s=total_s, bound_index=bound_index, program_s=program_s,
+        costs=costs, fusion=plan, counts=counts, flops=counted(flops), executed_flops=counted(executed),
+        bytes_by_level=counted(bytes_by_level), compute_s=counted(compute_s), memory_s=counted(memory_s),
+        link_s=counted(link_s), scheduling_s=counted(scheduling_s), fixed_s=counted(fixed_s), total_s=total_s,
+        bound_index=bound_index, program_s=program_s,
         weights_resident=resident, weight_bytes=weights, on_device_bytes=on_device, parameters=parameters)
