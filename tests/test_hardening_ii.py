@@ -395,3 +395,39 @@ def test_adding_an_op_that_reads_what_its_producer_wrote_never_makes_a_graph_fas
                                               before, after)
 
     check()
+
+
+# ------------------------------------------------------------------ 15: bench's default threads
+def _tiny_suite(quick: bool = False):
+    from calibration.harness import _cases
+
+    return [case for case in _cases() if case.name in ("add_1000", "gemm_fp32_64")]
+
+
+def test_bench_runs_one_thread_by_default_and_says_so(tmp_path, capsys, monkeypatch):
+    """Issue 38 item 15: all CPUs by default gave a 2-CPU machine data that ``calibrate`` refused (a
+    parallel region waits whole scheduler slices for a preempted thread); one thread is the default,
+    printed, recorded in every row, and --threads still chooses."""
+    import csv
+
+    import calibration.harness as harness
+
+    monkeypatch.setattr(harness, "suite", _tiny_suite)
+    out = tmp_path / "bench.csv"
+    assert main(["bench", "--quick", "--rounds", "1", "-o", str(out)]) == 0
+    error = capsys.readouterr().err
+    assert f"threads: 1 of {harness.available_cpus()} CPUs (the default" in error
+    rows = list(csv.DictReader(out.open(encoding="utf-8")))
+    assert sorted(row["name"] for row in rows) == ["add_1000", "gemm_fp32_64"]
+    assert {row["threads"] for row in rows} == {"1"} and all("1 thread)" in row["device"] for row in rows)
+    assert main(["bench", "--quick", "--rounds", "1", "--threads", "2", "-o", str(out)]) == 0
+    assert "threads: 2 of" in capsys.readouterr().err
+    assert {row["threads"] for row in csv.DictReader(out.open(encoding="utf-8"))} == {"2"}
+
+
+def test_the_harness_default_is_the_documented_one():
+    from calibration.harness import DEFAULT_THREADS, run_suite
+    from perfmodel.hardware.loader import load_hardware
+
+    records = run_suite(load_hardware("epyc-zen4-2vcpu"), cases=_tiny_suite()[:1], rounds=1, quick=True)
+    assert DEFAULT_THREADS == 1 and records[0].threads == DEFAULT_THREADS
