@@ -58,7 +58,7 @@ class Attribute:
             return None
         if type(value) is int or type(value) is float:  # the common scalar case, without numpy
             return self._scalar_problem(value)
-        if not isinstance(value, np.ndarray) and np.ndim(value) != 0:
+        if isinstance(value, (list, tuple, dict, set)):
             # An array is a sweep's (numpy, built by the code); a list from a file (``batch: [4]``) reached
             # the cost rules as a Python list and failed there (fuzz finding, issue 38).
             return f"must be a number, got {value!r}"
