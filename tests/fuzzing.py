@@ -316,7 +316,9 @@ PHYSICAL_SUFFIXES = ("_s", "bytes", "flops", "_seconds", "time")
 # wrote as null: a silent wrong answer.
 NULL_ALLOWED = (".low", ".high", "_low", "_high",
                 # serve/size without --ttft-slo/--tpot-slo: no SLO, so no goodput (None, not NaN)
-                ".ttft_slo_s", ".tpot_slo_s", ".goodput_requests_per_s")
+                ".ttft_slo_s", ".tpot_slo_s", ".goodput_requests_per_s",
+                # serve --rates: no knee (throughput keeps growing, or no rate meets the SLO)
+                ".knee_rate_per_s")
 
 
 def json_problems(text: str) -> list[str]:

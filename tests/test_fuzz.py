@@ -353,3 +353,13 @@ def test_a_dimension_attribute_given_as_a_list_is_refused(value, tmp_path, capsy
                     f"  - {{name: mm, kind: matmul, attrs: {{m: 2, n: 1, k: 2, batch: {value}}}}}\n", encoding="utf-8")
     code, output = _run(["predict", str(path), "--on", "h100-sxm", "--json"], capsys)
     assert code == 2 and "ops.0(mm).attrs.batch: must be a number" in output and str(path) in output
+
+
+def test_a_matmul_of_a_scalar_tensor_is_refused(tmp_path, capsys):
+    """The extreme-value kind, case 2218 (issue 38): a matmul whose second input has shape [] had no
+    dimension for the cost rule to read n from (exit 70, IndexError)."""
+    path = tmp_path / "w.yaml"
+    path.write_text("schema_version: 1\nname: t\nops:\n  - {name: mm, kind: matmul, attrs: {n: 1, k: 64}, inputs: "
+                    "[{shape: [256, 8, 2], dtype: bf16}, {shape: [], dtype: bf16}]}\n", encoding="utf-8")
+    code, output = _run(["predict", str(path), "--on", "epyc-zen4-2vcpu", "--json", "--compiled"], capsys)
+    assert code == 2 and "need at least one dimension each" in output and "ops.0(mm)" in output

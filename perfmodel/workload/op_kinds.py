@@ -240,8 +240,14 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send
 
 
 def _matmul_dimensions_known(op: Any) -> str | None:
-    if all(name in op.attrs for name in "mnk") or len(op.inputs) >= 2:
+    if all(name in op.attrs for name in "mnk"):
         return None
+    if len(op.inputs) >= 2:
+        # The rule reads k and m from the first tensor's last dimensions and n from the second's: a
+        # scalar (shape []) has none (an IndexError in the cost rule; fuzz finding, issue 38).
+        if all(len(tensor.shape) >= 1 for tensor in op.inputs[:2]):
+            return None
+        return "a matmul op's two input tensors need at least one dimension each (the rule reads m, n and k from them)"
     return "a matmul op needs attributes m, n and k, or two input tensors to read them from"
 
 
