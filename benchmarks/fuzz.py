@@ -1,5 +1,5 @@
-"""The fuzzer of tests/fuzzing.py with thousands of cases per input kind (the suite runs a few hundred;
-the kinds are in tests/fuzz_inputs.py).
+"""The fuzzer of tests/fuzzing.py with thousands of cases per input kind (tests/test_fuzz.py runs 4,000 over
+all but llm-eager; the kinds are in tests/fuzz_inputs.py).
 
 Run:  python benchmarks/fuzz.py [--cases 2000] [--kinds spec,ncu,...] [--start 0] [--full]
                                 [--json benchmarks/results/fuzz.json]
