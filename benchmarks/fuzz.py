@@ -1,13 +1,14 @@
-"""The fuzzer of tests/fuzzing.py with thousands of cases per input kind (the suite runs a few hundred;
-the kinds are in tests/fuzz_inputs.py).
+"""The fuzzer of tests/fuzzing.py with thousands of cases per input kind (tests/test_fuzz.py runs 4,000 over
+all but llm-eager; the kinds are in tests/fuzz_inputs.py).
 
 Run:  python benchmarks/fuzz.py [--cases 2000] [--kinds spec,ncu,...] [--start 0] [--full]
                                 [--json benchmarks/results/fuzz.json]
 
 Prints one row per kind: cases, exit 0 (accepted), exit 2 (refused with an error), crashes (a
-traceback, an internal error, an escaping exception, a hang, or an accepted impossible value), the
-seconds the kind took; then a reproducer of the first crash of each distinct kind of problem. Writes
-the table, the crashes and the machine as JSON. Cases are seeded by (kind, index): rerun one with
+traceback, an internal error, an escaping exception, a hang, or an accepted impossible value) and
+the crashes by class (internal errors, hangs, silent wrong answers), the seconds the kind took; then
+a reproducer of the first crash of each distinct kind of problem. Writes the table, the crashes and
+the machine as JSON. Cases are seeded by (kind, index): rerun one with
 ``--kinds KIND --start INDEX --cases 1``. ``--full`` runs the fit of ``calibrate`` and every
 simulation of ``serve``/``size`` instead of stopping where they start (much slower). The kind
 ``llm-eager`` (configs through the transformers capture, ~0.5 s a case) runs here only.
@@ -35,6 +36,7 @@ from tests.fuzz_inputs import BENCHMARK_KINDS  # noqa: E402
 from tests.fuzzing import run_case  # noqa: E402
 
 REPRODUCERS_SHOWN = 3  # distinct problems printed per kind
+CLASSES = ("internal_errors", "hangs", "wrong_answers")
 
 
 def _signature(problem: str) -> str:
@@ -42,8 +44,21 @@ def _signature(problem: str) -> str:
     return re.sub(r"'[^']*'|\"[^\"]*\"|[-+]?\d[\d.e+-]*", "_", problem)[:120]
 
 
+def problem_class(problem: str) -> str:
+    """The issue's three classes of a failed case: an internal error (exit 70, a traceback, an escaping
+    exception), a hang (a case over the time limit), or a silent wrong answer (an impossible value
+    accepted: a negative or null time, byte or FLOP count, an unphysical spec or record, an output
+    written where it was not asked for)."""
+    if problem.startswith("ran longer than"):
+        return "hangs"
+    if problem.startswith("exit ") or "traceback" in problem:
+        return "internal_errors"
+    return "wrong_answers"
+
+
 def run_kind(kind: str, cases: int, start: int, full: bool, directory: Path) -> dict:
     codes: Counter = Counter()
+    classes: Counter = Counter()
     crashes: dict[str, dict] = {}
     crashed = 0
     began = time.perf_counter()
@@ -52,11 +67,13 @@ def run_kind(kind: str, cases: int, start: int, full: bool, directory: Path) -> 
         codes[verdict.code] += 1
         if verdict.crashed:
             crashed += 1
+            classes[problem_class(verdict.problems[0])] += 1
             entry = crashes.setdefault(_signature(verdict.problems[0]), {"count": 0, "first_case": index,
                                                                            "reproducer": verdict.reproducer()})
             entry["count"] += 1
     seconds = time.perf_counter() - began
     return {"kind": kind, "cases": cases, "exit_0": codes[0], "exit_2": codes[2], "crashes": crashed,
+            **{name: classes[name] for name in CLASSES},
             "seconds": seconds, "ms_per_case": 1e3 * seconds / max(cases, 1),
             "distinct_problems": sorted(crashes.values(), key=lambda entry: -entry["count"])}
 
@@ -80,17 +97,19 @@ def main() -> int:
             row = run_kind(kind, args.cases, args.start, args.full, Path(scratch))
             rows.append(row)
             print(f"{kind}: {row['cases']} cases, {row['crashes']} crashes, {row['seconds']:.0f} s", file=sys.stderr)
-    table = [[row["kind"], row["cases"], row["exit_0"], row["exit_2"], row["crashes"], f"{row['seconds']:.1f}",
-              f"{row['ms_per_case']:.0f}"] for row in rows]
-    total = [sum(row[key] for row in rows) for key in ("cases", "exit_0", "exit_2", "crashes")]
+    counted = ("cases", "exit_0", "exit_2", "crashes", *CLASSES)
+    table = [[row["kind"], *(row[key] for key in counted), f"{row['seconds']:.1f}", f"{row['ms_per_case']:.0f}"]
+             for row in rows]
+    total = [sum(row[key] for row in rows) for key in counted]
     table.append(["total", *total, f"{sum(row['seconds'] for row in rows):.1f}", ""])
-    print(format_table(["kind", "cases", "exit 0", "exit 2", "crashes", "seconds", "ms/case"], table))
+    print(format_table(["kind", "cases", "exit 0", "exit 2", "crashes", "internal errors", "hangs",
+                        "wrong answers", "seconds", "ms/case"], table))
     for row in rows:
         for entry in row["distinct_problems"][:REPRODUCERS_SHOWN]:
             print(f"\n[{entry['count']} case(s)] {entry['reproducer']}")
     result = {"perfmodel": __version__, "python": platform.python_version(), "machine": platform.machine(),
               "processor": platform.processor(), "cases_per_kind": args.cases, "start": args.start, "full": args.full,
-              "kinds": rows}
+              "totals": dict(zip(counted, total, strict=True)), "kinds": rows}
     write_text_atomically(args.json, json.dumps(result, indent=1) + "\n")
     print(f"\nwrote {args.json}")
     return 1 if total[3] else 0

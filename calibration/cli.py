@@ -15,7 +15,7 @@ UNMAPPED_SHOWN = 10  # unmapped entries printed in the text report (--json lists
 
 
 def register(commands) -> None:
-    from calibration.harness import ALLOCATOR_NOTES, NOISE_LIMIT
+    from calibration.harness import ALLOCATOR_NOTES, DEFAULT_THREADS, NOISE_LIMIT, available_cpus
     from calibration.readers.detect import FORMATS
     from perfmodel.cli.overrides import add_fanout_arguments
 
@@ -27,8 +27,10 @@ def register(commands) -> None:
     bench.add_argument("--quick", action="store_true", help="a subset that runs in about a minute")
     bench.add_argument("--rounds", type=int, help="interleaved rounds per case (default 3; 2 with --quick)")
     bench.add_argument("--threads", type=int,
-                       help="torch intra-op threads (default: all CPUs this process may use); 1 thread and all cores "
-                            "are different calibrations")
+                       help=f"torch intra-op threads (default {DEFAULT_THREADS}: a core's calibration, and data quiet "
+                            f"enough to fit on a small shared machine; {available_cpus()} here for all of this "
+                            "process's CPUs, the machine's calibration); 1 thread and all cores are different "
+                            "calibrations")
     bench.add_argument("--allocator", choices=sorted(ALLOCATOR_NOTES), default="reused",
                        help="reused (default): freed memory stays mapped, kernels are timed without page faults; "
                             "page-faulted: large outputs are mapped and faulted in on every call")
@@ -60,7 +62,17 @@ def register(commands) -> None:
 def _bench(args) -> int:
     from tqdm import tqdm
 
-    from calibration.harness import NOISE_LIMIT, QUICK_ROUNDS, ROUNDS, noise, quantization_warning, run_suite, suite
+    from calibration.harness import (
+        DEFAULT_THREADS,
+        NOISE_LIMIT,
+        QUICK_ROUNDS,
+        ROUNDS,
+        available_cpus,
+        noise,
+        quantization_warning,
+        run_suite,
+        suite,
+    )
     from calibration.records import write_records
     from perfmodel.hardware.loader import load_hardware
     from perfmodel.yaml_source import check_output_path
@@ -72,9 +84,13 @@ def _bench(args) -> int:
     rounds = args.rounds or (QUICK_ROUNDS if args.quick else ROUNDS)
     if args.threads is not None and args.threads < 1:
         raise PerfmodelError(f"--threads must be at least 1, got {args.threads}")
+    threads = DEFAULT_THREADS if args.threads is None else args.threads
+    print(f"threads: {threads} of {available_cpus()} CPUs "
+          + ("(the default: a core's calibration; --threads N for more)" if args.threads is None else "(--threads)"),
+          file=sys.stderr)
     total = len(suite(args.quick)) * rounds
     with tqdm(total=total, unit="case", file=sys.stderr) as bar:
-        records = run_suite(spec, device=args.device, quick=args.quick, rounds=rounds, threads=args.threads,
+        records = run_suite(spec, device=args.device, quick=args.quick, rounds=rounds, threads=threads,
                             allocator=args.allocator,
                             progress=lambda name: (bar.set_postfix_str(name[:40]), bar.update(1)))
     write_records(records, args.output)

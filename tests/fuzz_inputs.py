@@ -373,6 +373,92 @@ def _args_case(rng: random.Random, directory: Path) -> Case:
     return Case(argv=argv, files=files, stub=command.stub, outputs=command.outputs)
 
 
+
+
+# Extreme values: workloads built from scratch out of sizes at and past the IR's limits (2**62, int64's
+# 2**63, the float64 range), counts, FLOPs per element and attributes at their edges, ops given by
+# attributes alone, and ops that take no time (the reproducers of issue 38's items 1-5, 7 and 8 are
+# single points of this space).
+EXTREME_DIMENSIONS = [1, 1, 2, 3, 7, 64, 128, 4096, 65536, 2**31 - 1, 2**31, 2**32, 2**53 + 1, 2**61, 2**62,
+                      2**62 + 1, 2**63 - 1, 2**63, 2**64, 10**20, 10**200, 0, -1, -(2**63), 1.5, 1e20, 1.0e308,
+                      float("inf"), float("nan"), "64", True, None, [4]]
+EXTREME_NUMBERS = [0, 0.0, 1e-320, 1e-30, 0.5, 1, 12, 1e6, 1e6 + 1, 1e30, 1e300, 1.0e308, -1, -0.0,
+                   float("inf"), float("nan"), 2**63, "1", None]
+EXTREME_KINDS = ["matmul", "matmul", "conv", "attention", "attention", "elementwise", "elementwise", "reduction",
+                 "norm", "softmax", "embedding", "collective", "copy", "copy", "view", "other"]
+EXTREME_DTYPES = ["bf16", "bf16", "fp32", "fp8", "fp4", "int4", "bool", "complex128", "fp64", "bf17"]
+EXTREME_SPECS = ["h100-sxm", "h100-sxm-achievable", "tpu-v5e", "groq-lpu-v1", "cerebras-wse-3", "ibm-spyre",
+                 "epyc-zen4-2vcpu", "b200-achievable"]
+
+
+def _extreme_dimension(rng: random.Random):
+    """Mostly ordinary sizes, so that the extreme one is the size that decides the case."""
+    return rng.choice(EXTREME_DIMENSIONS) if rng.random() < 0.2 else rng.choice([1, 2, 8, 64, 256, 1024, 8192])
+
+
+def _extreme_tensor(rng: random.Random) -> dict:
+    rank = rng.choice([0, 1, 2, 2, 3, 4, 4, 6])
+    tensor: dict = {"shape": [_extreme_dimension(rng) for _ in range(rank)], "dtype": rng.choice(EXTREME_DTYPES)}
+    if rng.random() < 0.2:
+        tensor["role"] = rng.choice(["weight", "kv_cache", "activation", "bogus"])
+    return tensor
+
+
+def _extreme_attrs(rng: random.Random, kind: str) -> dict:
+    attrs: dict = {}
+    if kind in ("matmul", "conv"):
+        for name in ("m", "n", "k") + (("batch",) if kind == "matmul" else ()):
+            if rng.random() < 0.85:
+                attrs[name] = _extreme_dimension(rng)
+    elif kind == "attention":
+        for name in ("batch", "heads", "seq_q", "seq_kv", "head_dim"):
+            if rng.random() < 0.95:
+                attrs[name] = _extreme_dimension(rng)
+        for name, values in (("kv_heads", [1, 2, 8, 3]), ("window", [1, 64, 4096]), ("causal", [True, False, 1]),
+                             ("backward", [True, False]), ("implementation", ["flash", "naive", "bogus"])):
+            if rng.random() < 0.3:
+                attrs[name] = rng.choice(values + [_extreme_dimension(rng)])
+    elif kind == "collective":
+        attrs["group_size"] = _extreme_dimension(rng)
+        attrs["collective"] = rng.choice(["all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send", "x"])
+        if rng.random() < 0.8:
+            attrs["bytes"] = rng.choice(EXTREME_NUMBERS + [1024, 2**30])
+    if kind in ("elementwise", "norm", "softmax") and rng.random() < 0.5:
+        attrs["flops_per_element"] = rng.choice(EXTREME_NUMBERS)
+    if rng.random() < 0.1:
+        attrs["elements"] = _extreme_dimension(rng)
+    return attrs
+
+
+def _extreme_op(rng: random.Random, index: int) -> dict:
+    kind = rng.choice(EXTREME_KINDS)
+    op: dict = {"name": f"op{index}", "kind": kind}
+    if rng.random() < 0.2:
+        op["count"] = rng.choice(EXTREME_DIMENSIONS)
+    attrs = _extreme_attrs(rng, kind)
+    if attrs:
+        op["attrs"] = attrs
+    if rng.random() < (0.4 if attrs else 0.85):  # by attributes alone, by tensors alone, or both
+        op["inputs"] = [_extreme_tensor(rng) for _ in range(rng.choice([1, 2, 2, 3]))]
+        if rng.random() < 0.8:
+            op["outputs"] = [_extreme_tensor(rng)]
+    return op
+
+
+def _extremes_case(rng: random.Random, directory: Path) -> Case:
+    ops = [_extreme_op(rng, index) for index in range(rng.choice([1, 1, 2, 3]))]
+    data: dict = {"schema_version": 1, "name": "extremes", "ops": ops}
+    if len(ops) > 1 and rng.random() < 0.5:
+        data["edges"] = [[ops[index]["name"], ops[index + 1]["name"]] for index in range(len(ops) - 1)]
+    name = rng.choice(["workload.yaml", "workload.json"])
+    # JSON cannot say inf or NaN (json.dumps writes them, the reader refuses them); YAML writes .inf/.nan.
+    raw = (json.dumps(data) if name.endswith(".json") else dump_yaml(data)).encode()
+    mode = rng.choice([[], [], ["--mode", "graph"], ["--compiled"], ["--mode", "spatial"], ["--mode", "eager"]])
+    extra = rng.choice([[]] * 6 + [["--set", "memory.hbm.bandwidth=1e-3 TB/s"], ["--ideal"]])
+    return Case(argv=["predict", name, "--on", rng.choice(EXTREME_SPECS), "--json", *mode, *extra],
+                files={name: raw})
+
+
 KINDS: dict[str, Callable[[random.Random, Path], Case]] = {
     "spec": _spec_case,
     "workload": _workload_case,
@@ -385,6 +471,7 @@ KINDS: dict[str, Callable[[random.Random, Path], Case]] = {
     "serve-trace": _serve_trace_case,
     "length-csv": _length_case,
     "args": _args_case,
+    "extremes": _extremes_case,
 }
 # Kinds too slow for the suite's time budget, run by benchmarks/fuzz.py only.
 BENCHMARK_KINDS: dict[str, Callable[[random.Random, Path], Case]] = {**KINDS, "llm-eager": _llm_eager_case}

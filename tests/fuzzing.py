@@ -311,6 +311,14 @@ def _strict_json(text: str):
 
 
 PHYSICAL_SUFFIXES = ("_s", "bytes", "flops", "_seconds", "time")
+# Physical fields that may be null: an interval's bounds where the spec has no evidence for one (NaN by
+# design). Any other null time, byte or FLOP count is a NaN or an infinity that ``perfmodel.jsonable``
+# wrote as null: a silent wrong answer.
+NULL_ALLOWED = (".low", ".high", "_low", "_high",
+                # serve/size without --ttft-slo/--tpot-slo: no SLO, so no goodput (None, not NaN)
+                ".ttft_slo_s", ".tpot_slo_s", ".goodput_requests_per_s",
+                # serve --rates: no knee (throughput keeps growing, or no rate meets the SLO)
+                ".knee_rate_per_s")
 
 
 def json_problems(text: str) -> list[str]:
@@ -330,6 +338,8 @@ def json_problems(text: str) -> list[str]:
                 walk(value, f"{path}[{index}]", physical)
         elif physical and isinstance(node, (int, float)) and not isinstance(node, bool) and node < 0:
             problems.append(f"--json output {path} = {node} (negative)")
+        elif physical and node is None and not str(path).endswith(NULL_ALLOWED):
+            problems.append(f"--json output {path} = null (a NaN or an infinity, written as null)")
 
     walk(data, "", False)
     return problems[:3]

@@ -1,7 +1,7 @@
 """No traceback on any input and nothing impossible accepted (issue 17): the seeded mutation fuzzer of
-tests/fuzzing.py over every input kind of the command line (tests/fuzz_inputs.py; a few hundred cases
-per kind here, thousands in benchmarks/fuzz.py), and one small explicit regression test per class of
-bug it found."""
+tests/fuzzing.py over every input kind of the command line (tests/fuzz_inputs.py; 4,000 cases over
+five areas here, issue 38; thousands per kind in benchmarks/fuzz.py), and one small explicit
+regression test per class of bug it found."""
 
 from __future__ import annotations
 
@@ -17,12 +17,18 @@ from perfmodel.errors import PerfmodelError
 from tests.fuzz_inputs import KINDS
 from tests.fuzzing import ALIAS_BOMB, FIXTURES, ROOT, run_case
 
-# Cases per kind, in chunks of CHUNK (one test each): the whole file runs in about a minute on one
-# core of the development machine. The slowest kinds (a spec case also predicts on an accepted spec,
-# a bench case prices its records' graphs, the arguments include charts) get fewer cases.
-CASES = {"spec": 150, "workload": 150, "llm-config": 200, "ncu": 200, "torch-trace": 200, "spyre": 200,
-         "generic": 200, "bench": 150, "serve-trace": 200, "length-csv": 150, "args": 150}
+# Cases per kind, in chunks of CHUNK (one test each). 4,000 inputs over the five areas of issue 38
+# (AREAS): about 40 s of CPU on the development machine (`benchmarks/fuzz.py` prints the time per case;
+# it runs the same kinds with thousands of cases each). The slowest kinds get fewer cases: an accepted
+# spec also predicts a workload, an LLM config builds the model's graphs, a bench row prices its graph,
+# the command lines include charts.
+CASES = {"spec": 300, "workload": 400, "llm-config": 200, "ncu": 300, "torch-trace": 300, "spyre": 300,
+         "generic": 300, "bench": 250, "serve-trace": 300, "length-csv": 250, "args": 300, "extremes": 800}
 CHUNK = 50
+AREAS = {"specs": ("spec",), "workloads": ("workload", "llm-config"),
+         "calibration readers": ("ncu", "torch-trace", "spyre", "generic", "bench"),
+         "command lines": ("args", "serve-trace", "length-csv"), "extreme values": ("extremes",)}
+MINIMUM_CASES = 4000  # issue 38: ">= 4,000 inputs across the same five areas"
 
 
 @pytest.mark.parametrize("kind, start", [(kind, start) for kind, count in CASES.items()
@@ -39,7 +45,9 @@ def test_mutated_inputs_exit_0_or_2_and_accept_nothing_impossible(kind, start, t
 
 
 def test_kinds_cover_every_input_of_the_issue():
-    assert set(CASES) == set(KINDS)
+    assert set(CASES) == set(KINDS) == {kind for kinds in AREAS.values() for kind in kinds}
+    assert sum(CASES.values()) >= MINIMUM_CASES
+    assert all(count % CHUNK == 0 for count in CASES.values())  # every case of CASES runs
 
 
 def _run(argv: list[str], capsys) -> tuple[int, str]:
@@ -333,3 +341,25 @@ def test_writing_onto_a_directory_is_a_clear_error(tmp_path):
     with pytest.raises(PerfmodelError, match="it is a directory"):
         write_text_atomically(tmp_path, "text")
     assert list(tmp_path.iterdir()) == []
+
+
+# -------------------------------------------------------------------------------- extreme values
+@pytest.mark.parametrize("value", ["[4]", "[4, 8]", "{a: 1}"])
+def test_a_dimension_attribute_given_as_a_list_is_refused(value, tmp_path, capsys):
+    """The fuzzer's extreme-value kind (issue 38): ``batch: [4]`` passed the attribute check (an array is
+    a sweep's) and reached the matmul rule as a Python list (exit 70, TypeError)."""
+    path = tmp_path / "w.yaml"
+    path.write_text("schema_version: 1\nname: t\nops:\n"
+                    f"  - {{name: mm, kind: matmul, attrs: {{m: 2, n: 1, k: 2, batch: {value}}}}}\n", encoding="utf-8")
+    code, output = _run(["predict", str(path), "--on", "h100-sxm", "--json"], capsys)
+    assert code == 2 and "ops.0(mm).attrs.batch: must be a number" in output and str(path) in output
+
+
+def test_a_matmul_of_a_scalar_tensor_is_refused(tmp_path, capsys):
+    """The extreme-value kind, case 2218 (issue 38): a matmul whose second input has shape [] had no
+    dimension for the cost rule to read n from (exit 70, IndexError)."""
+    path = tmp_path / "w.yaml"
+    path.write_text("schema_version: 1\nname: t\nops:\n  - {name: mm, kind: matmul, attrs: {n: 1, k: 64}, inputs: "
+                    "[{shape: [256, 8, 2], dtype: bf16}, {shape: [], dtype: bf16}]}\n", encoding="utf-8")
+    code, output = _run(["predict", str(path), "--on", "epyc-zen4-2vcpu", "--json", "--compiled"], capsys)
+    assert code == 2 and "need at least one dimension each" in output and "ops.0(mm)" in output

@@ -7,7 +7,10 @@ and returns exit code 2, never a traceback.
 from __future__ import annotations
 
 import argparse
+import os
+import signal
 import sys
+import threading
 from typing import Sequence
 
 from perfmodel import __version__
@@ -77,8 +80,36 @@ def _register_calibration(commands) -> None:
 INTERNAL_ERROR = 70  # EX_SOFTWARE (sysexits.h): an internal software error
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``kill PID``) in the process that runs :func:`main`: raised like Ctrl-C, so that every
+    ``finally`` runs and an output being written leaves no temporary file (issue 38: a 64-million-point
+    sweep killed while streaming left its 1.6 GB temporary Parquet file)."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    if os.getpid() != _TERMINATION_OWNER[0]:  # a forked worker inherited the handler: die as by default
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+        return
+    raise Terminated()
+
+
+_TERMINATION_OWNER = [0]  # the process whose main() installed the handler
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    if threading.current_thread() is not threading.main_thread():  # signal handlers live in the main thread
+        return _main(argv)
+    _TERMINATION_OWNER[0] = os.getpid()
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        return _main(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _main(argv: Sequence[str] | None) -> int:
     words = list(sys.argv[1:] if argv is None else argv)
     parser = build_parser(_command_in(words))
     args = None
@@ -95,6 +126,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # output piped into head or less that closed early: not an error
         sys.stderr.close()
         return 0
+    except Terminated:
+        print("perfmodel: terminated", file=sys.stderr)
+        return 128 + signal.SIGTERM
     except KeyboardInterrupt:
         print("perfmodel: interrupted", file=sys.stderr)
         return 130

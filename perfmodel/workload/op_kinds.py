@@ -58,6 +58,10 @@ class Attribute:
             return None
         if type(value) is int or type(value) is float:  # the common scalar case, without numpy
             return self._scalar_problem(value)
+        if isinstance(value, (list, tuple, dict, set)):
+            # An array is a sweep's (numpy, built by the code); a list from a file (``batch: [4]``) reached
+            # the cost rules as a Python list and failed there (fuzz finding, issue 38).
+            return f"must be a number, got {value!r}"
         array = np.asarray(value)
         if isinstance(value, (bool, np.bool_)) or array.dtype.kind not in "iuf" or array.size == 0:
             return f"must be a number, got {value!r}"
@@ -236,8 +240,14 @@ COLLECTIVES = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send
 
 
 def _matmul_dimensions_known(op: Any) -> str | None:
-    if all(name in op.attrs for name in "mnk") or len(op.inputs) >= 2:
+    if all(name in op.attrs for name in "mnk"):
         return None
+    if len(op.inputs) >= 2:
+        # The rule reads k and m from the first tensor's last dimensions and n from the second's: a
+        # scalar (shape []) has none (an IndexError in the cost rule; fuzz finding, issue 38).
+        if all(len(tensor.shape) >= 1 for tensor in op.inputs[:2]):
+            return None
+        return "a matmul op's two input tensors need at least one dimension each (the rule reads m, n and k from them)"
     return "a matmul op needs attributes m, n and k, or two input tensors to read them from"
 
 
