@@ -147,3 +147,21 @@ def test_moe_search_tries_wide_expert_parallelism():
     assert {c.layout.dp for c in wide} >= {2, 4, 8, 16} and all(c.layout.ep == c.layout.dp for c in wide)
     assert any(c.disaggregated for c in wide) and any(not c.disaggregated for c in wide)
     assert all(c.prefill_layout is None or c.prefill_layout.dp == 1 for c in result.configurations)
+
+
+def test_mxfp4_experts_let_gpt_oss_fit_smaller_layouts_and_serve_more_per_chip():
+    architecture = load_architecture("gpt-oss-120b")
+    hardware = {"vllm": load_for_prediction("h100-sxm", engine="vllm")}
+    results = {dtype: search(architecture, hardware, 4, prompt_tokens=1024, output_tokens=128, batches=(16, 64),
+                             max_pp=1, simulate=0, expert_weight_dtype=dtype) for dtype in (None, "mxfp4")}
+    layouts = {dtype: {c.layout.chips for c in result.configurations} for dtype, result in results.items()}
+    assert min(layouts["mxfp4"]) < min(layouts[None])  # bf16 experts (~234 GB) need all 4 H100s
+    best = {dtype: max(c.tokens_per_s_per_chip for c in result.configurations) for dtype, result in results.items()}
+    assert best["mxfp4"] > best[None]
+
+
+def test_cli_search_refuses_a_bad_expert_weight_dtype(capsys):
+    assert main(["search", "--model", "gpt-oss-120b", "--on", "h100-sxm", "--chips", "4", "--simulate", "0",
+                 "--expert-weights", "fp5"]) == 2
+    error = capsys.readouterr().err
+    assert "expert_weight_dtype 'fp5' is unknown" in error and "Traceback" not in error

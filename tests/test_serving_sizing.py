@@ -96,7 +96,7 @@ def _sizing(name: str, chips: int, watts: float, price: float | None) -> SystemS
     nothing = Percentiles(p50=0.1, p90=0.1, p99=0.1, mean=0.1)
     best = Deployment(hardware=name, parameters="ideal (datasheet)", mode="graph",
                       parallelism=Parallelism(tp=chips), replicas=1, steady_state_replicas=1, max_batch=8,
-                      max_tokens_per_step=64, weight_dtype="bf16", kv_dtype="bf16",
+                      max_tokens_per_step=64, weight_dtype="bf16", kv_dtype="bf16", expert_weight_dtype=None,
                       replica_load=ArrivalProcess(rate_per_s=1.0), ttft=nothing, tpot=nothing, tokens_per_s=1000.0,
                       power_watts=watts, price_usd_per_chip_hour=price, simulations=1)
     return SystemSizing(hardware=name, parameters="ideal (datasheet)", mode="graph", best=best, note="",
@@ -196,3 +196,30 @@ def test_the_command_line_uses_the_core_vocabulary():
     assert set(llm_command.TARGET_STATISTICS) == set(sizing.STATISTICS)
     assert llm_command.SIZE_RANKINGS == sizing.RANKINGS
     assert llm_command.DEFAULT_SIZE_REQUESTS == sizing.DEFAULT_REQUESTS
+
+
+def _best_chips(extra: list[str], capsys) -> tuple[int, dict]:
+    assert main(["size", "--model", "gpt-oss-120b", "--on", "h100-sxm", "--rate", "2/s", "--tpot-p50", "50ms",
+                 "--json", *extra]) == 0
+    best = json.loads(capsys.readouterr().out)["h100-sxm"]["best"]
+    return best["chips"], best
+
+
+def test_mxfp4_experts_size_gpt_oss_on_fewer_chips_than_bf16_experts(capsys):
+    # gpt-oss-120b's routed experts (most of its ~117 B parameters) take 16 bits a weight in bf16 and 4.25
+    # in MXFP4 (with the block scales): the same option and meaning as on llm and serve
+    bf16_chips, bf16 = _best_chips([], capsys)
+    mxfp4_chips, mxfp4 = _best_chips(["--expert-weights", "mxfp4"], capsys)
+    assert bf16["expert_weight_dtype"] is None and mxfp4["expert_weight_dtype"] == "mxfp4"
+    assert mxfp4_chips < bf16_chips
+
+
+@pytest.mark.parametrize("model, value, message", [
+    ("gpt-oss-120b", "bogus", "expert_weight_dtype 'bogus' is unknown"),
+    (MODEL, "mxfp4", "routed experts"),
+])
+def test_a_bad_expert_weight_dtype_is_refused_not_sized_as_no_fit(model, value, message, capsys):
+    assert main(["size", "--model", model, "--on", SYSTEM, "--rate", "1/s", "--tpot-p50", "50ms",
+                 "--expert-weights", value]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("perfmodel: error:") and message in error and "Traceback" not in error

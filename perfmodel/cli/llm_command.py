@@ -14,6 +14,7 @@ from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
     add_engine_argument,
+    add_expert_weights_argument,
     add_fanout_arguments,
     add_ideal_argument,
     add_mode_argument,
@@ -49,9 +50,7 @@ def register(commands) -> None:
     llm.add_argument("--pp", type=int)
     llm.add_argument("--ep", type=int, default=1)
     add_dtype_arguments(llm)
-    llm.add_argument("--expert-weights", metavar="DTYPE",
-                     help="the routed experts' weight dtype when stored apart from the rest (gpt-oss as published: "
-                          "--weights bf16 --expert-weights mxfp4); default: --weights")
+    add_expert_weights_argument(llm)
     add_mode_argument(llm)
     llm.add_argument("--concurrency", type=int, help="also report continuous-batching throughput at this concurrency")
     llm.add_argument("--max-tokens-per-step", type=int,
@@ -107,6 +106,7 @@ def register(commands) -> None:
                            "ties broken by the other two in the order chips, cost, watts")
     size.add_argument("--weights", default="bf16")
     size.add_argument("--kv", default=None)
+    add_expert_weights_argument(size)
     size.set_defaults(dtype_hint="--weights and --kv set the dtypes (e.g. --weights bf16)")
     size.add_argument("--mode", choices=mode_choices(), help=mode_help() + " " + FAMILY_MODES_PLACEHOLDER)
     add_set_argument(size)
@@ -375,7 +375,8 @@ def _size(args) -> int:
         held = [replace(target, limit_s=target.limit_s * factor) for target in targets]
         sizing = size_deployment(architecture, hardware, held, load, prompt, output, requests=args.requests,
                                  seed=args.seed, weight_dtype=weights, kv_dtype=kv, activation_dtype=activations,
-                                 mode=args.mode, price_usd_per_chip_hour=prices.get(name, prices.get("")))
+                                 expert_weight_dtype=args.expert_weights, mode=args.mode,
+                                 price_usd_per_chip_hour=prices.get(name, prices.get("")))
         return replace(sizing, hardware=name), None, {"limit_factor": factor, "basis": basis}
 
     sizings, unavailable, confidence = [], {}, {}

@@ -96,6 +96,14 @@ def add_dtype_arguments(parser) -> None:
                                    "--activations bf16)")
 
 
+def add_expert_weights_argument(parser) -> None:
+    """``--expert-weights DTYPE``: the routed experts' weight dtype when stored apart from the rest
+    (``Scenario.expert_weight_dtype``; llm, serve, size, search). None (absent): ``--weights``."""
+    parser.add_argument("--expert-weights", metavar="DTYPE",
+                        help="the routed experts' weight dtype when stored apart from the rest (gpt-oss as published: "
+                             "--weights bf16 --expert-weights mxfp4); default: --weights")
+
+
 def add_fanout_arguments(parser) -> None:
     """``--workers N`` / ``--scheduler ADDRESS``: where a command that fans out runs its pieces
     (``perfmodel.fanout``); read back with :func:`fanout`."""

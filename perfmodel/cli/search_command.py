@@ -7,7 +7,7 @@ import math
 import sys
 from pathlib import Path
 
-from perfmodel.cli.overrides import add_dtype_arguments
+from perfmodel.cli.overrides import add_dtype_arguments, add_expert_weights_argument
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
@@ -53,6 +53,7 @@ def register(commands) -> None:
                                                               "export instead")
     search.add_argument("--top", type=int, default=20, help="front points to print (default 20; all with --json)")
     add_dtype_arguments(search)
+    add_expert_weights_argument(search)
     search.add_argument("--json", action="store_true")
     search.add_argument("--chart", type=Path, metavar="FILE.png",
                         help="plot the configurations, the front and the SLO region (.png, .svg or .pdf)")
@@ -112,7 +113,7 @@ def _search(args) -> int:
     result = search(architecture, hardware, args.chips, prompt_tokens=args.prompt, output_tokens=args.output,
                     batches=batches, speculations=speculations, disaggregation=not args.no_disagg,
                     ttft_slo_s=ttft, tpot_slo_s=tpot, weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
-                    max_pp=args.max_pp, simulate=args.simulate, seed=args.seed)
+                    expert_weight_dtype=args.expert_weights, max_pp=args.max_pp, simulate=args.simulate, seed=args.seed)
     chosen = _chosen(result, args.pick)
     launch = None
     if args.export is not None:

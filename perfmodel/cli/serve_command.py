@@ -11,6 +11,7 @@ from perfmodel.cli.llm_command import _check_counts, _rate
 from perfmodel.cli.overrides import (
     add_dtype_arguments,
     add_engine_argument,
+    add_expert_weights_argument,
     add_ideal_argument,
     add_mode_argument,
     add_set_argument,
@@ -92,9 +93,7 @@ def register(commands) -> None:
     serve.add_argument("--ttft-slo", help="SLO on time to first token, e.g. 1s (goodput, the knee)")
     serve.add_argument("--tpot-slo", help="SLO on time per output token, e.g. 50ms (goodput)")
     add_dtype_arguments(serve)
-    serve.add_argument("--expert-weights", metavar="DTYPE",
-                       help="the routed experts' weight dtype when stored apart from the rest (gpt-oss as published: "
-                            "--weights bf16 --expert-weights mxfp4); default: --weights")
+    add_expert_weights_argument(serve)
     add_mode_argument(serve)
     add_set_argument(serve)
     add_ideal_argument(serve)

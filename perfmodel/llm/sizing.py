@@ -106,10 +106,14 @@ def _bytes(dtype: str) -> float:
 
 
 def size_system(architecture: Architecture, hardware: Hardware, targets: Targets, *, weight_dtype: str = "bf16",
-                kv_dtype: str = "bf16", activation_dtype: str = "bf16", mode: str | None = None) -> list[SizingOption]:
-    """Every viable option for ``hardware``, cheapest (fewest chips) first."""
+                kv_dtype: str = "bf16", activation_dtype: str = "bf16", expert_weight_dtype: str | None = None,
+                mode: str | None = None) -> list[SizingOption]:
+    """Every viable option for ``hardware``, cheapest (fewest chips) first. ``expert_weight_dtype``:
+    the routed experts' weights (``Scenario.expert_weight_dtype``; None: ``weight_dtype``)."""
     base = Scenario(batch=1, prompt_tokens=targets.prompt_tokens, generated_tokens=targets.generated_tokens,
-                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, activation_dtype=activation_dtype)
+                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, activation_dtype=activation_dtype,
+                    expert_weight_dtype=expert_weight_dtype)
+    check(architecture, base, Parallelism())  # a bad dtype is refused, not screened out as "no option fits"
     execution = resolve_mode(hardware, mode)
     options = []
     for parallelism in candidate_parallelisms(architecture, hardware, base):

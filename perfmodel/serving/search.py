@@ -47,7 +47,7 @@ import numpy as np
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
-from perfmodel.llm.graphs import Parallelism, Scenario
+from perfmodel.llm.graphs import Parallelism, Scenario, check
 from perfmodel.llm.sizing import candidate_parallelisms
 from perfmodel.serving.disaggregated import (
     Disaggregated,
@@ -195,8 +195,8 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
            prompt_tokens: int, output_tokens: int, batches: Sequence[int] = DEFAULT_BATCHES,
            speculations: Sequence[Speculation | None] = (None,), disaggregation: bool = True,
            ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, max_tokens_per_step: int = 8192,
-           weight_dtype: str = "bf16", kv_dtype: str = "bf16", memory_utilization: float = 0.9,
-           max_pp: int = 4, simulate: int = 6, requests: int = 200, seed: int = 0,
+           weight_dtype: str = "bf16", kv_dtype: str = "bf16", expert_weight_dtype: str | None = None,
+           memory_utilization: float = 0.9, max_pp: int = 4, simulate: int = 6, requests: int = 200, seed: int = 0,
            progress: Callable[[str], None] | None = None) -> SearchResult:
     """Enumerate, estimate, take the front and simulate it (module docstring)."""
     if chips < 1:
@@ -213,7 +213,8 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
     context = prompt_tokens + output_tokens
     mid = prompt_tokens + output_tokens / 2
     scenario = Scenario(batch=1, prompt_tokens=prompt_tokens, generated_tokens=output_tokens,
-                        weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, expert_weight_dtype=expert_weight_dtype)
+    check(architecture, scenario, Parallelism())  # a bad dtype is refused, not screened out as "fits nowhere"
     estimates: dict[tuple, _Estimate] = {}
     configurations: list[Configuration] = []
     for engine, hardware in hardware_by_engine.items():
@@ -279,7 +280,8 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                              "batch limits")
     front = pareto_front(configurations)
     simulated = _simulate_front(front, hardware_by_engine, architecture, simulate, requests, seed, prompt_tokens,
-                                output_tokens, dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype),
+                                output_tokens, dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                                                    expert_weight_dtype=expert_weight_dtype),
                                 memory_utilization, ttft_slo_s, tpot_slo_s)
     return SearchResult(model=architecture.name, chips=chips, prompt_tokens=prompt_tokens,
                         output_tokens=output_tokens, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s,

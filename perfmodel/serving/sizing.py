@@ -117,6 +117,7 @@ class Deployment:
     max_tokens_per_step: int
     weight_dtype: str
     kv_dtype: str
+    expert_weight_dtype: str | None  # the routed experts' weights (None: weight_dtype)
     replica_load: ArrivalProcess | ClosedLoop  # what one replica was simulated with
     ttft: Percentiles
     tpot: Percentiles
@@ -147,6 +148,7 @@ class Deployment:
                 "tp": self.parallelism.tp, "pp": self.parallelism.pp,
                 "max_batch": self.max_batch, "max_tokens_per_step": self.max_tokens_per_step,
                 "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
+                "expert_weight_dtype": self.expert_weight_dtype,
                 "replica_rate_per_s": load.rate_per_s if isinstance(load, ArrivalProcess) else None,
                 "replica_users": load.users if isinstance(load, ClosedLoop) else None,
                 "ttft_s": self.ttft.to_dict(), "tpot_s": self.tpot.to_dict(), "tokens_per_s": self.tokens_per_s,
@@ -232,8 +234,8 @@ def rank(sizings: Sequence[SystemSizing], by: str = "chips") -> list[SystemSizin
 def size_deployment(architecture: Architecture, hardware: Hardware, targets: Sequence[Target],
                     load: ArrivalProcess | ClosedLoop, prompt: LengthDistribution, output: LengthDistribution, *,
                     requests: int = DEFAULT_REQUESTS, seed: int = 0, weight_dtype: str = "bf16",
-                    kv_dtype: str = "bf16", activation_dtype: str = "bf16", mode: str | None = None,
-                    price_usd_per_chip_hour: float | None = None, memory_utilization: float = 0.9,
+                    kv_dtype: str = "bf16", activation_dtype: str = "bf16", expert_weight_dtype: str | None = None,
+                    mode: str | None = None, price_usd_per_chip_hour: float | None = None, memory_utilization: float = 0.9,
                     block_size: int = 16) -> SystemSizing:
     """The fewest chips of ``hardware`` that serve ``load`` within every target (see the module
     docstring). ``price_usd_per_chip_hour`` None: the spec's price, if it has one."""
@@ -252,7 +254,7 @@ def size_deployment(architecture: Architecture, hardware: Hardware, targets: Seq
     screen = size_system(architecture, hardware, Targets(
         ttft_s=limits["ttft"], tpot_s=limits["tpot"], rate_per_s=screen_rate, prompt_tokens=prompt_tokens,
         generated_tokens=output_tokens), weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-        activation_dtype=activation_dtype, mode=mode)
+        activation_dtype=activation_dtype, expert_weight_dtype=expert_weight_dtype, mode=mode)
     candidates = [option for option in screen if option.meets_targets]
     base = dict(hardware=hardware.name, parameters=parameter_set(hardware), mode=execution)
     if not candidates:
@@ -262,7 +264,8 @@ def size_deployment(architecture: Architecture, hardware: Hardware, targets: Seq
             f"{_s(closest.ttft_s)} on {closest.parallelism.chips} chip{'' if closest.parallelism.chips == 1 else 's'}")
         return SystemSizing(**base, best=None, note=note, closest=closest, simulations=0)
     scenario = Scenario(batch=1, prompt_tokens=prompt_tokens, generated_tokens=output_tokens,
-                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, activation_dtype=activation_dtype)
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, activation_dtype=activation_dtype,
+                        expert_weight_dtype=expert_weight_dtype)
     check = _Check(architecture=architecture, hardware=hardware, targets=tuple(targets), load=load, prompt=prompt,
                    output=output, requests=requests, seed=seed, scenario=scenario, mode=mode, price=price,
                    memory_utilization=memory_utilization, block_size=block_size)
@@ -363,7 +366,8 @@ class _Check:
                           max_batch=server.config.max_batch,
                           max_tokens_per_step=server.config.max_tokens_per_step,
                           weight_dtype=self.scenario.weight_dtype, kv_dtype=self.scenario.kv_dtype,
-                          replica_load=load, ttft=result.ttft, tpot=result.tpot,
+                          expert_weight_dtype=self.scenario.expert_weight_dtype, replica_load=load,
+                          ttft=result.ttft, tpot=result.tpot,
                           tokens_per_s=tokens_per_s,
                           power_watts=self.hardware.power.tdp_watts * replicas * parallelism.chips,
                           price_usd_per_chip_hour=self.price, simulations=len(results) + 1)
@@ -393,7 +397,7 @@ class _Check:
         return Server(self.architecture, self.hardware, parallelism, config=config,
                       max_context=max_context(self.prompt, self.output), weight_dtype=self.scenario.weight_dtype,
                       kv_dtype=self.scenario.kv_dtype, activation_dtype=self.scenario.activation_dtype,
-                      mode=self.mode)
+                      expert_weight_dtype=self.scenario.expert_weight_dtype, mode=self.mode)
 
 
 def _worst(targets: Sequence[Target], result: ServingResult) -> tuple[float, str] | None:
