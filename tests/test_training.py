@@ -431,3 +431,35 @@ def test_kept_matmul_names_are_checked(extra, expected, capsys):
     argv = ["train", "--model", "mixtral-8x7b", "--on", "tpu-v6e", "--chips", "8", "--global-batch", "8", "--seq", "256"]
     assert main(argv + extra) == 2
     assert expected in capsys.readouterr().err
+
+
+def test_deepseek_v3_mtp_training_is_slower_and_larger_by_the_module():
+    """train --mtp: the MTP module's forward/backward and extra head pass are priced, and its weights get
+    gradients and AdamW state (arXiv 2412.19437 section 2.2)."""
+    v3, h200 = load_architecture("deepseek-v3"), load_for_prediction("h200-sxm")
+    setup, layout = TrainingSetup(global_batch=64, seq_len=4096, recompute="full"), Layout(tp=8, fsdp=8, ep=8)
+    plain, mtp = (train_predict(v3, h200, replace(setup, mtp=flag), layout) for flag in (False, True))
+    share = (v3.stage_parameters(1) + v3.mtp_parameters) / v3.stage_parameters(1)  # 682.6 B / 671.0 B
+    for part in ("gradients", "optimizer"):
+        assert getattr(mtp.memory, part) / getattr(plain.memory, part) == pytest.approx(share, rel=1e-9)
+    assert mtp.memory.activations > plain.memory.activations and mtp.memory.total > plain.memory.total
+    assert mtp.step_s > plain.step_s
+    for phase in ("forward", "backward"):
+        assert mtp.time_by_phase[phase] > plain.time_by_phase[phase]
+    # the extra model FLOPs per token: at least eh_proj (2h -> h) and the second head pass (h -> vocab),
+    # forward and backward (x3), by hand; and less than a tenth of the model's
+    extra = (mtp.model_flops_per_step - plain.model_flops_per_step) / (setup.global_batch * setup.seq_len)
+    by_hand = 3 * 2 * (2 * v3.hidden * v3.hidden + v3.hidden * v3.vocab)
+    assert by_hand < extra < plain.model_flops_per_step / (setup.global_batch * setup.seq_len) / 10
+    assert any("multi-token-prediction" in note for note in mtp.notes)
+
+
+@pytest.mark.parametrize("model, extra, message", [
+    ("llama-2-7b", ["--dp", "2"], "has none"),
+    ("deepseek-v3", ["--cp", "2"], "context parallelism"),
+])
+def test_train_mtp_refuses_what_it_cannot_price(model, extra, message, capsys):
+    assert main(["train", "--model", model, "--on", "h200-sxm", "--global-batch", "64", "--seq", "4096",
+                 "--chips", "16", "--tp", "8", "--mtp", *extra]) == 2
+    error = capsys.readouterr().err
+    assert message in error and "Traceback" not in error

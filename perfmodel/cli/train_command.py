@@ -50,6 +50,9 @@ def register(commands) -> None:
                             "(e.g. q_proj,k_proj,v_proj,o_proj; MaxText's named remat policies), recompute the rest")
     train.add_argument("--offload", action="store_true",
                        help="move the kept tensors to host memory after each layer's forward and back for its backward")
+    train.add_argument("--mtp", action="store_true",
+                       help="also train the model's multi-token-prediction modules (DeepSeek-V3/R1's recipe): each "
+                            "module's forward and backward, its extra output-head pass, weights and optimizer state")
     train.add_argument("--moe-capacity-factor", type=float, metavar="F",
                        help="MoE models: price MaxText's token-dropping MoE (one-hot dispatch and combine einsums, "
                             "experts computing buffers of ceil(seq x top-k / experts) x F slots) instead of dropless "
@@ -118,7 +121,8 @@ def _train(args) -> int:
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal)
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
                           master_dtype=args.master_dtype, recompute=args.recompute or "none", kept=args.keep,
-                          offload=args.offload, moe_capacity_factor=args.moe_capacity_factor)
+                          offload=args.offload, moe_capacity_factor=args.moe_capacity_factor,
+                          mtp=args.mtp)
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")

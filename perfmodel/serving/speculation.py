@@ -175,7 +175,7 @@ def drafter_graph(target: Architecture, drafter: tuple[Architecture, Parallelism
     if not is_mtp_drafter(target, model):
         return graph
     act, hidden = scenario.activation_dtype, target.hidden
-    tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens if phase == "prefill" else 1)
+    tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens if phase in ("prefill", "train") else 1)
     if not np.ndim(tokens):
         tokens = int(tokens)
     state = TensorSpec(shape=(tokens, hidden), dtype=act)

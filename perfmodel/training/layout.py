@@ -56,6 +56,10 @@ class TrainingSetup:
     # a factor: MaxText's token-dropping MoE (GShard one-hot dispatch and combine einsums, experts
     # computing buffers of ``llm.graphs.expert_capacity`` slots per sequence).
     moe_capacity_factor: float | None = None
+    # Train the model's multi-token-prediction modules beside it (``Architecture.mtp_modules``,
+    # DeepSeek-V3's recipe, arXiv 2412.19437 section 2.2): each module's forward and backward, its
+    # extra pass through the shared output head, and its weights, gradients and optimizer state.
+    mtp: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,6 +146,14 @@ def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chip
         elif unknown:
             problems.append(f"kept {', '.join(map(repr, unknown))}: not a matmul of a {a.name} layer; "
                             f"choose from {', '.join(names)}")
+    if setup.mtp and a.mtp_modules < 1:
+        problems.append(f"multi-token prediction needs a model with MTP modules (num_nextn_predict_layers); "
+                        f"{a.name} has none")
+    if setup.mtp and layout.cp > 1:
+        problems.append(f"multi-token prediction is not modelled with context parallelism (cp {layout.cp}); use cp 1")
+    if setup.mtp and setup.moe_capacity_factor is not None:
+        problems.append("multi-token prediction is not modelled with a token-dropping MoE (a capacity factor); "
+                        "drop the capacity factor")
     factor = setup.moe_capacity_factor
     if factor is not None:
         if a.experts <= 1:

@@ -70,7 +70,8 @@ def candidate_layouts(architecture: Architecture, setup: TrainingSetup, chips: i
     for tp in tensor:
         for cp in (c for c in (1, 2, 4, 8) if c <= MAX_CONTEXT_PARALLEL and tp * c <= domain
                    and setup.seq_len % c == 0 and (chips // tp) % c == 0
-                   and (c == 1 or setup.seq_len // c >= MIN_TOKENS_PER_CONTEXT_SHARD)):
+                   and (c == 1 or (setup.seq_len // c >= MIN_TOKENS_PER_CONTEXT_SHARD
+                                   and not setup.mtp))):  # MTP is not modelled with context parallelism
             for pp in (p for p in _divisors(chips // (tp * cp)) if a.layers % p == 0):
                 rest = chips // (tp * cp * pp)
                 for fsdp, dp, zero in _data_splits(rest, tp * cp, domain):

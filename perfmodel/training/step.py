@@ -147,11 +147,36 @@ def _scenario(setup: TrainingSetup, micro_batch) -> Scenario:
 
 
 def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layout, micro_batch=None) -> Graph:
-    """One chip's forward pass of one micro-batch (its pipeline stage, tensor and context shards)."""
-    return stage_graph(architecture, _scenario(setup, layout.micro_batch if micro_batch is None else micro_batch),
-                       Parallelism(tp=layout.tp, pp=layout.pp, ep=layout.ep), phase="train", context=setup.seq_len,
-                       context_shards=layout.cp, sequence_parallel=layout.sequence_parallel,
-                       moe_capacity_factor=setup.moe_capacity_factor)
+    """One chip's forward pass of one micro-batch (its pipeline stage, tensor and context shards),
+    followed by the multi-token-prediction modules' with ``setup.mtp`` (``mtp_ops``)."""
+    scenario = _scenario(setup, layout.micro_batch if micro_batch is None else micro_batch)
+    parallelism = Parallelism(tp=layout.tp, pp=layout.pp, ep=layout.ep)
+    graph = stage_graph(architecture, scenario, parallelism, phase="train", context=setup.seq_len,
+                        context_shards=layout.cp, sequence_parallel=layout.sequence_parallel,
+                        moe_capacity_factor=setup.moe_capacity_factor)
+    if not setup.mtp:
+        return graph
+    return Graph(name=graph.name, ops=[*graph.ops, *mtp_ops(architecture, scenario, parallelism, setup.seq_len)])
+
+
+def mtp_ops(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, seq_len: int) -> list[Op]:
+    """The forward of each multi-token-prediction module on a micro-batch: the same module ``serve
+    --speculative mtp`` drafts with (``serving.speculation.drafter_graph``: the two RMSNorms,
+    ``eh_proj``, one decoder layer of the last layer's kind, and a second pass through the shared
+    output head: the module's own logits), over every token of the sequence. Named ``mtp<k>.``, they
+    are priced with the stage's ends (embedding, head), not split over the decoder layers."""
+    from perfmodel.serving.speculation import Speculation, drafter, drafter_graph
+
+    module = drafter(architecture, Speculation(method="mtp", tokens=1, acceptance=1.0), scenario, parallelism)
+    graph = drafter_graph(architecture, module, scenario, phase="train", context=seq_len)
+    return [replace(op, name=f"mtp{index}.{op.name}") for index in range(architecture.mtp_modules) for op in graph.ops]
+
+
+def trained_parameters(architecture: Architecture, setup: TrainingSetup, pp: int) -> int:
+    """Parameters of the fullest of ``pp`` pipeline stages that get gradients and optimizer state:
+    ``Architecture.stage_parameters``, and with ``setup.mtp`` the MTP modules' own (``mtp_parameters``;
+    their embedding and head are the model's), held with the head on the last stage."""
+    return architecture.stage_parameters(pp) + (architecture.mtp_parameters if setup.mtp else 0)
 
 
 # ------------------------------------------------------------------------------------------ links
@@ -294,6 +319,9 @@ def model_flops_per_sequence(architecture: Architecture, hardware: Hardware, set
     counts its routed tokens' expert work only (a token-dropping MoE's dispatch, combine and empty
     buffer slots are hardware FLOPs, not model FLOPs)."""
     whole = stage_graph(architecture, _scenario(setup, 1), Parallelism(), phase="train", context=setup.seq_len)
+    if setup.mtp:  # the MTP modules' work is the model's: DeepSeek-V3 trains them with it
+        whole = Graph(name=whole.name, ops=[*whole.ops, *mtp_ops(architecture, _scenario(setup, 1), Parallelism(),
+                                                                 setup.seq_len)])
     return 3 * float(evaluate_arrays(whole, hardware).flops.sum())
 
 
@@ -328,7 +356,7 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
                                 2 if layout.pp > 1 else 1, layout.stride("pp"), domain, setup.compute_dtype)
 
     # Data-parallel communication: FSDP per micro-batch, replicas' gradient sync per step.
-    parameters = architecture.stage_parameters(layout.pp) / layout.tp
+    parameters = trained_parameters(architecture, setup, layout.pp) / layout.tp
     fsdp_stride = layout.stride("fsdp")
     fsdp_ops = group_collective(hardware, "fsdp.all_gather", "all_gather", parameters * compute, layout.fsdp,
                                 fsdp_stride, domain, setup.compute_dtype, count=2)
@@ -381,6 +409,9 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
     notes = []
     if layout.pp > 1:
         notes.append("every pipeline stage is priced as the fullest one (its layers, the embedding and the LM head)")
+    if setup.mtp:
+        notes.append(f"{architecture.mtp_modules} multi-token-prediction module(s) trained beside the model "
+                     f"({architecture.mtp_parameters / 1e9:.2f} B parameters, one more output-head pass each)")
     return TrainingResult(
         model=architecture.name, hardware=hardware.name, parameters=costs.parameters, mode=execution,
         setup=setup, layout=layout, step_s=step, time_by_phase={k: float(v) for k, v in phases.items()},
@@ -426,7 +457,7 @@ def _adamw(parameters: float, setup: TrainingSetup) -> Op:
 def training_memory(architecture: Architecture, setup: TrainingSetup, layout: Layout,
                     costs: MicroBatchCosts) -> TrainingMemory:
     """Bytes per chip of the fullest stage (see the module docstring)."""
-    parameters = architecture.stage_parameters(layout.pp) / layout.tp  # one chip's tensor shard of its stage
+    parameters = trained_parameters(architecture, setup, layout.pp) / layout.tp  # one chip's shard of its stage
     stage_layers = architecture.layers // layout.pp
     compute, master = DTYPES[setup.compute_dtype].bytes_per_element, DTYPES[setup.master_dtype].bytes_per_element
     shard = parameters / layout.fsdp
@@ -437,7 +468,9 @@ def training_memory(architecture: Architecture, setup: TrainingSetup, layout: La
     in_flight = min(layout.pp, accumulation_steps(setup, layout)) if layout.pp > 1 else 1
     tokens = layout.micro_batch * (setup.seq_len // layout.cp)
     logits = tokens * architecture.vocab / layout.tp * 4  # fp32 logits and their gradient, one at a time
-    kept_layers = 2 if setup.offload else stage_layers * in_flight  # offloading: one layer each way in flight
+    # offloading: one layer each way in flight; an MTP module keeps about one more decoder layer's worth
+    modules = architecture.mtp_modules if setup.mtp else 0
+    kept_layers = 2 if setup.offload else (stage_layers + modules) * in_flight
     return TrainingMemory(weights=weights, gradients=gradients, optimizer=optimizer,
                           activations=float(costs.saved_layer) * kept_layers,
                           workspace=float(costs.all_outputs_layer) + logits)
