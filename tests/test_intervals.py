@@ -231,3 +231,34 @@ def test_sweep_interval_columns(capsys):
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1", "--grid", "memory.hbm.bandwidth=2TB/s,4TB/s",
                  "--json"]) == 0
     assert all(record["total_s_low"] is None for record in json.loads(capsys.readouterr().out))  # what-if points
+
+
+SERVE = ["serve", "--model", "llama-2-7b", "--on", "h100-sxm", "--requests", "40"]
+
+
+def test_serve_rates_print_an_interval_per_rate(capsys):
+    from perfmodel.cli import main
+
+    assert main([*SERVE, "--rates", "2,16", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    for result in results:
+        block = result["intervals"]
+        assert block["confidence"] == 0.8 and "served" in block["basis"]
+        assert block["tpot_p50_s"]["low"] < result["tpot_s"]["p50"] < block["tpot_p50_s"]["high"]
+        assert block["tokens_per_s"]["low"] < result["tokens_per_s"] < block["tokens_per_s"]["high"]
+    assert main([*SERVE, "--rates", "2,16", "--confidence", "90%"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("90% interval")]
+    assert [line.split(":")[0] for line in lines] == ["90% interval at 2/s", "90% interval at 16/s"]
+
+
+def test_serve_server_scenario_prints_intervals(capsys):
+    from perfmodel.cli import main
+
+    scenario = [*SERVE, "--scenario", "server", "--ttft-slo", "200ms", "--tpot-slo", "50ms"]
+    assert main([*scenario, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for run in (data["offline"], data["result"]):
+        assert run["intervals"]["ttft_p50_s"]["low"] < run["ttft_s"]["p50"] < run["intervals"]["ttft_p50_s"]["high"]
+    assert main(scenario) == 0
+    text = capsys.readouterr().out
+    assert "80% interval offline: TTFT p50" in text and "80% interval server: TTFT p50" in text
