@@ -225,12 +225,18 @@ def test_heldout_coverage_counts_rows_per_family():
 def test_sweep_interval_columns(capsys):
     from perfmodel.cli import main
 
-    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json"]) == 0
-    for record in json.loads(capsys.readouterr().out):
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json", "--confidence", "0.9",
+                 "--chunk-points", "1"]) == 0  # two chunks: the records stream after the table's basis
+    table = json.loads(capsys.readouterr().out)
+    assert table["confidence"] == 0.9 and "split-conformal" in table["basis"] and "gpu scenario" in table["basis"]
+    assert [record["batch"] for record in table["rows"]] == [1, 8]
+    for record in table["rows"]:
         assert record["total_s_low"] < record["total_s"] < record["total_s_high"]
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1", "--grid", "memory.hbm.bandwidth=2TB/s,4TB/s",
                  "--json"]) == 0
-    assert all(record["total_s_low"] is None for record in json.loads(capsys.readouterr().out))  # what-if points
+    table = json.loads(capsys.readouterr().out)
+    assert table["confidence"] == 0.8 and "what-if" in table["basis"]
+    assert all(record["total_s_low"] is None for record in table["rows"])  # what-if points
 
 
 SERVE = ["serve", "--model", "llama-2-7b", "--on", "h100-sxm", "--requests", "40"]
