@@ -268,3 +268,57 @@ def test_serve_server_scenario_prints_intervals(capsys):
     assert main(scenario) == 0
     text = capsys.readouterr().out
     assert "80% interval offline: TTFT p50" in text and "80% interval server: TTFT p50" in text
+
+
+def _errorbars(ax):
+    from matplotlib.container import ErrorbarContainer
+
+    return [item for item in ax.containers if isinstance(item, ErrorbarContainer)]
+
+
+def _legend_texts(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_charts_draw_intervals_as_error_bars():
+    from types import SimpleNamespace
+
+    pytest.importorskip("matplotlib")
+    from perfmodel.plotting import plot_serving_rates, pyplot
+
+    band = Band(confidence=0.9, basis="test", low=-0.2, high=0.1, residuals=20)
+    runs = [SimpleNamespace(tokens_per_s=rate * 100.0, ttft=SimpleNamespace(p99=0.05), tpot=SimpleNamespace(p99=0.01),
+                            model="m", hardware="h", parallelism=SimpleNamespace(chips=1)) for rate in (1, 2, 4)]
+    found = [interval(run.tokens_per_s, band, RATE) for run in runs]
+    ax = plot_serving_rates([1, 2, 4], runs, throughput_intervals=found)
+    (bars,) = _errorbars(ax)
+    segments = bars.lines[2][0].get_segments()  # one vertical segment a rate, from low to high
+    assert np.array([segment[:, 1] for segment in segments]) == pytest.approx(
+        np.array([(i.low, i.high) for i in found]))
+    assert "throughput: 90% interval" in _legend_texts(ax)
+    pyplot().close(ax.figure)
+    # no evidence: nothing drawn, nothing claimed in the legend
+    blank = [interval(run.tokens_per_s, Band(confidence=0.9, basis="none"), RATE) for run in runs]
+    ax = plot_serving_rates([1, 2, 4], runs, throughput_intervals=blank)
+    assert not _errorbars(ax) and not any("interval" in text for text in _legend_texts(ax))
+    pyplot().close(ax.figure)
+
+
+def test_serve_and_train_charts_carry_the_commands_intervals(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import perfmodel.plotting as plotting
+    from perfmodel.cli import main
+
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda ax, path: drawn.append(ax))
+    assert main([*SERVE, "--rates", "2,16", "--chart", str(tmp_path / "rates.png")]) == 0
+    assert main([*SERVE, "--rate", "4/s", "--chart", str(tmp_path / "latency.png"), "--confidence", "70%"]) == 0
+    assert main(["train", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "8", "--global-batch", "64",
+                 "--seq", "2048", "--fsdp", "8", "--chart", str(tmp_path / "steps.png")]) == 0
+    capsys.readouterr()
+    rates, latency, steps = drawn
+    assert len(_errorbars(rates)) == 1 and "throughput: 80% interval" in _legend_texts(rates)
+    assert len(_errorbars(latency)) == 2 and "TTFT p50: 70% interval" in _legend_texts(latency)
+    assert len(_errorbars(steps)) == 1 and "step time: 80% interval" in _legend_texts(steps)
+    for ax in drawn:
+        plotting.pyplot().close(ax.figure)

@@ -232,11 +232,13 @@ def _serve(args) -> int:
     header = header_of(server)
     if rates is not None:
         knee = knee_rate(rates, results, ttft_slo)
+        found = [served_intervals(server.hardware, result, args.confidence) for result in results]
         if args.chart is not None:
             from perfmodel.plotting import plot_serving_rates, save_figure
 
-            save_figure(plot_serving_rates(rates, results, knee=knee, ttft_slo_s=ttft_slo), args.chart)
-        found = [served_intervals(server.hardware, result, args.confidence) for result in results]
+            save_figure(plot_serving_rates(rates, results, knee=knee, ttft_slo_s=ttft_slo,
+                                           throughput_intervals=[bands["tokens_per_s"] for bands in found]),
+                        args.chart)
         if args.json:
             print(json_text({"rates": rates, "knee_rate_per_s": knee,
                               "results": [{**result.to_dict(per_request=False), "intervals": intervals.to_json(bands)}
@@ -260,11 +262,11 @@ def _serve(args) -> int:
         _chart_note(args)
         return 0
     result = results[0]
+    found = served_intervals(hardware, result, args.confidence)
     if args.chart is not None:
         from perfmodel.plotting import plot_serving_latency, save_figure
 
-        save_figure(plot_serving_latency(result), args.chart)
-    found = served_intervals(hardware, result, args.confidence)
+        save_figure(plot_serving_latency(result, p50_intervals=found), args.chart)
     if args.json:
         print(json_text({**result.to_dict(), "intervals": intervals.to_json(found)}, indent=1))
         return 0
