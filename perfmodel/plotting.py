@@ -267,9 +267,10 @@ def plot_pareto(options_by_system: dict, ax=None):
     return ax
 
 
-def plot_search(result, ax=None):
+def plot_search(result, ax=None, *, front_intervals: Sequence | None = None):
     """``serving.search``: every configuration (tokens/s per user against tokens/s per chip; aggregated and
-    disaggregated marked apart), the Pareto front joined by a line, the SLO region shaded."""
+    disaggregated marked apart), the Pareto front joined by a line, the SLO region shaded; with
+    ``front_intervals`` (one ``(per user, per chip)`` pair of ``Interval`` a front point), their error bars."""
     ax = _new_axes(ax)
     configurations = result.configurations
     for disaggregated, marker, name in ((False, "o", "aggregated"), (True, "^", "disaggregated")):
@@ -280,6 +281,11 @@ def plot_search(result, ax=None):
     front = list(result.front)
     ax.plot([c.tokens_per_s_per_user for c in front], [c.tokens_per_s_per_chip for c in front], "k.-",
             label=f"Pareto front ({len(front)})")
+    if front_intervals is not None:
+        users, chips = [pair[0] for pair in front_intervals], [pair[1] for pair in front_intervals]
+        _interval_bars(ax, [c.tokens_per_s_per_user for c in front], chips, colour="dimgray", label="per chip")
+        _interval_bars(ax, [c.tokens_per_s_per_chip for c in front], users, horizontal=True, colour="darkgray",
+                       label="per user")
     inside = [c for c in front if c.meets_slo]
     if inside:
         ax.scatter([c.tokens_per_s_per_user for c in inside], [c.tokens_per_s_per_chip for c in inside], s=30,

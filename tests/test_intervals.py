@@ -322,3 +322,21 @@ def test_serve_and_train_charts_carry_the_commands_intervals(monkeypatch, tmp_pa
     assert len(_errorbars(steps)) == 1 and "step time: 80% interval" in _legend_texts(steps)
     for ax in drawn:
         plotting.pyplot().close(ax.figure)
+
+
+def test_search_chart_carries_the_front_intervals(monkeypatch, tmp_path):
+    pytest.importorskip("matplotlib")
+    import perfmodel.plotting as plotting
+    from perfmodel.cli import main
+
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda ax, path: drawn.append(ax))
+    assert main(["search", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "4", "--engines", "vllm",
+                 "--batches", "8,64", "--no-disagg", "--simulate", "0", "--json", "--confidence", "0.9",
+                 "--chart", str(tmp_path / "search.png")]) == 0
+    (ax,) = drawn
+    per_chip, per_user = _errorbars(ax)
+    front = len(ax.get_lines()[0].get_xdata())  # the Pareto front's line
+    assert len(per_chip.lines[2][0].get_segments()) == len(per_user.lines[2][0].get_segments()) == front
+    assert {"per chip: 90% interval", "per user: 90% interval"} <= set(_legend_texts(ax))
+    plotting.pyplot().close(ax.figure)

@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import add_dtype_arguments
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
@@ -53,6 +54,7 @@ def register(commands) -> None:
                                                               "export instead")
     search.add_argument("--top", type=int, default=20, help="front points to print (default 20; all with --json)")
     add_dtype_arguments(search)
+    intervals.add_confidence_argument(search)
     search.add_argument("--json", action="store_true")
     search.add_argument("--chart", type=Path, metavar="FILE.png",
                         help="plot the configurations, the front and the SLO region (.png, .svg or .pdf)")
@@ -123,7 +125,8 @@ def _search(args) -> int:
     if args.chart is not None:
         from perfmodel.plotting import plot_search, save_figure
 
-        save_figure(plot_search(result), args.chart)
+        save_figure(plot_search(result, front_intervals=[front_intervals(hardware[c.engine], c, args.confidence)
+                                                         for c in result.front]), args.chart)
     if args.json:
         data = result.to_dict()
         data["chosen"] = None if chosen is None else chosen.to_dict()
@@ -132,6 +135,15 @@ def _search(args) -> int:
         return 0
     _print(result, args, chosen, launch)
     return 0
+
+
+def front_intervals(hardware, configuration, confidence: float) -> tuple:
+    """(tokens/s per user, tokens/s per chip) of a searched deployment with their intervals on its
+    engine's ``hardware``: full-load estimates of one scenario, so the scenario rows' residuals."""
+    found = intervals.intervals(hardware, "scenario", confidence, {
+        "per_user": (configuration.tokens_per_s_per_user, "rate"),
+        "per_chip": (configuration.tokens_per_s_per_chip, "rate")})
+    return found["per_user"], found["per_chip"]
 
 
 def _chosen(result, pick):
