@@ -340,3 +340,16 @@ def test_search_chart_carries_the_front_intervals(monkeypatch, tmp_path):
     assert len(per_chip.lines[2][0].get_segments()) == len(per_user.lines[2][0].get_segments()) == front
     assert {"per chip: 90% interval", "per user: 90% interval"} <= set(_legend_texts(ax))
     plotting.pyplot().close(ax.figure)
+
+
+def test_serve_disagg_prints_intervals_for_both_deployments(capsys):
+    from perfmodel.cli import main
+
+    assert main([*SERVE, "--rate", "2/s", "--disagg", "1P1D", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for name in ("disaggregated", "aggregated"):
+        block = data[name]["intervals"]
+        assert block["e2e_p50_s"]["low"] < data[name]["e2e_s"]["p50"] < block["e2e_p50_s"]["high"]
+    assert main([*SERVE, "--rate", "2/s", "--disagg", "1P1D"]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval disaggregated: TTFT p50" in text and "80% interval aggregated: TTFT p50" in text

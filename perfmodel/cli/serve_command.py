@@ -232,7 +232,7 @@ def _serve(args) -> int:
     header = header_of(server)
     if rates is not None:
         knee = knee_rate(rates, results, ttft_slo)
-        found = [served_intervals(server.hardware, result, args.confidence) for result in results]
+        found = [intervals.served_intervals(server.hardware, result, args.confidence) for result in results]
         if args.chart is not None:
             from perfmodel.plotting import plot_serving_rates, save_figure
 
@@ -258,11 +258,11 @@ def _serve(args) -> int:
                 else "the first rate after which throughput grows by 10% or less")
         print(f"knee: {'none' if knee is None else f'{knee:g}/s'} ({rule})")
         for rate, bands in zip(rates, found, strict=True):
-            print(interval_line(bands, args.confidence, at=f"at {rate:g}/s"))
+            print(intervals.served_line(bands, args.confidence, at=f"at {rate:g}/s"))
         _chart_note(args)
         return 0
     result = results[0]
-    found = served_intervals(hardware, result, args.confidence)
+    found = intervals.served_intervals(hardware, result, args.confidence)
     if args.chart is not None:
         from perfmodel.plotting import plot_serving_latency, save_figure
 
@@ -276,7 +276,7 @@ def _serve(args) -> int:
             for name, p in (("TTFT", result.ttft), ("TPOT", result.tpot), ("end-to-end", result.e2e),
                             ("inter-token", result.itl))]
     print(format_table(["latency", "p50", "p90", "p99", "mean"], rows))
-    print(interval_line(found, args.confidence))
+    print(intervals.served_line(found, args.confidence))
     facts = [["duration", _s(result.duration_s)], ["throughput", f"{result.tokens_per_s:.1f} output tokens/s, "
                                                                  f"{result.requests_per_s:.2f} requests/s"]]
     if result.goodput is not None:
@@ -320,8 +320,8 @@ def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo,
             bar.close()
     limits = " and ".join(f"{name} p99 <= {text}" for name, text in (("TTFT", args.ttft_slo), ("TPOT", args.tpot_slo))
                           if text is not None)
-    offline = served_intervals(server.hardware, found.offline, args.confidence)
-    served = None if found.result is None else served_intervals(server.hardware, found.result, args.confidence)
+    offline = intervals.served_intervals(server.hardware, found.offline, args.confidence)
+    served = None if found.result is None else intervals.served_intervals(server.hardware, found.result, args.confidence)
     if args.json:
         print(json_text({"scenario": "server", "rate_per_s": found.rate_per_s, "constraints": limits,
                           "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
@@ -345,26 +345,9 @@ def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo,
     print(f"server: {found.rate_per_s:.4g} requests/s ({r.tokens_per_s:.1f} output tokens/s), TTFT p99 "
           f"{_s(r.ttft.p99)}, TPOT p99 {_s(r.tpot.p99)}; {100 * found.rate_per_s / found.offline.requests_per_s:.0f}% "
           "of the offline rate")
-    print(interval_line(offline, args.confidence, at="offline"))
-    print(interval_line(served, args.confidence, at="server"))
+    print(intervals.served_line(offline, args.confidence, at="offline"))
+    print(intervals.served_line(served, args.confidence, at="server"))
     return 0
-
-
-def served_intervals(hardware, result, confidence: float) -> dict:
-    """The headline figures of one served run (p50 TTFT, TPOT and end-to-end, output tokens/s) with their
-    intervals on ``hardware`` (the served-load rows' residuals): what every ``serve`` output prints."""
-    return intervals.intervals(hardware, "served", confidence, {
-        "ttft_p50_s": (result.ttft.p50, "time"), "tpot_p50_s": (result.tpot.p50, "time"),
-        "e2e_p50_s": (result.e2e.p50, "time"), "tokens_per_s": (result.tokens_per_s, "rate")})
-
-
-def interval_line(found: dict, confidence: float, at: str = "") -> str:
-    """The interval line of ``served_intervals`` (``at``: which run, e.g. ``at 4/s``)."""
-    return (f"{intervals.heading(confidence)}{' ' + at if at else ''}: TTFT p50 "
-            f"{intervals.text(found['ttft_p50_s'], _s)}, TPOT p50 {intervals.text(found['tpot_p50_s'], _s)}, "
-            f"end-to-end p50 {intervals.text(found['e2e_p50_s'], _s)}, throughput "
-            f"{intervals.text(found['tokens_per_s'], lambda v: f'{v:.1f}')} output tokens/s "
-            f"({found['tokens_per_s'].basis})")
 
 
 def _chart_note(args) -> None:
