@@ -324,7 +324,7 @@ def test_serve_and_train_charts_carry_the_commands_intervals(monkeypatch, tmp_pa
         plotting.pyplot().close(ax.figure)
 
 
-def test_search_chart_carries_the_front_intervals(monkeypatch, tmp_path):
+def test_search_json_and_chart_carry_the_front_intervals(monkeypatch, tmp_path, capsys):
     pytest.importorskip("matplotlib")
     import perfmodel.plotting as plotting
     from perfmodel.cli import main
@@ -334,6 +334,11 @@ def test_search_chart_carries_the_front_intervals(monkeypatch, tmp_path):
     assert main(["search", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "4", "--engines", "vllm",
                  "--batches", "8,64", "--no-disagg", "--simulate", "0", "--json", "--confidence", "0.9",
                  "--chart", str(tmp_path / "search.png")]) == 0
+    for point in json.loads(capsys.readouterr().out)["front"]:
+        block = point["intervals"]
+        assert block["confidence"] == 0.9 and "scenario" in block["basis"]
+        assert block["tokens_per_s_per_chip"]["low"] < point["tokens_per_s_per_chip"] \
+            < block["tokens_per_s_per_chip"]["high"]
     (ax,) = drawn
     per_chip, per_user = _errorbars(ax)
     front = len(ax.get_lines()[0].get_xdata())  # the Pareto front's line
