@@ -267,9 +267,10 @@ def plot_pareto(options_by_system: dict, ax=None):
     return ax
 
 
-def plot_search(result, ax=None):
+def plot_search(result, ax=None, *, front_intervals: Sequence | None = None):
     """``serving.search``: every configuration (tokens/s per user against tokens/s per chip; aggregated and
-    disaggregated marked apart), the Pareto front joined by a line, the SLO region shaded."""
+    disaggregated marked apart), the Pareto front joined by a line, the SLO region shaded; with
+    ``front_intervals`` (one ``(per user, per chip)`` pair of ``Interval`` a front point), their error bars."""
     ax = _new_axes(ax)
     configurations = result.configurations
     for disaggregated, marker, name in ((False, "o", "aggregated"), (True, "^", "disaggregated")):
@@ -280,6 +281,11 @@ def plot_search(result, ax=None):
     front = list(result.front)
     ax.plot([c.tokens_per_s_per_user for c in front], [c.tokens_per_s_per_chip for c in front], "k.-",
             label=f"Pareto front ({len(front)})")
+    if front_intervals is not None:
+        users, chips = [pair[0] for pair in front_intervals], [pair[1] for pair in front_intervals]
+        _interval_bars(ax, [c.tokens_per_s_per_user for c in front], chips, colour="dimgray", label="per chip")
+        _interval_bars(ax, [c.tokens_per_s_per_chip for c in front], users, horizontal=True, colour="darkgray",
+                       label="per user")
     inside = [c for c in front if c.meets_slo]
     if inside:
         ax.scatter([c.tokens_per_s_per_user for c in inside], [c.tokens_per_s_per_chip for c in inside], s=30,
@@ -340,9 +346,38 @@ def save_spec_rooflines(records: Sequence[dict], path: str | Path) -> None:
     save_figure(plot_spec_rooflines(records), path)
 
 
-def plot_training_breakdown(results: Sequence, ax=None):
+def interval_label(found: Sequence) -> str | None:
+    """The legend entry of a set of prediction intervals (``perfmodel.uncertainty.Interval``): their
+    confidence; None when none of them has evidence (nothing is drawn)."""
+    known = [item for item in found if item is not None and item.low is not None and item.high is not None]
+    return f"{round(100 * known[0].confidence, 1):g}% interval" if known else None
+
+
+def _interval_bars(ax, positions, found: Sequence, *, scale: float = 1.0, horizontal: bool = False,
+                   colour: str = "black", label: str | None = None):
+    """Error bars of the intervals ``found`` (``Interval``, or None) at ``positions`` (x for vertical
+    bars, y for horizontal ones), values times ``scale``; the ones without evidence are left out. Returns
+    the ErrorbarContainer, or None when no interval has evidence."""
+    legend = interval_label(found)
+    kept = [(position, item) for position, item in zip(positions, found, strict=True)
+            if item is not None and item.low is not None and item.high is not None]
+    if legend is None or not kept:
+        return None
+    where = [position for position, _ in kept]
+    values = np.array([item.value for _, item in kept]) * scale
+    spread = np.array([[item.value - item.low for _, item in kept], [item.high - item.value for _, item in kept]])
+    spread = spread * scale
+    if horizontal:
+        return ax.errorbar(values, where, xerr=spread, fmt="none", ecolor=colour, capsize=4, elinewidth=1.4,
+                           label=f"{label}: {legend}" if label else legend)
+    return ax.errorbar(where, values, yerr=spread, fmt="none", ecolor=colour, capsize=4, elinewidth=1.4,
+                       label=f"{label}: {legend}" if label else legend)
+
+
+def plot_training_breakdown(results: Sequence, ax=None, *, step_intervals: Sequence | None = None):
     """Stacked horizontal bars: each training layout's step time split by phase (forward, backward,
-    recompute, pipeline bubble, exposed communication, optimizer...), in seconds."""
+    recompute, pipeline bubble, exposed communication, optimizer...), in seconds; with
+    ``step_intervals`` (one ``Interval`` of the step time a layout), its interval as an error bar."""
     ax = _new_axes(ax, size=(9, 1.2 + 0.45 * len(results)))
     phases = [phase for phase in results[0].time_by_phase if any(r.time_by_phase[phase] > 0 for r in results)]
     labels = [f"{r.layout.label()}, recompute {r.setup.recompute}" for r in results]
@@ -352,6 +387,8 @@ def plot_training_breakdown(results: Sequence, ax=None):
         values = np.array([r.time_by_phase[phase] for r in results])
         ax.barh(labels, values, left=left, label=phase.replace("_", " "), color=cmap(index % 10))
         left += values
+    if step_intervals is not None:
+        _interval_bars(ax, range(len(results)), step_intervals, horizontal=True, label="step time")
     ax.invert_yaxis()
     ax.set_xlabel("predicted step time (s)")
     first = results[0]
@@ -374,12 +411,17 @@ def _ecdf(ax, values, label: str, colour: str) -> None:
     ax.plot([p50, p99], [0.5, 0.99], "o", color=colour, markersize=4)
 
 
-def plot_serving_latency(result, ax=None):
+def plot_serving_latency(result, ax=None, *, p50_intervals: dict | None = None):
     """Distributions (empirical CDFs) of one serving run's TTFT, TPOT and inter-token latency
-    (``perfmodel.serving.ServingResult``), with p50 and p99 marked and the SLOs drawn where given."""
+    (``perfmodel.serving.ServingResult``), with p50 and p99 marked and the SLOs drawn where given; with
+    ``p50_intervals`` (``ttft_p50_s``/``tpot_p50_s`` -> ``Interval``), the p50s' intervals as
+    horizontal error bars at the median."""
     ax = _new_axes(ax)
     _ecdf(ax, result.ttft_s, "TTFT", "tab:blue")
     _ecdf(ax, result.tpot_s, "TPOT (per request)", "tab:green")
+    for name, label, colour in (("ttft_p50_s", "TTFT p50", "tab:blue"), ("tpot_p50_s", "TPOT p50", "tab:green")):
+        if p50_intervals is not None and name in p50_intervals:
+            _interval_bars(ax, [0.5], [p50_intervals[name]], scale=1e3, horizontal=True, colour=colour, label=label)
     _ecdf(ax, result.itl_samples_s, "inter-token latency", "tab:orange")
     for slo, name, colour in ((result.ttft_slo_s, "TTFT SLO", "tab:blue"), (result.tpot_slo_s, "TPOT SLO", "tab:green")):
         if slo is not None:
@@ -397,12 +439,15 @@ def plot_serving_latency(result, ax=None):
 
 
 def plot_serving_rates(rates: Sequence[float], results: Sequence, ax=None, *, knee: float | None = None,
-                       ttft_slo_s: float | None = None):
+                       ttft_slo_s: float | None = None, throughput_intervals: Sequence | None = None):
     """Throughput (output tokens/s, left axis) and p99 TTFT and TPOT (right axis, log) against the
-    arrival rate, one point per serving run, the knee marked; returns the throughput Axes."""
+    arrival rate, one point per serving run, the knee marked; with ``throughput_intervals`` (one
+    ``Interval`` a run), the throughput's intervals as error bars. Returns the throughput Axes."""
     ax = _new_axes(ax)
     rates = [float(rate) for rate in rates]
     ax.plot(rates, [r.tokens_per_s for r in results], "o-", color="tab:blue", label="throughput (output tokens/s)")
+    if throughput_intervals is not None:
+        _interval_bars(ax, rates, throughput_intervals, colour="tab:blue", label="throughput")
     ax.set_xscale("log")
     ax.set_xlabel("arrival rate (requests/s)")
     ax.set_ylabel("throughput (output tokens/s)", color="tab:blue")

@@ -4,6 +4,7 @@ last bit, as the run in one process; a worker killed mid-run loses nothing; a sw
 from __future__ import annotations
 
 import io
+import json
 import os
 
 import cloudpickle
@@ -70,7 +71,9 @@ def test_streamed_csv_and_json_equal_the_whole_table(tmp_path, capsys):
     # points in arrays of other shapes (the last chunk, one point, takes the scalar kernel choice);
     # runs with the same --chunk-points are equal to the bit (the Parquet test above).
     pd.testing.assert_frame_equal(pd.read_csv(csv_path), frame, check_exact=False, rtol=1e-12, check_dtype=False)
-    pd.testing.assert_frame_equal(pd.read_json(io.StringIO(streamed)), frame, check_exact=False, rtol=1e-12,
+    table = json.loads(streamed)
+    assert table["confidence"] == 0.8 and "what-if" in table["basis"]
+    pd.testing.assert_frame_equal(pd.read_json(io.StringIO(json.dumps(table["rows"]))), frame, check_exact=False, rtol=1e-12,
                                   check_dtype=False)
 
 

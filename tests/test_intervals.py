@@ -225,9 +225,136 @@ def test_heldout_coverage_counts_rows_per_family():
 def test_sweep_interval_columns(capsys):
     from perfmodel.cli import main
 
-    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json"]) == 0
-    for record in json.loads(capsys.readouterr().out):
+    assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json", "--confidence", "0.9",
+                 "--chunk-points", "1"]) == 0  # two chunks: the records stream after the table's basis
+    table = json.loads(capsys.readouterr().out)
+    assert table["confidence"] == 0.9 and "split-conformal" in table["basis"] and "gpu scenario" in table["basis"]
+    assert [record["batch"] for record in table["rows"]] == [1, 8]
+    for record in table["rows"]:
         assert record["total_s_low"] < record["total_s"] < record["total_s_high"]
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1", "--grid", "memory.hbm.bandwidth=2TB/s,4TB/s",
                  "--json"]) == 0
-    assert all(record["total_s_low"] is None for record in json.loads(capsys.readouterr().out))  # what-if points
+    table = json.loads(capsys.readouterr().out)
+    assert table["confidence"] == 0.8 and "what-if" in table["basis"]
+    assert all(record["total_s_low"] is None for record in table["rows"])  # what-if points
+
+
+SERVE = ["serve", "--model", "llama-2-7b", "--on", "h100-sxm", "--requests", "40"]
+
+
+def test_serve_rates_print_an_interval_per_rate(capsys):
+    from perfmodel.cli import main
+
+    assert main([*SERVE, "--rates", "2,16", "--json"]) == 0
+    results = json.loads(capsys.readouterr().out)["results"]
+    for result in results:
+        block = result["intervals"]
+        assert block["confidence"] == 0.8 and "served" in block["basis"]
+        assert block["tpot_p50_s"]["low"] < result["tpot_s"]["p50"] < block["tpot_p50_s"]["high"]
+        assert block["tokens_per_s"]["low"] < result["tokens_per_s"] < block["tokens_per_s"]["high"]
+    assert main([*SERVE, "--rates", "2,16", "--confidence", "90%"]) == 0
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("90% interval")]
+    assert [line.split(":")[0] for line in lines] == ["90% interval at 2/s", "90% interval at 16/s"]
+
+
+def test_serve_server_scenario_prints_intervals(capsys):
+    from perfmodel.cli import main
+
+    scenario = [*SERVE, "--scenario", "server", "--ttft-slo", "200ms", "--tpot-slo", "50ms"]
+    assert main([*scenario, "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for run in (data["offline"], data["result"]):
+        assert run["intervals"]["ttft_p50_s"]["low"] < run["ttft_s"]["p50"] < run["intervals"]["ttft_p50_s"]["high"]
+    assert main(scenario) == 0
+    text = capsys.readouterr().out
+    assert "80% interval offline: TTFT p50" in text and "80% interval server: TTFT p50" in text
+
+
+def _errorbars(ax):
+    from matplotlib.container import ErrorbarContainer
+
+    return [item for item in ax.containers if isinstance(item, ErrorbarContainer)]
+
+
+def _legend_texts(ax) -> list[str]:
+    return [text.get_text() for text in ax.get_legend().get_texts()]
+
+
+def test_charts_draw_intervals_as_error_bars():
+    from types import SimpleNamespace
+
+    pytest.importorskip("matplotlib")
+    from perfmodel.plotting import plot_serving_rates, pyplot
+
+    band = Band(confidence=0.9, basis="test", low=-0.2, high=0.1, residuals=20)
+    runs = [SimpleNamespace(tokens_per_s=rate * 100.0, ttft=SimpleNamespace(p99=0.05), tpot=SimpleNamespace(p99=0.01),
+                            model="m", hardware="h", parallelism=SimpleNamespace(chips=1)) for rate in (1, 2, 4)]
+    found = [interval(run.tokens_per_s, band, RATE) for run in runs]
+    ax = plot_serving_rates([1, 2, 4], runs, throughput_intervals=found)
+    (bars,) = _errorbars(ax)
+    segments = bars.lines[2][0].get_segments()  # one vertical segment a rate, from low to high
+    assert np.array([segment[:, 1] for segment in segments]) == pytest.approx(
+        np.array([(i.low, i.high) for i in found]))
+    assert "throughput: 90% interval" in _legend_texts(ax)
+    pyplot().close(ax.figure)
+    # no evidence: nothing drawn, nothing claimed in the legend
+    blank = [interval(run.tokens_per_s, Band(confidence=0.9, basis="none"), RATE) for run in runs]
+    ax = plot_serving_rates([1, 2, 4], runs, throughput_intervals=blank)
+    assert not _errorbars(ax) and not any("interval" in text for text in _legend_texts(ax))
+    pyplot().close(ax.figure)
+
+
+def test_serve_and_train_charts_carry_the_commands_intervals(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import perfmodel.plotting as plotting
+    from perfmodel.cli import main
+
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda ax, path: drawn.append(ax))
+    assert main([*SERVE, "--rates", "2,16", "--chart", str(tmp_path / "rates.png")]) == 0
+    assert main([*SERVE, "--rate", "4/s", "--chart", str(tmp_path / "latency.png"), "--confidence", "70%"]) == 0
+    assert main(["train", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "8", "--global-batch", "64",
+                 "--seq", "2048", "--fsdp", "8", "--chart", str(tmp_path / "steps.png")]) == 0
+    capsys.readouterr()
+    rates, latency, steps = drawn
+    assert len(_errorbars(rates)) == 1 and "throughput: 80% interval" in _legend_texts(rates)
+    assert len(_errorbars(latency)) == 2 and "TTFT p50: 70% interval" in _legend_texts(latency)
+    assert len(_errorbars(steps)) == 1 and "step time: 80% interval" in _legend_texts(steps)
+    for ax in drawn:
+        plotting.pyplot().close(ax.figure)
+
+
+def test_search_json_and_chart_carry_the_front_intervals(monkeypatch, tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    import perfmodel.plotting as plotting
+    from perfmodel.cli import main
+
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda ax, path: drawn.append(ax))
+    assert main(["search", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "4", "--engines", "vllm",
+                 "--batches", "8,64", "--no-disagg", "--simulate", "0", "--json", "--confidence", "0.9",
+                 "--chart", str(tmp_path / "search.png")]) == 0
+    for point in json.loads(capsys.readouterr().out)["front"]:
+        block = point["intervals"]
+        assert block["confidence"] == 0.9 and "scenario" in block["basis"]
+        assert block["tokens_per_s_per_chip"]["low"] < point["tokens_per_s_per_chip"] \
+            < block["tokens_per_s_per_chip"]["high"]
+    (ax,) = drawn
+    per_chip, per_user = _errorbars(ax)
+    front = len(ax.get_lines()[0].get_xdata())  # the Pareto front's line
+    assert len(per_chip.lines[2][0].get_segments()) == len(per_user.lines[2][0].get_segments()) == front
+    assert {"per chip: 90% interval", "per user: 90% interval"} <= set(_legend_texts(ax))
+    plotting.pyplot().close(ax.figure)
+
+
+def test_serve_disagg_prints_intervals_for_both_deployments(capsys):
+    from perfmodel.cli import main
+
+    assert main([*SERVE, "--rate", "2/s", "--disagg", "1P1D", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    for name in ("disaggregated", "aggregated"):
+        block = data[name]["intervals"]
+        assert block["e2e_p50_s"]["low"] < data[name]["e2e_s"]["p50"] < block["e2e_p50_s"]["high"]
+    assert main([*SERVE, "--rate", "2/s", "--disagg", "1P1D"]) == 0
+    text = capsys.readouterr().out
+    assert "80% interval disaggregated: TTFT p50" in text and "80% interval aggregated: TTFT p50" in text

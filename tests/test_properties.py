@@ -284,7 +284,7 @@ def test_a_peak_swept_as_an_array_is_priced(capsys):
     busy = swept.total_s - swept.fixed_s
     assert busy[0, 1] == pytest.approx(busy[0, 0] / 2, rel=1e-9)
     assert main(["sweep", "--on", "h100-sxm", "--grid", f"{PEAK}=900TFLOP/s,1PFLOP/s", "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out)
+    rows = json.loads(capsys.readouterr().out)["rows"]
     assert [row[PEAK] for row in rows] == [9e14, 1e15] and rows[1]["total_s"] < rows[0]["total_s"]
 
 

@@ -6,6 +6,7 @@ import argparse
 from collections.abc import Callable, Mapping
 
 from perfmodel.uncertainty import DEFAULT_CONFIDENCE, RATE, TIME, Interval, interval
+from perfmodel.units import format_quantity
 
 
 def _confidence(text: str) -> float:
@@ -63,3 +64,23 @@ def text(item: Interval, style: Callable[[float], str]) -> str:
 
 def heading(confidence: float) -> str:
     return f"{round(100 * confidence, 1):g}% interval"
+
+
+def served_intervals(hardware, result, confidence: float) -> dict[str, Interval]:
+    """The headline figures of one served run (p50 TTFT, TPOT and end-to-end, output tokens/s) with their
+    intervals on ``hardware`` (the served-load rows' residuals): what every ``serve`` output prints."""
+    return intervals(hardware, "served", confidence, {
+        "ttft_p50_s": (result.ttft.p50, TIME), "tpot_p50_s": (result.tpot.p50, TIME),
+        "e2e_p50_s": (result.e2e.p50, TIME), "tokens_per_s": (result.tokens_per_s, RATE)})
+
+
+def served_line(found: Mapping[str, Interval], confidence: float, at: str = "") -> str:
+    """The interval line of ``served_intervals`` (``at``: which run, e.g. ``at 4/s``)."""
+    return (f"{heading(confidence)}{' ' + at if at else ''}: TTFT p50 {text(found['ttft_p50_s'], _seconds)}, "
+            f"TPOT p50 {text(found['tpot_p50_s'], _seconds)}, end-to-end p50 {text(found['e2e_p50_s'], _seconds)}, "
+            f"throughput {text(found['tokens_per_s'], lambda v: f'{v:.1f}')} output tokens/s "
+            f"({found['tokens_per_s'].basis})")
+
+
+def _seconds(value: float) -> str:
+    return format_quantity(value, "seconds")

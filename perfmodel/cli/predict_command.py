@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 from perfmodel.cli import confidence as intervals
@@ -118,23 +119,6 @@ def _predict(args) -> int:
     return 0
 
 
-def _with_interval(frame, hardware, what_if: bool, confidence: float):
-    """``total_s_low``/``total_s_high`` columns: the interval of each point's time (a transformer block: the
-    scenario rows' residuals); empty at swept spec values (what-if devices: no evidence)."""
-    from perfmodel.intervals import band_for
-    from perfmodel.uncertainty import Band, interval
-
-    level = f"{round(100 * confidence, 1):g}%"
-    band = Band(confidence=confidence, basis=f"no {level} interval: swept spec values are what-if devices") \
-        if what_if else band_for(hardware, "scenario", confidence)
-    found = [interval(float(value), band, "time") for value in frame["total_s"]]
-    position = list(frame.columns).index("total_s") + 1
-    frame.insert(position, "total_s_high", [item.high for item in found])
-    frame.insert(position, "total_s_low", [item.low for item in found])
-    frame.attrs["interval"] = band.basis
-    return frame
-
-
 def _share(time_s: float, total_s: float, style: str) -> str:
     """``time_s`` as a percentage of ``total_s``; '-' for a graph that takes no time (ops that move
     nothing on a device without launch overhead)."""
@@ -198,7 +182,7 @@ def _sweep(args) -> int:
                          enabled=not args.json and (distributed or plan.size >= 100_000))
         band = _sweep_band(hardware, bool(spec), args.confidence)
         head, rows = stream_table((_with_interval(part.to_columns(), band) for part in parts), args.output,
-                                  as_json=args.json)
+                                  as_json=args.json, fields={"confidence": band.confidence, "basis": band.basis})
     if not args.json:
         print(head.to_string(index=False))
         if rows > len(head):
@@ -243,10 +227,12 @@ def _with_interval(columns: dict, band) -> dict:
 HEAD_ROWS = 50  # rows of a sweep printed to the terminal
 
 
-def stream_table(chunks, output: Path | None, *, as_json: bool = False):
+def stream_table(chunks, output: Path | None, *, as_json: bool = False, fields: Mapping | None = None):
     """Write a table that arrives in chunks (column -> array each) to ``output`` (.csv or .parquet,
-    atomically: nothing is left half-written) and, with ``as_json``, as JSON records to stdout, holding
-    no more than one chunk; returns (the first ``HEAD_ROWS`` rows as a DataFrame, the number of rows)."""
+    atomically: nothing is left half-written) and, with ``as_json``, to stdout as a JSON object of
+    ``fields`` (what the whole table rests on: the interval's confidence and basis) and ``rows`` (one
+    record a row), holding no more than one chunk; returns (the first ``HEAD_ROWS`` rows as a DataFrame,
+    the number of rows)."""
     import contextlib
 
     import pandas as pd
@@ -261,7 +247,7 @@ def stream_table(chunks, output: Path | None, *, as_json: bool = False):
             write = _parquet_writer(temporary, stack) if output.suffix.lower() == ".parquet" else \
                 _csv_writer(temporary, stack)
         if as_json:
-            sys.stdout.write("[")
+            sys.stdout.write(json_text({**(fields or {}), "rows": []}, indent=None).removesuffix("]}"))
         for columns in chunks:
             frame = pd.DataFrame(columns)
             if write is not None:
@@ -272,7 +258,7 @@ def stream_table(chunks, output: Path | None, *, as_json: bool = False):
                 head = frame.head(HEAD_ROWS) if head is None else pd.concat([head, frame]).head(HEAD_ROWS)
             rows += len(frame)
         if as_json:
-            sys.stdout.write("]\n")
+            sys.stdout.write("]}\n")
     return head, rows
 
 

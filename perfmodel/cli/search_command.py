@@ -7,6 +7,7 @@ import math
 import sys
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import add_dtype_arguments, add_expert_weights_argument
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
@@ -54,6 +55,7 @@ def register(commands) -> None:
     search.add_argument("--top", type=int, default=20, help="front points to print (default 20; all with --json)")
     add_dtype_arguments(search)
     add_expert_weights_argument(search)
+    intervals.add_confidence_argument(search)
     search.add_argument("--json", action="store_true")
     search.add_argument("--chart", type=Path, metavar="FILE.png",
                         help="plot the configurations, the front and the SLO region (.png, .svg or .pdf)")
@@ -121,18 +123,31 @@ def _search(args) -> int:
             raise PerfmodelError("no front point meets the SLO targets to export; relax --ttft-slo/--tpot-slo or "
                                  "choose one with --pick N")
         launch = export(chosen, args.export, architecture.name, args.kv or args.activations)
+    bands = [front_intervals(hardware[c.engine], c, args.confidence) for c in result.front]
     if args.chart is not None:
         from perfmodel.plotting import plot_search, save_figure
 
-        save_figure(plot_search(result), args.chart)
+        save_figure(plot_search(result, front_intervals=bands), args.chart)
     if args.json:
         data = result.to_dict()
+        for point, (per_user, per_chip) in zip(data["front"], bands, strict=True):
+            point["intervals"] = intervals.to_json({"tokens_per_s_per_user": per_user,
+                                                    "tokens_per_s_per_chip": per_chip})
         data["chosen"] = None if chosen is None else chosen.to_dict()
         data["launch"] = None if launch is None else launch.to_dict()
         print(json_text(data, indent=1))
         return 0
-    _print(result, args, chosen, launch)
+    _print(result, args, chosen, launch, bands)
     return 0
+
+
+def front_intervals(hardware, configuration, confidence: float) -> tuple:
+    """(tokens/s per user, tokens/s per chip) of a searched deployment with their intervals on its
+    engine's ``hardware``: full-load estimates of one scenario, so the scenario rows' residuals."""
+    found = intervals.intervals(hardware, "scenario", confidence, {
+        "per_user": (configuration.tokens_per_s_per_user, "rate"),
+        "per_chip": (configuration.tokens_per_s_per_chip, "rate")})
+    return found["per_user"], found["per_chip"]
 
 
 def _chosen(result, pick):
@@ -160,7 +175,7 @@ def export(configuration, engine: str, model: str, kv_dtype: str):
     return launch_settings(engine, model, workers)
 
 
-def _print(result, args, chosen, launch) -> None:
+def _print(result, args, chosen, launch, bands) -> None:
     slo = " and ".join(f"{name} <= {text}" for name, text in (("TTFT", args.ttft_slo), ("TPOT", args.tpot_slo))
                        if text is not None) or "none"
     print(f"{result.model} on {result.chips} chips of {args.on}: prompt {result.prompt_tokens}, output "
@@ -195,6 +210,9 @@ def _print(result, args, chosen, launch) -> None:
     if chosen is not None:
         print(f"chosen: #{result.front.index(chosen) + 1} {chosen.label} ({chosen.tokens_per_s_per_user:.1f} tokens/s "
               f"per user, {chosen.tokens_per_s_per_chip:.1f} per chip)")
+        per_user, per_chip = bands[result.front.index(chosen)]
+        print(f"{intervals.heading(args.confidence)}: {intervals.text(per_user, _rate)} tokens/s per user, "
+              f"{intervals.text(per_chip, _rate)} per chip ({per_chip.basis})")
     if launch is not None:
         print(launch.text())
     if args.chart is not None:
@@ -204,3 +222,7 @@ def _print(result, args, chosen, launch) -> None:
 
 def _s(value: float) -> str:
     return "-" if value is None or math.isnan(value) else format_quantity(value, "seconds")
+
+
+def _rate(value: float) -> str:
+    return f"{value:.1f}"

@@ -231,13 +231,17 @@ def _serve(args) -> int:
     header = header_of(server)
     if rates is not None:
         knee = knee_rate(rates, results, ttft_slo)
+        found = [intervals.served_intervals(server.hardware, result, args.confidence) for result in results]
         if args.chart is not None:
             from perfmodel.plotting import plot_serving_rates, save_figure
 
-            save_figure(plot_serving_rates(rates, results, knee=knee, ttft_slo_s=ttft_slo), args.chart)
+            save_figure(plot_serving_rates(rates, results, knee=knee, ttft_slo_s=ttft_slo,
+                                           throughput_intervals=[bands["tokens_per_s"] for bands in found]),
+                        args.chart)
         if args.json:
             print(json_text({"rates": rates, "knee_rate_per_s": knee,
-                              "results": [result.to_dict(per_request=False) for result in results]}, indent=1))
+                              "results": [{**result.to_dict(per_request=False), "intervals": intervals.to_json(bands)}
+                                          for result, bands in zip(results, found, strict=True)]}, indent=1))
             return 0
         print(header)
         print(f"{results[0].workload.split(';', 1)[1].strip()}, {requests} requests, seed {args.seed}")
@@ -252,16 +256,16 @@ def _serve(args) -> int:
         rule = (f"the last rate whose p99 TTFT meets {args.ttft_slo}" if ttft_slo is not None
                 else "the first rate after which throughput grows by 10% or less")
         print(f"knee: {'none' if knee is None else f'{knee:g}/s'} ({rule})")
+        for rate, bands in zip(rates, found, strict=True):
+            print(intervals.served_line(bands, args.confidence, at=f"at {rate:g}/s"))
         _chart_note(args)
         return 0
     result = results[0]
+    found = intervals.served_intervals(hardware, result, args.confidence)
     if args.chart is not None:
         from perfmodel.plotting import plot_serving_latency, save_figure
 
-        save_figure(plot_serving_latency(result), args.chart)
-    found = intervals.intervals(hardware, "served", args.confidence, {
-        "ttft_p50_s": (result.ttft.p50, "time"), "tpot_p50_s": (result.tpot.p50, "time"),
-        "e2e_p50_s": (result.e2e.p50, "time"), "tokens_per_s": (result.tokens_per_s, "rate")})
+        save_figure(plot_serving_latency(result, p50_intervals=found), args.chart)
     if args.json:
         print(json_text({**result.to_dict(), "intervals": intervals.to_json(found)}, indent=1))
         return 0
@@ -271,10 +275,7 @@ def _serve(args) -> int:
             for name, p in (("TTFT", result.ttft), ("TPOT", result.tpot), ("end-to-end", result.e2e),
                             ("inter-token", result.itl))]
     print(format_table(["latency", "p50", "p90", "p99", "mean"], rows))
-    print(f"{intervals.heading(args.confidence)}: TTFT p50 {intervals.text(found['ttft_p50_s'], _s)}, TPOT p50 "
-          f"{intervals.text(found['tpot_p50_s'], _s)}, end-to-end p50 {intervals.text(found['e2e_p50_s'], _s)}, "
-          f"throughput {intervals.text(found['tokens_per_s'], lambda v: f'{v:.1f}')} output tokens/s "
-          f"({found['tokens_per_s'].basis})")
+    print(intervals.served_line(found, args.confidence))
     facts = [["duration", _s(result.duration_s)], ["throughput", f"{result.tokens_per_s:.1f} output tokens/s, "
                                                                  f"{result.requests_per_s:.2f} requests/s"]]
     if result.goodput is not None:
@@ -318,20 +319,22 @@ def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo,
             bar.close()
     limits = " and ".join(f"{name} p99 <= {text}" for name, text in (("TTFT", args.ttft_slo), ("TPOT", args.tpot_slo))
                           if text is not None)
+    offline = intervals.served_intervals(server.hardware, found.offline, args.confidence)
+    served = None if found.result is None else intervals.served_intervals(server.hardware, found.result, args.confidence)
     if args.json:
         print(json_text({"scenario": "server", "rate_per_s": found.rate_per_s, "constraints": limits,
                           "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,
                           "tried": [{"rate_per_s": rate, "met": met} for rate, met in found.tried],
-                          "offline": found.offline.to_dict(per_request=False),
-                          "result": None if found.result is None else found.result.to_dict(per_request=False)},
+                          "offline": {**found.offline.to_dict(per_request=False), "intervals": intervals.to_json(offline)},
+                          "result": None if found.result is None else {**found.result.to_dict(per_request=False),
+                                                                       "intervals": intervals.to_json(served)}},
                          indent=1))
         return 0
     print(header)
     print(f"MLPerf server scenario: {limits}; prompt {prompt.text}, output {output.text}, {requests} requests a "
           f"run, seed {args.seed}")
-    offline = found.offline
-    print(f"offline (every request at once): {offline.tokens_per_s:.1f} output tokens/s, "
-          f"{offline.requests_per_s:.2f} requests/s")
+    print(f"offline (every request at once): {found.offline.tokens_per_s:.1f} output tokens/s, "
+          f"{found.offline.requests_per_s:.2f} requests/s")
     print(format_table(["rate", "meets"], [[f"{rate:.4g}/s", "yes" if met else "no"] for rate, met in found.tried]))
     if found.result is None:
         print(f"no rate down to {found.tried[-1][0]:.3g}/s meets {limits}: the constraint is below what one "
@@ -339,8 +342,10 @@ def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo,
         return 0
     r = found.result
     print(f"server: {found.rate_per_s:.4g} requests/s ({r.tokens_per_s:.1f} output tokens/s), TTFT p99 "
-          f"{_s(r.ttft.p99)}, TPOT p99 {_s(r.tpot.p99)}; {100 * found.rate_per_s / offline.requests_per_s:.0f}% "
+          f"{_s(r.ttft.p99)}, TPOT p99 {_s(r.tpot.p99)}; {100 * found.rate_per_s / found.offline.requests_per_s:.0f}% "
           "of the offline rate")
+    print(intervals.served_line(offline, args.confidence, at="offline"))
+    print(intervals.served_line(served, args.confidence, at="server"))
     return 0
 
 

@@ -137,8 +137,14 @@ def run_disaggregated(args, architecture, hardware, config, speculation, *, requ
     replicas = max(deployment.chips // aggregated_server.parallelism.chips, 1)
     aggregated = simulate_pool(aggregated_server, replicas, times, prompts, outputs, prefix_share=args.prefix_share,
                                **slos)
+    from perfmodel.cli import confidence as intervals
+
+    found = {"disaggregated": intervals.served_intervals(hardware, disaggregated, args.confidence),
+             "aggregated": intervals.served_intervals(hardware, aggregated, args.confidence)}
     if args.json:
-        print(json_text({"disaggregated": disaggregated.to_dict(), "aggregated": aggregated.to_dict(),
+        print(json_text({"disaggregated": {**disaggregated.to_dict(), "intervals": intervals.to_json(
+                             found["disaggregated"])},
+                         "aggregated": {**aggregated.to_dict(), "intervals": intervals.to_json(found["aggregated"])},
                          "kv_link": {"name": link.name, "latency_s": link.latency_s,
                                      "bandwidth_bytes_per_s": link.bandwidth_bytes_per_s},
                          "speculation": None if speculation is None else speculation.to_dict()}, indent=1))
@@ -160,6 +166,8 @@ def run_disaggregated(args, architecture, hardware, config, speculation, *, requ
                      "-" if result.steady_state is None else "yes" if result.steady_state else "no"])
     print(format_table(["deployment", "chips", "TTFT p50", "TTFT p99", "TPOT p50", "TPOT p99", "tokens/s",
                         "tokens/s/chip", "goodput", "preemptions", "steady"], rows))
+    for name, bands in found.items():
+        print(intervals.served_line(bands, args.confidence, at=name))
     return 0
 
 

@@ -141,11 +141,11 @@ def _train(args) -> int:
         results = [train_predict(architecture, hardware, setup, _layout(args), mode=args.mode,
                                  domain_chips=args.domain_chips, overlap=not args.no_overlap)]
         header = f"{architecture.name} on {args.chips} x {hardware.name}"
+    found = [_step_intervals(hardware, result, args.confidence) for result in results]
     if args.chart is not None:
         from perfmodel.plotting import plot_training_breakdown, save_figure
 
-        save_figure(plot_training_breakdown(results), args.chart)
-    found = [_step_intervals(hardware, result, args.confidence) for result in results]
+        save_figure(plot_training_breakdown(results, step_intervals=[bands["step_s"] for bands in found]), args.chart)
     if args.json:
         data = [{**result.to_dict(), "intervals": intervals.to_json(bands)}
                 for result, bands in zip(results, found, strict=True)]
