@@ -278,7 +278,7 @@ def test_predict_cli_what_if_and_errors(capsys):
     assert main(["predict", "transformer_block", "--on", "h100-sxm", "--set", "memory.hbm.bandwidth=fast"]) == 2
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,2", "--grid", "memory.hbm.bandwidth=2TB/s,4TB/s",
                  "--json"]) == 0
-    rows = json.loads(capsys.readouterr().out.splitlines()[-1])
+    rows = json.loads(capsys.readouterr().out)["rows"]  # the object: confidence, basis, rows (issue 32)
     assert len(rows) == 4 and {"batch", "memory.hbm.bandwidth", "total_s", "bound"} <= set(rows[0])
 
 
