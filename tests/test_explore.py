@@ -1,15 +1,13 @@
 """``perfmodel explore``: the JSON API and, in a real browser (Playwright driving Debian's Chromium),
 each view's numbers against the engine's own API for the same inputs (issue 33).
 
-Without Chromium or Playwright the browser tests fail under CI (``CI`` set: ``.ci/run`` installs
-Chromium, so a missing browser is a broken set-up) and are skipped with the reason elsewhere (a
-developer's machine without ``apt-get install chromium``)."""
+Without Chromium or Playwright the browser tests fail with the reason, as every skip in this suite does
+(``tests/conftest.py``): ``.ci/run`` installs Chromium, so a missing browser is a broken set-up."""
 
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
 import threading
 import urllib.error
@@ -189,9 +187,7 @@ def _browser_or_reason() -> str | None:
 def page():
     reason = _browser_or_reason()
     if reason is not None:
-        if os.environ.get("CI"):
-            pytest.fail(f"browser tests cannot run under CI: {reason}; .ci/run installs Chromium")
-        pytest.skip(reason)
+        pytest.fail(f"browser tests cannot run: {reason}; .ci/run installs Chromium")
     from playwright.sync_api import sync_playwright
 
     with explore_server("--no-warm-up") as url, sync_playwright() as playwright:

@@ -57,6 +57,7 @@ from perfmodel.serving.disaggregated import (
     simulate_pool,
 )
 from perfmodel.serving.simulator import Server, ServingConfig
+from perfmodel.serving.sizing import SECONDS_PER_HOUR
 from perfmodel.serving.speculation import Speculation, drafter
 from perfmodel.serving.steps import StepCosts, kv_capacity
 from perfmodel.serving.workload import ArrivalProcess
@@ -65,7 +66,6 @@ DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 SIMULATED_LOAD = 0.8  # share of the estimated request rate the front's points are simulated at
 SIMULATED_CONCURRENCY_MULTIPLE = 3  # a simulated run holds at least this many times the deployment's batch slots...
 MAX_SIMULATED_REQUESTS = 3000  # ...up to this many requests
-SECONDS_PER_HOUR = 3600.0
 
 
 @dataclass(frozen=True, kw_only=True)
