@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from calibration import aiconfigurator as tables
-from calibration.engine_overlays import DATASHEET_LEVELS, without_step_latency
+from calibration.engine_overlays import DATASHEET_LEVELS, SMALL_MESSAGE_BYTES, with_measured_step_latency
 from perfmodel.costs.rules import DECODE_ATTENTION
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.loader import (
@@ -132,17 +132,26 @@ def test_levels_held_at_the_datasheet_get_no_parameter(sample):
     from calibration.fit import fit
 
     records, _ = sample
-    hardware = without_step_latency(device_time_hardware(load_hardware("h100-sxm")))
+    hardware = with_measured_step_latency(device_time_hardware(load_hardware("h100-sxm")), records)
     result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0, datasheet_levels=DATASHEET_LEVELS)
     assert not [name for name in result.params if name.endswith(":smem")]
     assert 0 < max(value for name, (value, _) in result.params.items() if name.startswith("latency:matmul")) < 20e-6
 
 
-def test_engine_overlay_removes_the_per_step_link_latency_the_alpha_replaces():
+def test_engine_overlay_step_latency_is_the_median_of_the_smallest_all_reduces(sample):
+    import statistics
+
+    records, _ = sample
+    small = [record.duration_s for record in records if record.op_class == "all_reduce"
+             and record.graph().ops[0].attrs["bytes"] <= SMALL_MESSAGE_BYTES]
+    assert len(small) >= 3
     spec = load_hardware("h100-sxm")
-    stripped = without_step_latency(spec)
-    assert stripped.links["nvlink"].latency_s == 0 and spec.links["nvlink"].latency_s > 0
-    assert stripped.links["network"].latency_s == spec.links["network"].latency_s
+    stepped = with_measured_step_latency(spec, records)
+    assert stepped.links["nvlink"].latency_s == statistics.median(small)
+    assert 1e-6 < stepped.links["nvlink"].latency_s < 10e-6  # engines' one-shot kernels: a few microseconds
+    assert stepped.links["network"].latency_s == spec.links["network"].latency_s
+    without = with_measured_step_latency(spec, [r for r in records if r.op_class != "all_reduce"])
+    assert without.links["nvlink"].latency_s == 0.0
 
 
 def test_cli_engine_flag_names_the_overlay(capsys):

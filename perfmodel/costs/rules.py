@@ -34,7 +34,7 @@ from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import NoEngineError, PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import KERNEL_CLASS_SEPARATOR, ComputeEngine, Hardware, KernelShape, Link, Parameters
-from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick
+from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -795,6 +795,32 @@ def choose_link(hardware: Hardware, name: str | None) -> Link:
     raise PerfmodelError(f"{hardware.name} has no links, so it cannot run a collective; add one to its spec")
 
 
+# Scale-up fabrics where an all-reduce can be one-shot, each chip reading every peer's whole buffer and
+# reducing it in one step instead of the two steps of a reduce-scatter and an all-gather: NVLink through
+# NVSwitch, where the engines' kernel tables measure it. A full mesh (MI300X's Infinity Fabric, Groq's
+# C2C) could run one too, but no measurement here shows which its libraries or compiler use; it stays
+# two-step (on Groq the one-shot would move the LPU rows' error from +167% to +189%, further off).
+ONE_SHOT_TOPOLOGIES = ("switch",)
+
+
+def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, two_shot_latency: Any):
+    """(wire bytes per link, step latency) of the faster of a one-shot all-reduce (``p - 1`` payloads
+    read per chip, one step) and the two-shot one (``2 (p - 1) / p`` payloads, two steps), judged at the
+    link's datasheet bandwidth and step latency, as the engines' kernels choose by message size and rank
+    count (vLLM's custom all-reduce, csrc/custom_all_reduce.cuh: one stage on 2 GPUs, and below 512 KiB on
+    4 or 256 KiB on 8, else two stages; TensorRT-LLM's and SGLang's ONESHOT/TWOSHOT likewise). The one
+    step's latency is the link's; the kernel tables show it: 128 elements cost 4.2 us on 2 H100s and 4.7 us
+    on 8 with vLLM's one-shot kernel, while two-shot 1 MiB on 8 costs 15 us, not the 9 us of a ring's
+    bandwidth term."""
+    one_shot_bytes = (group - 1) * payload / links_in_use(link, "all_reduce", group)
+    step = link.latency_s or 0.0
+    bandwidth = link.bandwidth_bytes_per_s_per_direction
+    one_shot = greater(two_shot_bytes / bandwidth + two_shot_latency, one_shot_bytes / bandwidth + step)
+    if not is_traced(one_shot) and np.ndim(one_shot) == 0:
+        return (one_shot_bytes, step) if bool(one_shot) else (two_shot_bytes, two_shot_latency)
+    return where(one_shot, one_shot_bytes, two_shot_bytes), where(one_shot, step, two_shot_latency)
+
+
 @cost_rule("collective")
 def collective_cost(op: Op, context: CostContext) -> OpCost:
     """Ring-style collectives priced on a link: bytes on the wire per chip over the bandwidth of the
@@ -810,6 +836,8 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
                     link)
     wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link, collective, group)
     latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)
+    if collective == "all_reduce" and link.kind == "chip_to_chip" and link.topology in ONE_SHOT_TOPOLOGIES:
+        wire_bytes, latency = _one_or_two_shot(link, group, payload, wire_bytes, latency)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)
     # A ring reduce-scatter adds (p-1)/p of the payload per chip (Thakur, Rabenseifner & Gropp 2005).
     reduce_flops = (payload / get_dtype(op.dtype).bytes_per_element * (group - 1) / max(group, 1)
