@@ -21,7 +21,8 @@ Conventions (read from the tables and from how aiconfigurator's own SDK queries 
   (``window_size`` 0) with bf16 activations and a bf16 KV cache are used; windowed and fp8-KV rows
   are skipped (counted) until the cost rules price them;
 * all-reduce: ``message_size`` counts elements (aiconfigurator's ``CustomAllReduce(name, tokens,
-  hidden, tp)`` looks up ``tokens x hidden``), bf16, over NVLink; where a table holds both the CUDA-graph
+  hidden, tp)`` looks up ``tokens x hidden``), bf16, over NVLink (over PCIe on the L40S and RTX PRO 6000,
+  which have none: ``SCALE_UP_LINKS``); where a table holds both the CUDA-graph
   and the eager variant of the engine's custom all-reduce, the graph one is what serving runs.
 """
 
@@ -42,7 +43,12 @@ MODULE = "aiconfigurator_core"
 LICENSE = "Apache-2.0 (NVIDIA CORPORATION & AFFILIATES; SPDX header of every collection_meta.yaml)"
 SOURCE_URL = "https://pypi.org/project/aiconfigurator-core/"
 #: perfmodel's spec name -> the package's data folder.
-GPU_FOLDERS = {"a100-sxm-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm"}
+GPU_FOLDERS = {"a100-sxm-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": "h200_sxm", "b200": "b200_sxm",
+               "b300": "b300_sxm", "gb200": "gb200", "gb300": "gb300", "l40s": "l40s",
+               "rtx-pro-6000": "rtx_pro_6000_server"}
+#: The chip-to-chip link an engine's all-reduce runs on, where it is not NVLink: the L40S and the RTX PRO
+#: 6000 have none, and their engines' custom all-reduce goes GPU to GPU over PCIe (the specs' ``pcie_p2p``).
+SCALE_UP_LINKS = {"l40s": "pcie_p2p", "rtx-pro-6000": "pcie_p2p"}
 ENGINES = ("trtllm", "vllm", "sglang")
 #: A kind of measurement -> (family folder, table file).
 TABLES = {
@@ -174,9 +180,9 @@ def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                      "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": "bf16"})
 
 
-def all_reduce_op(elements: int, gpus: int) -> Op:
+def all_reduce_op(elements: int, gpus: int, link: str = "nvlink") -> Op:
     return Op(name="all_reduce", kind="collective", attrs={"collective": "all_reduce", "bytes": 2.0 * elements,
-                                                           "group_size": gpus, "dtype": "bf16", "link": "nvlink"})
+                                                           "group_size": gpus, "dtype": "bf16", "link": link})
 
 
 def _eager(row) -> bool:
@@ -232,7 +238,7 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
         else:
             gpus, elements = int(row["num_gpus"]), int(row["message_size"])
             yield _record(source, f"all_reduce_{gpus}x_{elements}", "all_reduce", latency,
-                          all_reduce_op(elements, gpus), index)
+                          all_reduce_op(elements, gpus, SCALE_UP_LINKS.get(source.gpu, "nvlink")), index)
 
 
 def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):

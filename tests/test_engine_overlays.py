@@ -87,6 +87,21 @@ def test_every_engine_overlay_ships_loads_and_runs_graph_mode(gpu, engine):
     assert spec.field_sources[f"links.{link.name}.latency"] == "calibration"
 
 
+@pytest.mark.parametrize("gpu", ["l40s", "rtx-pro-6000"])
+def test_gpus_without_nvlink_reduce_over_their_pcie_chip_to_chip_link(gpu):
+    """Their engines' all-reduce rows run on the spec's ``pcie_p2p`` link (NVLink rows would not price)."""
+    import pandas as pd
+
+    path = tables.sample_path("all_reduce")
+    source = tables.Table(gpu=gpu, engine="sglang", version="0.5.14", kind="all_reduce", path=path,
+                          package_version="0.12.0")
+    record = next(tables.records(source, pd.read_csv(path), {}))
+    assert record.graph().ops[0].attrs["link"] == "pcie_p2p"
+    spec = load_hardware(f"{gpu}-sglang")
+    assert spec.links["pcie_p2p"].kind == "chip_to_chip" and "nvlink" not in spec.links
+    assert evaluate(record.graph(), spec, mode="graph").total_s > 0
+
+
 def test_shipped_overlay_predicts_rows_it_was_not_fitted_on(sample):
     """The committed sample is drawn with another seed than the fit's: most rows are new to the overlay."""
     records, _ = sample
