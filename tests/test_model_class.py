@@ -23,6 +23,7 @@ from perfmodel.llm.model_class import (  # noqa: E402
     meta_model,
     parameter_shapes,
 )
+from perfmodel.workload.ir import Op, TensorSpec  # noqa: E402
 
 # Each family's config class with its default values (a few layers fewer where the default is a full
 # model, to keep the test fast; the layer pattern fields stay consistent with the count).
@@ -305,6 +306,30 @@ def test_block_scaled_weights_carry_their_scales_in_memory_and_traffic(dtype, bi
     reads = {name: _weight_bytes(stage_graph(model, scenario, Parallelism(), phase="decode", context=64))
              for name, scenario in scenarios.items()}
     assert reads[dtype] / reads[plain] == pytest.approx(bits / int(bits), rel=1e-12)
+
+
+@pytest.mark.parametrize(("device", "activation", "weight", "side"), [
+    ("h200-sxm", "bf16", "mxfp4", "8 per weight"), ("h200-sxm", "bf16", "nvfp4", "8 per weight"),
+    ("h200-sxm", "bf16", "fp8_block", "4 per weight"), ("h200-sxm", "fp8", "fp8_block", "2 per output per 128 of k"),
+    ("b200", "fp4", "nvfp4", "none"), ("b200", "fp8", "mxfp8", "none"), ("h200-sxm", "bf16", "bf16", "none")])
+def test_block_scaled_weights_are_dequantized_or_run_natively_as_defined(device, activation, weight, side):
+    """Under bf16 activations block-scaled weights are dequantized in the kernel on the vector engine (convert and
+    scale: 4 per 8-bit element, unpack too: 8 per 4-bit one, as int8/int4); under activations of their element
+    width the MMA runs them at that rate, Blackwell's block-scaled MMA applying the scales itself, while fp8_block
+    on Hopper multiplies the fp32 partial sums by the block scales every 128 of k (DeepSeek-V3, section 3.3.2)."""
+    from perfmodel.costs.rules import CostContext, op_cost
+
+    m, k, n = 16, 7168, 4096
+    op = Op(name="mm", kind="matmul", inputs=(TensorSpec(shape=(m, k), dtype=activation),
+                                              TensorSpec(shape=(k, n), dtype=weight, role="weight")),
+            outputs=(TensorSpec(shape=(m, n), dtype=activation),),
+            attrs={"m": m, "n": n, "k": k, "batch": 1, "dtype": activation})
+    cost = op_cost(op, CostContext(hardware=load_hardware(device)))
+    expected = {"8 per weight": 8 * k * n, "4 per weight": 4 * k * n, "2 per output per 128 of k": 2 * m * n * (k // 128),
+                "none": 0}[side]
+    assert float(cost.side_flops or 0) == expected
+    assert cost.peak_dtype == {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4"}[activation]
+    assert (cost.side_engine is not None) == (expected > 0)
 
 
 def test_block_scaled_formats_are_weight_formats_only():
