@@ -264,11 +264,14 @@ def test_captured_layers_hold_exactly_the_models_parameters(name):
 def test_deepseek_v3_eager_caches_the_latent_and_expands_it_every_decode_step():
     """transformers' DeepseekV3Attention caches the compressed latent (512) and rotary key (64) of each token, as
     the KV bytes per token say, and re-expands the whole cached latent through kv_b_proj at every decode step
-    (materialized, not absorbed): its rows are batch x context, so eager decode does ~20x the condensed FLOPs."""
+    (materialized, not absorbed): its rows are batch x context, so eager decode does ~20x the condensed FLOPs.
+    In fp16 activations, which torch's grouped GEMM does not take."""
     architecture = load_architecture("deepseek-v3")
     graph = CapturedStream.from_config(load_config("deepseek-v3"))(
-        architecture, Scenario(batch=4, prompt_tokens=512, generated_tokens=64), Parallelism(tp=8),
+        architecture, Scenario(batch=4, prompt_tokens=512, generated_tokens=64, **FP16), Parallelism(tp=8),
         phase="decode", context=1025)
+    # torch's grouped GEMM is bf16-only: the fp16 stream is the bf16 capture relabelled (same kernels, same widths)
+    assert "bf16" not in {tensor.dtype for op in graph.ops for tensor in (*op.inputs, *op.outputs)}
     writes = [op for op in graph.ops if op.kind == "copy" and op.provenance.startswith("aten.index_copy")
               and op.name.startswith("layers.moe_full.")]
     assert sum(op.input_bytes for op in writes) == 4 * architecture.kv_elements_per_token() * 2

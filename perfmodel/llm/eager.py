@@ -272,7 +272,10 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
     if moe and model_class._can_set_experts_implementation():
         # static shapes (tokens x top-k rows) instead of a loop over the experts the router hits
         hf_config._experts_implementation = "grouped_mm"
-    torch_dtype = getattr(torch, TORCH_DTYPES[dtype])
+    # torch's grouped GEMM takes bf16 only; fp16 runs the same kernels (the same casts around the norms), so an
+    # fp16 stream is the bf16 capture relabelled (its grouped GEMMs are replaced at the expected load anyway)
+    relabel = dtype == "fp16" and getattr(hf_config, "_experts_implementation", None) == "grouped_mm"
+    torch_dtype = getattr(torch, TORCH_DTYPES["bf16" if relabel else dtype])
     with torch.device("meta"):
         model = transformers.AutoModelForCausalLM.from_config(hf_config, dtype=torch_dtype).eval()
     cache = transformers.StaticCache(config=hf_config, max_cache_len=context, device="meta", dtype=torch_dtype,
@@ -289,7 +292,7 @@ def _captured(config_items, tp: int, dtype: str, batch: int, seq: int, context: 
     per_layer: list[list[Op]] = [[] for _ in range(layers)]
     end_ops: list[Op] = []
     for op in result.graph.ops:
-        op = _kv_roles(op, cached)
+        op = _kv_roles(_relabelled(op, "bf16", dtype) if relabel else op, cached)
         if op.provenance in CACHE_WRITES and ".experts." not in op.name:
             op = _cache_write(op)
         match = _CAPTURED_LAYER.match(op.name)
@@ -321,6 +324,15 @@ def _hf_config(transformers: Any, config: Mapping[str, Any]) -> Any:
 
 _CAPTURED_LAYER = re.compile(r"^model\.layers\.(\d+)\.(.+)$")
 _CAPTURED_MODULE = re.compile(r"^model\.layers\.(\d+)(?:\.|$)")
+
+
+def _relabelled(op: Op, captured: str, wanted: str) -> Op:
+    """``op`` with its ``captured``-dtype tensors (and compute dtype) in the ``wanted`` dtype of the same width."""
+    def tensor(spec: TensorSpec) -> TensorSpec:
+        return replace(spec, dtype=wanted) if spec.dtype == captured else spec
+
+    attrs = {**op.attrs, "dtype": wanted} if op.attrs.get("dtype") == captured else op.attrs
+    return replace(op, inputs=tuple(map(tensor, op.inputs)), outputs=tuple(map(tensor, op.outputs)), attrs=attrs)
 
 
 def _cache_tensors(cache: Any) -> set[tuple[int, ...]]:
