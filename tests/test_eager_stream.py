@@ -277,3 +277,27 @@ def test_deepseek_v3_eager_caches_the_latent_and_expands_it_every_decode_step():
     assert sum(op.input_bytes for op in writes) == 4 * architecture.kv_elements_per_token() * 2
     expand = next(op for op in graph.ops if op.name.startswith("layers.moe_full.self_attn.kv_b_proj"))
     assert expand.attrs["m"] == 4 * 1025 and expand.attrs["k"] == architecture.latent.kv_lora_rank
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gemma-3-27b", "llama-4-maverick"])
+def test_a_pipeline_stage_counts_its_own_layers_of_each_kind(name):
+    """With pp 4 each kind counts the layers of the heaviest stage, as the condensed graph groups them (DeepSeek-V3's
+    dense first layers are in the first stage, which is not the heaviest)."""
+    from perfmodel.llm.eager import _kind_tag, layer_kinds
+    from perfmodel.llm.graphs import layer_groups
+
+    architecture = load_architecture(name)
+    graph = CapturedStream.from_config(load_config(name))(
+        architecture, Scenario(batch=2, prompt_tokens=64, generated_tokens=4), Parallelism(pp=4), phase="decode",
+        context=65)
+    kinds = layer_kinds(architecture)
+    stage = [kinds[layer] for layer in architecture.stage_layers(4)]
+    counted = {}
+    for kind in set(kinds):
+        counts = {op.count for op in graph.ops if op.name.startswith(f"layers.{_kind_tag(kind)}.") and op.kind != "view"}
+        assert len(counts) <= 1
+        counted[kind] = counts.pop() if counts else 0
+        assert counted[kind] == stage.count(kind)
+    groups = layer_groups(architecture, 4)
+    assert sum(counted.values()) == groups.layers
+    assert sum(count for (moe, _), count in counted.items() if moe) == groups.moe

@@ -139,11 +139,11 @@ class CapturedStream:
         captured_layers, end_ops, end_views = _captured(
             self.config_items, parallelism.tp, scenario.activation_dtype, int(scenario.batch),
             scenario.prompt_tokens if phase == "prefill" else 1, int(context), phase, max(firsts.values()) + 1)
+        # the heaviest pipeline stage's layers, as the condensed graph counts them (``graphs.layer_groups``)
         stage = [kinds[layer] for layer in architecture.stage_layers(parallelism.pp)]
-        padding = -(-architecture.layers // parallelism.pp) - len(stage)  # a short last stage is priced as the fullest
         ops: list[Op] = []
         for kind, first in firsts.items():
-            count = stage.count(kind) + (padding if kind == stage[-1] else 0)
+            count = stage.count(kind)
             if not count:
                 continue
             layer_ops, views = captured_layers[first]
