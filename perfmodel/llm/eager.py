@@ -92,7 +92,8 @@ def supports(config: Mapping[str, Any]) -> str | None:
     if isinstance(config.get("text_config"), Mapping) and config.get("model_type") not in MULTIMODAL_TEXT_MODELS:
         return "a multimodal config's text model (text_config) is not captured"
     config = text_config(config)
-    if not all(key in config for key in ("hidden_size", "num_attention_heads", "num_hidden_layers")):
+    # (vocab_size may be the class's default: Gemma 3's text_config leaves it out)
+    if not all(key in config for key in ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers")):
         return "only decoder configs in the Llama layout (hidden_size, num_attention_heads...) are captured"
     try:
         import torch  # noqa: F401
