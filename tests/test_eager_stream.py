@@ -301,3 +301,29 @@ def test_a_pipeline_stage_counts_its_own_layers_of_each_kind(name):
     groups = layer_groups(architecture, 4)
     assert sum(counted.values()) == groups.layers
     assert sum(count for (moe, _), count in counted.items() if moe) == groups.moe
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_llama4_routed_path_runs_at_the_expected_load(phase):
+    """transformers' Llama4TextMoe runs every expert over every token (repeat x experts, batched GEMMs, sum): the
+    captured routed path, its element-wise ops too, is priced on the expected load's rows (the experts the routed
+    tokens reach x tokens each), as its GEMMs and the condensed graph are; the shared expert keeps every token."""
+    architecture = load_architecture("llama-4-scout")
+    scenario = Scenario(batch=4, prompt_tokens=64, generated_tokens=4)
+    context = 64 if phase == "prefill" else 65
+    graph = CapturedStream.from_config(load_config("llama-4-scout"))(architecture, scenario, Parallelism(),
+                                                                     phase=phase, context=context)
+    condensed = stage_graph(architecture, scenario, Parallelism(), phase=phase, context=context)
+    expert = next(op for op in condensed.ops if op.name == "layers.moe.experts.gate_up")
+    rows = expert.attrs["batch"] * expert.attrs["m"]
+    tokens = 4 * (64 if phase == "prefill" else 1)
+    assert rows < architecture.experts * tokens
+    prefix = "layers.moe_full.feed_forward."
+    repeat = next(op for op in graph.ops if op.name == prefix + "repeat")
+    assert repeat.outputs[0].shape == (rows, architecture.hidden)
+    routed = [op for op in graph.ops if op.name.startswith(prefix) and ".shared_expert." not in op.name
+              and ".router." not in op.name]
+    assert all(tensor.shape[0] != architecture.experts * tokens and tuple(tensor.shape[:2]) != (architecture.experts, tokens)
+               for op in routed for tensor in (*op.inputs, *op.outputs))
+    shared = next(op for op in graph.ops if op.name == prefix + "shared_expert.gate_proj.mm")
+    assert shared.inputs[0].shape == (tokens, architecture.hidden)

@@ -28,10 +28,13 @@ dependent, so each of the two grouped GEMMs (``aten._grouped_mm``, which the cap
 expert's weights) is replaced by the condensed graph's expert matmul at the expected load: the routed
 tokens spread evenly over the experts they reach (``min(experts / ep, tokens x top-k / ep)`` experts,
 ``ceil(routed / reached)`` rows each: an imbalance factor of 1, the condensed graph's convention), so
-both graphs read the same expert weights. A class without grouped GEMMs (Llama 4's experts run a
-batched GEMM over every expert) has its two expert GEMMs replaced the same way; its other ops are
-kept as the class runs them. Attention is SDPA where the class has it, the class's own eager
-attention otherwise (gpt-oss: the sinks).
+both graphs read the same expert weights. A class without grouped GEMMs (Llama 4's ``Llama4TextMoe``
+repeats every token for every expert, scales it by its score, runs a batched GEMM over all experts and
+sums the experts back) has its two expert GEMMs replaced the same way, and the element-wise ops on
+``experts x tokens`` rows between them (the repeat, the scaling, the activation, the sum) run on the
+expected load's rows too, so that the whole routed path is priced at the load a deployment routes.
+Attention is SDPA where the class has it, the class's own eager attention otherwise (gpt-oss: the
+sinks).
 
 Latent attention (DeepSeek-V3) is captured as ``transformers`` runs it: the cache holds each token's
 compressed latent and rotary key (the KV bytes the architecture counts), and every decode step
@@ -194,10 +197,39 @@ def _expected_load(ops: list[Op], grouped: list[int], condensed: Graph, architec
                              f"condensed graph {len(experts)} expert matmuls a layer; the eager stream cannot price its "
                              "experts (use --condensed)")
     replaced = list(ops)
+    dense_over_experts: dict[str, tuple[tuple[int, int], tuple[int, int]]] = {}
     for position, index in enumerate(grouped):
-        expert = experts[position % len(experts)]
-        replaced[index] = replace(expert, name=ops[index].name, provenance=ops[index].provenance, count=ops[index].count)
+        expert, captured = experts[position % len(experts)], ops[index]
+        replaced[index] = replace(expert, name=captured.name, provenance=captured.provenance, count=captured.count)
+        if captured.provenance not in GROUPED_MATMULS:  # a batched GEMM of every expert over every token (Llama 4)
+            rows = captured.inputs[0].shape  # (experts, tokens, hidden)
+            dense_over_experts[captured.name.split(".experts.", 1)[0] + "."] = (
+                (int(rows[0]), int(rows[1])), (int(expert.attrs["batch"]), int(expert.attrs["m"])))
+    for module, (every, expected) in dense_over_experts.items():
+        for index, op in enumerate(replaced):
+            if op.name.startswith(module) and index not in grouped and not any(
+                    part in op.name for part in (".router.", ".shared_expert.", ".shared_experts.")):
+                replaced[index] = _routed_rows(op, every, expected)
     return replaced
+
+
+def _routed_rows(op: Op, every: tuple[int, int], expected: tuple[int, int]) -> Op:
+    """An op of a MoE block that runs every expert over every token (``every``: experts, tokens) on the expected
+    load instead (``expected``: the experts reached, tokens each), as its expert GEMMs: the tokens repeated per
+    expert, scaled by their scores, activated and summed back. Tensors of ``experts x tokens`` rows (or leading
+    ``(experts, tokens)``) shrink to the expected rows; the others (the tokens, their scores) stay."""
+    experts, tokens = every
+    reached, each = expected
+
+    def shrunk(tensor: TensorSpec) -> TensorSpec:
+        shape = tuple(tensor.shape)
+        if len(shape) >= 2 and shape[:2] == (experts, tokens):
+            return replace(tensor, shape=(reached, each, *shape[2:]))
+        if shape and shape[0] == experts * tokens:
+            return replace(tensor, shape=(reached * each, *shape[1:]))
+        return tensor
+
+    return replace(op, inputs=tuple(map(shrunk, op.inputs)), outputs=tuple(map(shrunk, op.outputs)))
 
 
 _DICT, _LIST = "<dict>", "<list>"  # tags that keep a frozen mapping apart from a frozen list of pairs
