@@ -548,17 +548,25 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
     return best[1], (best[2], *traffic[1:]), best[3]
 
 
-def dequantize_flops(op: Op, weight_elements: ArrayLike) -> SIValue:
-    """Vector-engine work to dequantize integer weights inside a weight-only-quantized matmul
-    (int8/int4 weights, floating-point activations): ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT``
-    FLOP-equivalents per weight element, once per pass over the weights."""
+def dequantize_flops(op: Op, weight_elements: ArrayLike, outputs_per_k_block: ArrayLike = 0.0,
+                     k: ArrayLike = 0.0) -> SIValue:
+    """Vector-engine work inside a matmul with quantized weights (``conventions``): integer weights under
+    float activations, and block-scaled weights under 16-bit or wider float activations, are dequantized,
+    ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT`` FLOP-equivalents per weight element, once per pass over
+    the weights; fp8_block weights under fp8 activations run natively, their block scales applied to the
+    fp32 partial sums every 128 of ``k`` (``outputs_per_k_block``: batch x m x n output elements)."""
     if len(op.inputs) < 2 or op.inputs[1].role != "weight":
         return 0.0
-    weight_dtype, activation_dtype = op.inputs[1].dtype, op.inputs[0].dtype
-    per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight_dtype, 0.0)
-    if not per_weight or get_dtype(activation_dtype).kind != "float":
+    weight, activation = get_dtype(op.inputs[1].dtype), get_dtype(op.inputs[0].dtype)
+    if activation.kind != "float":
         return 0.0
-    return per_weight * floats(weight_elements)
+    if weight.block_scaled and activation.bytes_per_element < C.BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES:
+        if weight.name != "fp8_block":
+            return 0.0
+        promotions = np.ceil(floats(k) / C.FP8_BLOCK_PROMOTION_K)
+        return C.BLOCK_SCALE_FLOPS_PER_PROMOTION * floats(outputs_per_k_block) * promotions
+    per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight.name, 0.0)
+    return per_weight * floats(weight_elements) if per_weight else 0.0
 
 
 def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
@@ -577,7 +585,7 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = matmul_flops(m, n, k, batch)
-    dequantize = dequantize_flops(op, batch * floats(k) * n)
+    dequantize = dequantize_flops(op, batch * floats(k) * n, batch * floats(m) * n, k)
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
     # The dequantizing engine works inside the kernel, so its time bounds every candidate's compute time.
     side_s = 0.0 if vector is None else compute_time_s(dequantize, compute_rate_flops_per_s(
