@@ -203,8 +203,8 @@ def unpriced(kind: str, row) -> str | None:
     if kind == "gemm":
         dtype = row["gemm_dtype"]
         # fp8_block is priced from its definition (costs.rules: the fp8 rate and a scale step per 128 of k),
-        # but the engines run it with kernels of their own (vLLM's 5-17x slower than its per-tensor fp8 at
-        # the same shapes): fitted with the fp8 rows it would move their efficiency; no class of its own yet.
+        # but the engines run it with kernels of their own (vLLM's take 5.5x on H100, 17x on B200 what its
+        # fitted fp8 rate gives at the same shapes): fitted with the fp8 rows they would move its efficiency.
         return None if dtype in GEMM_DTYPES else (f"gemm {dtype}: the engines' block-scaled kernels are not a class "
                                                   "of their own yet")
     if kind in ("prefill_attention", "decode_attention"):
