@@ -57,6 +57,8 @@ TABLES = {
     "decode_attention": ("attention", "generation_attention_perf.parquet"),
     "all_reduce": ("comm", "custom_allreduce_perf.parquet"),
 }
+#: Tables read only to test extrapolation (``benchmarks/engine_extrapolation.py``), never fitted.
+UNFITTED_TABLES = {"moe": ("moe", "moe_perf.parquet")}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
 #: The activations a GEMM of a weight format reads, where not the weights' own dtype: NVFP4 GEMMs quantize
 #: the activations to E2M1 too (the tables time the fp4 x fp4 tensor-core product; Blackwell applies the
@@ -109,7 +111,7 @@ def _version_key(text: str):
 
 def versions(gpu: str, engine: str, kind: str, root: Path | None = None) -> tuple[str, ...]:
     """Engine versions measured for ``kind`` on ``gpu``, oldest first."""
-    family, filename = TABLES[kind]
+    family, filename = {**TABLES, **UNFITTED_TABLES}[kind]
     folder = (root or data_root()) / GPU_FOLDERS[gpu] / family / engine
     if not folder.is_dir():
         return ()
@@ -128,7 +130,7 @@ def table(gpu: str, engine: str, kind: str, version: str | None = None, root: Pa
     chosen = version or measured[-1]
     if chosen not in measured:
         raise AIConfiguratorDataError(f"{gpu} {engine} {kind}: no version {chosen!r}; measured: {', '.join(measured)}")
-    family, filename = TABLES[kind]
+    family, filename = {**TABLES, **UNFITTED_TABLES}[kind]
     path = (root or data_root()) / GPU_FOLDERS[gpu] / family / engine / chosen / filename
     return Table(gpu=gpu, engine=engine, version=chosen, kind=kind, path=path)
 
@@ -146,7 +148,9 @@ def read_rows(source: Table):
                                     "attn_dtype", "kv_cache_dtype", "window_size", "latency"),
               "decode_attention": ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
                                    "kv_cache_dtype", "window_size", "latency"),
-              "all_reduce": ("num_gpus", "message_size", "latency")}[source.kind]
+              "all_reduce": ("num_gpus", "message_size", "latency"),
+              "moe": ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+                      "moe_ep_size", "distribution", "latency")}[source.kind]
     missing = [column for column in needed if column not in frame.columns]
     if missing:
         raise AIConfiguratorDataError(f"{source.path}: columns {', '.join(missing)} missing; this reader knows "
