@@ -4,10 +4,10 @@ extrapolate, not interpolate a table).
 The overlays are fitted on GEMMs (bf16, fp8, NVFP4), attention and all-reduces only. Here each engine's
 own tables of two other kinds of kernel are predicted, nothing refitted:
 
-* **fused MoE** (``moe_perf.parquet``): tokens routed ``top-k`` of ``E`` experts, priced as the LLM
-  graphs price a MoE layer (``perfmodel.llm.graphs``: the touched experts' batched gate/up GEMM, the
-  gated activation, the batched down GEMM; at most ``min(E, tokens x k)`` experts touched, tokens spread
-  evenly), bf16, the ``balanced`` routing rows, one GPU (no tensor or expert parallelism);
+* **fused MoE** (``moe_perf.parquet``): tokens routed ``top-k`` of ``E`` experts, priced by the LLM
+  graphs' own MoE layer (``llm.graphs.routed_expert_ops``: the touched experts' batched gate/up GEMM, the
+  gated activation, the batched down GEMM), bf16, the ``balanced`` routing rows, one GPU (no tensor or
+  expert parallelism);
 * **block-scaled fp8 GEMMs** (``gemm_perf.parquet``, ``fp8_block``): fp8 activations against fp8 weights
   with a 128 x 128-block scale, priced from the format's definition (``costs.rules``: the fp8 rate and
   a scale step per 128 of k).
@@ -34,6 +34,7 @@ from calibration import aiconfigurator as tables  # noqa: E402
 from calibration.achievable import device_time_hardware  # noqa: E402
 from perfmodel.hardware.loader import load_for_prediction  # noqa: E402
 from perfmodel.jsonable import json_text  # noqa: E402
+from perfmodel.llm.graphs import Scenario, routed_expert_ops  # noqa: E402
 from perfmodel.roofline.arrays import evaluate_arrays  # noqa: E402
 from perfmodel.tables import format_table  # noqa: E402
 from perfmodel.workload.ir import Graph, Op, TensorSpec  # noqa: E402
@@ -43,25 +44,11 @@ GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
 
 
 def moe_graph(tokens: int, hidden: int, inter: int, experts: int, top_k: int) -> Graph:
-    """One MoE layer's expert work as ``llm.graphs`` builds it (one chip, bf16, a gated activation)."""
-    routed = tokens * top_k
-    touched = min(experts, max(routed, 1))
-    per_expert = max(int(np.ceil(routed / touched)), 1)
-
-    def tensor(shape, role="activation"):
-        return TensorSpec(shape=shape, dtype="bf16", role=role)
-
-    def grouped(name, k, n):
-        return Op(name=name, kind="matmul", inputs=(tensor((per_expert, k)), tensor((touched, k, n), "weight")),
-                  outputs=(tensor((per_expert, n)),),
-                  attrs={"m": per_expert, "n": n, "k": k, "batch": touched, "dtype": "bf16"})
-
-    gated = tensor((routed, inter))
-    return Graph(name="moe", ops=[
-        grouped("experts.gate_up", hidden, 2 * inter),
-        Op(name="experts.act", kind="elementwise", inputs=(gated, gated), outputs=(gated,),
-           attrs={"flops_per_element": 5}),  # SiLU(gate) * up: about five FLOPs an element
-        grouped("experts.down", inter, hidden)])
+    """One MoE layer's expert work as ``llm.graphs`` builds it (one chip, bf16, SiLU-gated)."""
+    scenario = Scenario(batch=tokens, prompt_tokens=1, generated_tokens=1, weight_dtype="bf16",
+                        activation_dtype="bf16")
+    return Graph(name="moe", ops=routed_expert_ops(tokens * top_k, experts, hidden, inter, scenario, 1,
+                                                   activation="silu", activation_rows=tokens * top_k))
 
 
 def fp8_block_graph(m: int, n: int, k: int) -> Graph:
