@@ -35,6 +35,7 @@ from pathlib import Path
 
 from calibration.records import MeasurementRecord
 from perfmodel.errors import PerfmodelError
+from perfmodel.llm.caveats import TRTLLM_SHARED_KV_GROUP_MAX
 from perfmodel.workload.io import dumps
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 
@@ -215,6 +216,10 @@ def unpriced(kind: str, row) -> str | None:
         if int(row["window_size"]) != 0 or row["kv_cache_dtype"] != "bfloat16" or (
                 kind == "prefill_attention" and row["attn_dtype"] != "bfloat16"):
             return f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache)"
+        if (kind == "decode_attention" and str(row.get("framework", "")).upper() == "TRTLLM"
+                and int(row["num_heads"]) > TRTLLM_SHARED_KV_GROUP_MAX * int(row["num_key_value_heads"])):
+            return (f"decode_attention: TensorRT-LLM query groups above {TRTLLM_SHARED_KV_GROUP_MAX} heads a KV head "
+                    "(its kernel re-reads the cache for every few query heads; not priced)")
         return None
     if _eager(row):
         return "all_reduce: eager variant (serving runs the CUDA-graph one)"

@@ -190,3 +190,31 @@ def test_engine_overlay_decode_step_is_finite_and_below_eager():
     eager = llm_predict(architecture, load_for_prediction("h100-sxm", engine="trtllm"), scenario, Parallelism(tp=8),
                         mode="dynamic")
     assert math.isfinite(graph.tpot_s) and graph.tpot_s < eager.tpot_s
+
+
+def test_tensorrt_llm_decode_rows_of_large_query_groups_are_skipped_with_their_reason():
+    import pandas as pd
+
+    from calibration.aiconfigurator import unpriced
+
+    def row(framework, heads, kv_heads):
+        return pd.Series({"framework": framework, "num_heads": heads, "num_key_value_heads": kv_heads,
+                          "window_size": 0, "kv_cache_dtype": "bfloat16"})
+
+    assert "re-reads the cache" in unpriced("decode_attention", row("TRTLLM", 64, 1))
+    assert unpriced("decode_attention", row("TRTLLM", 32, 1)) is None  # a group of 32 reads the cache once
+    assert unpriced("decode_attention", row("VLLM", 64, 1)) is None  # vLLM's kernel shares the read
+
+
+def test_a_model_whose_decode_the_engine_runs_unpriced_gets_a_note(capsys):
+    from perfmodel.cli import main
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.caveats import engine_caveats
+
+    palm = load_architecture("palm-540b")  # 48 query heads on one KV head
+    assert engine_caveats(palm, load_for_prediction("h100-sxm", engine="trtllm"))
+    assert not engine_caveats(palm, load_for_prediction("h100-sxm", engine="vllm"))
+    assert not engine_caveats(load_architecture("llama-3.1-70b"), load_for_prediction("h100-sxm", engine="trtllm"))
+    assert main(["llm", "--model", "palm-540b", "--on", "h100-sxm", "--tp", "8", "--batch", "1", "--prompt", "128",
+                 "--gen", "2"]) == 0
+    assert "query heads a KV head" in capsys.readouterr().err
