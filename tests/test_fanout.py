@@ -136,6 +136,21 @@ def test_size_on_two_workers_prints_the_same_json(capsys):
     assert '"rank": 1' in local
 
 
+def test_in_chunks_sends_pieces_of_several_items_and_yields_one_result_per_item(cluster):
+    from perfmodel.fanout import in_chunks
+
+    sent = []
+
+    def recording(function, items):
+        items = list(items)
+        sent.extend(len(chunk) for chunk in items)
+        return serial_map(function, items)
+
+    assert list(in_chunks(recording, 4)(abs, range(-5, 5))) == [5, 4, 3, 2, 1, 0, 1, 2, 3, 4]
+    assert sent == [4, 4, 2]
+    assert list(in_chunks(cluster, 3)(abs, range(-5, 5))) == [abs(n) for n in range(-5, 5)]
+
+
 def test_deployment_search_on_a_cluster_equals_the_local_search(cluster):
     from perfmodel.jsonable import json_text
     from perfmodel.llm.catalog import load_architecture

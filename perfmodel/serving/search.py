@@ -45,7 +45,7 @@ from typing import Any
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.fanout import Mapper, serial_map
+from perfmodel.fanout import Mapper, in_chunks, serial_map
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check
@@ -67,6 +67,10 @@ DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 SIMULATED_LOAD = 0.8  # share of the estimated request rate the front's points are simulated at
 SIMULATED_CONCURRENCY_MULTIPLE = 3  # a simulated run holds at least this many times the deployment's batch slots...
 MAX_SIMULATED_REQUESTS = 3000  # ...up to this many requests
+# Workers priced per piece of work a mapper sends out: one takes ~10-40 ms here, a Dask task's round trip
+# ~20 ms on a loaded machine; four make a piece worth sending while a search of tens of workers still
+# splits into enough pieces to keep a few processes busy.
+WORKERS_PER_TASK = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,8 +230,8 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
     estimator = _Estimator(architecture=architecture, hardware_by_engine=dict(hardware_by_engine), scenario=scenario,
                            largest=largest, budget=budget, context=round(mid), prompt_tokens=prompt_tokens,
                            memory_utilization=memory_utilization)
-    estimates = {piece: estimate for piece, estimate in zip(pieces, mapper(estimator, pieces), strict=True)
-                 if estimate is not None}
+    priced = in_chunks(mapper, WORKERS_PER_TASK)(estimator, pieces)
+    estimates = {piece: estimate for piece, estimate in zip(pieces, priced, strict=True) if estimate is not None}
     configurations: list[Configuration] = []
     for engine, hardware in hardware_by_engine.items():
         built = {(layout, speculation): estimate for (name, layout, speculation), estimate in estimates.items()
