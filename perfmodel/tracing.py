@@ -117,13 +117,12 @@ class Tape:
         lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
         guards_by_node = self._guards_after_nodes()
         for index in sorted(needed):
-            lines.append(f"    v{index} = {self._expression(index)}")
+            lines += self._statements(index)
             for condition, outcome in guards_by_node.get(index, ()):
                 lines.append(f"    if {'not ' if outcome else ''}({condition}): return None")
         lines.append(f"    return ({''.join(self.text(item) + ', ' for item in outputs)})")
         namespace: dict[str, Any] = {"_ceil": math.ceil, "_floor": math.floor, "_sqrt": math.sqrt, "_trunc": math.trunc,
-                                     "_isfinite": math.isfinite, "_argmax": _first_largest,
-                                     "_argmin": _first_smallest, "_power": _real_power}
+                                     "_isfinite": math.isfinite, "_power": _real_power}
         exec(compile("\n".join(lines), f"<{name}>", "exec"), namespace)  # noqa: S102 - code built from our own tape
         function: Callable[..., tuple | None] = namespace[name]
         return function
@@ -147,10 +146,27 @@ class Tape:
             placed.setdefault(max(_nodes_in(condition)), []).append((condition, outcome))
         return placed
 
+    def _statements(self, index: int) -> list[str]:
+        """The lines that compute node ``index``: one assignment, but for ``argmax``/``argmin`` a scan
+        written out (as ``_first_largest``/``_first_smallest`` do it: the first strictly better value
+        wins), which costs a few comparisons instead of a Python call over a tuple of the values."""
+        operation, operands = self.nodes[index]
+        if operation not in ("argmax", "argmin"):
+            return [f"    v{index} = {self._expression(index)}"]
+        texts = self._texts(operands)
+        better = ">" if operation == "argmax" else "<"
+        lines = [f"    v{index} = 0; _best = {texts[0]}"]
+        lines += [f"    if {text} {better} _best: v{index} = {position}; _best = {text}"
+                  for position, text in enumerate(texts[1:], start=1)]
+        return lines
+
+    def _texts(self, operands: tuple[tuple[str, Any], ...]) -> list[str]:
+        return [f"x{value}" if kind == "input" else f"v{value}" if kind == "node" else
+                self.text(value) for kind, value in operands]
+
     def _expression(self, index: int) -> str:
         operation, operands = self.nodes[index]
-        texts = [f"x{value}" if kind == "input" else f"v{value}" if kind == "node" else
-                 self.text(value) for kind, value in operands]
+        texts = self._texts(operands)
         if operation == "input":
             return texts[0]
         if operation == "pow":
@@ -162,8 +178,6 @@ class Tape:
         if operation in ("max", "min"):
             keep = ">=" if operation == "max" else "<="
             return f"({texts[0]} if {texts[0]} {keep} {texts[1]} else {texts[1]})"
-        if operation in ("argmax", "argmin"):
-            return f"_{operation}({', '.join(texts)})"
         if operation == "pick":
             return f"({', '.join(texts[1:])},)[{texts[0]}]"
         if operation in _RELATIONS:

@@ -242,7 +242,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
     execution = resolve_mode(hardware, mode)
     values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
-    if not any(np.ndim(value) for value in values):
+    if all(type(value) is int for value in values) or not any(np.ndim(value) for value in values):
         if graphs is stage_graph and not hardware.is_swept:
             replayed = _replayed_one(architecture, hardware, scenario, parallelism, execution)
             if replayed is not None:
@@ -287,7 +287,7 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
            scenario.activation_dtype, scenario.expert_weight_dtype)
     numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
     result = _REPLAYS(key, (architecture, hardware), numbers, values)
-    return None if result is None else replace(_named_bounds(result), scenario=scenario)
+    return None if result is None else _named_bounds(result, scenario=scenario)
 
 
 def prediction_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
@@ -524,21 +524,22 @@ def _context_ops(graph: Graph, execution: str) -> Graph | None:
     return Graph.prechecked(f"{graph.name} (context)", varying)
 
 
-def _named_bounds(result: LLMResult) -> LLMResult:
+def _named_bounds(result: LLMResult, **changes: Any) -> LLMResult:
     """``result`` with its bounds named from its time by bound: per phase, the bounds that took time
     (at some scenario of an array result), from the most time (over all scenarios) to the least, and
-    the bound that took the most (at each scenario)."""
-    shape = np.shape(result.tpot_s)
-    if not shape:  # one scenario: plain floats (the common case, without numpy's per-call cost)
+    the bound that took the most (at each scenario); ``changes``: other fields to replace at once."""
+    if isinstance(result.tpot_s, float) or not np.shape(result.tpot_s):  # one scenario: plain floats (the common
+        # case, without numpy's per-call cost)
         spent = {phase: _took_time(shares) for phase, shares in result.time_by_bound_by_phase.items()}
         return replace(result, time_by_bound_by_phase=spent,
-                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()})
+                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()}, **changes)
+    shape = np.shape(result.tpot_s)
     # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
     by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if np.any(time)),
                                    key=lambda item: -np.sum(item[1]))) or dict(list(shares.items())[:1])
                 for phase, shares in result.time_by_bound_by_phase.items()}
     return replace(result, time_by_bound_by_phase=by_bound,
-                   bound_by_phase={phase: _largest(shares, shape) for phase, shares in by_bound.items()})
+                   bound_by_phase={phase: _largest(shares, shape) for phase, shares in by_bound.items()}, **changes)
 
 
 def _largest(shares: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
