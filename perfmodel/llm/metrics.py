@@ -293,13 +293,16 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
 def prediction_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
                        execution: str) -> Callable[[Any, Any, Any], LLMResult]:
     """What a replay traces: (batch, prompt tokens, generated tokens) -> the numbers of one scenario of
-    the condensed graphs, bounds not yet named (``_named_bounds``); ``scenario`` gives the dtypes. The
+    the condensed graphs, bounds not yet named (``_named_bounds``), its ``scenario`` the one given (which
+    gives the dtypes; the caller sets the replayed scenario). The
     numbers go in as one-element object arrays, so the array code path carries traced numbers."""
     def numbers(batch: Any, prompt: Any, gen: Any) -> LLMResult:
         def one(value: Any) -> np.ndarray:
             return np.asarray([value], dtype=object)
         points = replace(scenario, batch=one(batch), prompt_tokens=one(prompt), generated_tokens=one(gen))
-        return _point_numbers(architecture, hardware, points, parallelism, execution)._picked(0)
+        # the scenario itself is not among the numbers: a replay's caller sets it (not rebuilt to be replaced)
+        return replace(_point_numbers(architecture, hardware, points, parallelism, execution)._picked(0),
+                       scenario=scenario)
     return numbers
 
 
