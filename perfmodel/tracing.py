@@ -112,8 +112,7 @@ class Tape:
         """A function of the inputs giving ``outputs`` (traced numbers or constants), or None where a
         decision of the traced run comes out differently. Only the nodes the outputs and the decisions
         need are computed."""
-        needed = self._needed([item.index for item in outputs if isinstance(item, Traced)]
-                              + [index for condition in self.guards for index in _nodes_in(condition)])
+        needed = self.needed(outputs)
         lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
         guards_by_node = self._guards_after_nodes()
         for index in sorted(needed):
@@ -126,6 +125,11 @@ class Tape:
         exec(compile("\n".join(lines), f"<{name}>", "exec"), namespace)  # noqa: S102 - code built from our own tape
         function: Callable[..., tuple | None] = namespace[name]
         return function
+
+    def needed(self, outputs: Sequence[Any]) -> set[int]:
+        """The nodes a replay of ``outputs`` computes: those the outputs and the decisions read."""
+        return self._needed([item.index for item in outputs if isinstance(item, Traced)]
+                            + [index for condition in self.guards for index in _nodes_in(condition)])
 
     def _needed(self, roots: list[int]) -> set[int]:
         needed: set[int] = set()
@@ -522,8 +526,9 @@ class Replay:
 
     function: Callable[..., tuple | None]
     rebuild: Callable[[tuple], Any]
-    nodes: int
+    nodes: int  # operations on the tape
     decisions: int
+    computed: int = 0  # of them, those the replay computes (the others fed nothing it returns or checks)
 
     def __call__(self, *values: Any) -> Any:
         try:
@@ -541,7 +546,8 @@ def trace(function: Callable[..., Any], values: Sequence[int | float]) -> Replay
     result = function(*(tape.input(value) for value in values))
     leaves: list[Traced] = []
     rebuild = _rebuilder(result, leaves)
-    return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards))
+    return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards),
+                  computed=len(tape.needed(leaves)))
 
 
 def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:
