@@ -566,6 +566,14 @@ def _merged(parts: list[tuple[Any, LLMResult]], scenario: Scenario) -> LLMResult
     def field(name: str, dtype: Any = float) -> np.ndarray:
         return gather([getattr(result, name) for result in results], dtype)
 
+    def names(values: list[Any]) -> np.ndarray:
+        """Bound names gathered as numpy strings as wide as the longest (what ``astype(str)`` of the
+        names as objects gives), without a Python string per scenario on the way."""
+        gathered = gather(values, np.result_type(*(np.asarray(value).dtype for value in values)))
+        if gathered.dtype.kind != "U":
+            return gathered.astype(str)
+        return gathered.astype(f"<U{max(int(np.char.str_len(gathered).max(initial=0)), 1)}")
+
     phases = ("prefill", "decode")
     shares = {phase: [result.time_by_bound_by_phase[phase] for result in results] for phase in phases}
     bounds = {phase: list(dict.fromkeys(name for share in shares[phase] for name in share)) for phase in phases}
@@ -577,8 +585,7 @@ def _merged(parts: list[tuple[Any, LLMResult]], scenario: Scenario) -> LLMResult
         tokens_per_s_per_chip=field("tokens_per_s_per_chip"), fits=field("fits", bool),
         weights_streamed=field("weights_streamed", bool),
         memory_bytes=MemoryPerChip(**{key: gather([part[key] for part in memory]) for key in memory[0]}),
-        bound_by_phase={phase: gather([result.bound_by_phase[phase] for result in results], object).astype(str)
-                        for phase in phases},
+        bound_by_phase={phase: names([result.bound_by_phase[phase] for result in results]) for phase in phases},
         time_by_bound_by_phase={phase: {name: gather([share.get(name, 0.0) for share in shares[phase]])
                                         for name in bounds[phase]} for phase in phases},
         ops_per_decode_step={key: max(float(np.max(result.ops_per_decode_step[key])) for result in results)
