@@ -273,6 +273,8 @@ def main(argv=None) -> int:
              "block_points": CHUNK_POINTS, "numpy_element_ops_per_s_at_block": numpy_rate(CHUNK_POINTS)}
     bound["array_ceiling_at_block_scenarios_per_s"] = (bound["numpy_element_ops_per_s_at_block"]
                                                        / bound["operations_per_scenario"])
+    bound["array_share_of_block_ceiling"] = (bound["array_scenarios_per_s"]
+                                             / bound["array_ceiling_at_block_scenarios_per_s"])
     rows += sweep_rows(sweep_points, max(sweep_points // 10, 1))
     print(f"{'benchmark':<58} {'time':>12} {'scenarios/s':>14} {'numpy element ops/scenario':>27} {'speed-up':>9}")
     for row in rows:
@@ -299,7 +301,9 @@ def main(argv=None) -> int:
           f"{bound['array_scenarios_per_s']:,.0f} ({100 * bound['array_share_of_ceiling']:.0f}% of that; above 100%: "
           "work shared between scenarios, such as one kernel choice per distinct decode batch); on arrays of "
           f"{bound['block_points']:,} (the blocks it evaluates) numpy does {bound['numpy_element_ops_per_s_at_block']:.3g} "
-          f"element ops/s: a ceiling of {bound['array_ceiling_at_block_scenarios_per_s']:,.0f} scenarios/s")
+          f"element ops/s: a ceiling of {bound['array_ceiling_at_block_scenarios_per_s']:,.0f} scenarios/s, "
+          f"{100 * bound['array_share_of_block_ceiling']:.0f}% of it reached (the rest: Python's cost per numpy call "
+          "on a block, and operations dearer than a multiply: ceil, where, argmax along an axis, conversions)")
     print(f"cProfile of 10^5 scenarios: {100 * profile['share_in_numpy_and_builtins']:.0f}% of the time in numpy and "
           "built-in functions; top by own time:")
     for entry in profile["top_tottime"][:8]:
