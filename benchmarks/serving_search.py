@@ -137,8 +137,9 @@ def _workers(args, counts: list[int]) -> int:
                          "yes" if row["identical"] else "NO"] for row in rows]))
     if args.json is not None:
         data = {"machine": platform.platform(), "python": sys.version.split()[0], "cpus": os.cpu_count(),
-                "load_average": os.getloadavg(), "repeats": args.repeats, "chips": args.chips, "configurations": len(local.configurations),
-                "workers_priced": local.workers_built, "simulated": len(local.simulated), "rows": rows}
+                "load_average": os.getloadavg(), "repeats": args.repeats, "chips": args.chips,
+                "configurations": len(local.configurations), "workers_priced": local.workers_built,
+                "simulated": len(local.simulated), "rows": rows}
         write_text_atomically(args.json, json.dumps(data, indent=1) + "\n")
     return 0 if all(row["identical"] for row in rows) else 1
 
