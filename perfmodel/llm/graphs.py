@@ -73,13 +73,19 @@ MAX_SEQUENCES = MAX_CONFIG_SIZE
 def check(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> None:
     """Raise a clear error for a scenario or a parallelism the model cannot run."""
     problems = []
-    batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
-                                                           scenario.generated_tokens))
-    if np.any(batch < 1) or np.any(prompt < 1) or np.any(gen < 1):
+    counts = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
+    if all(type(value) is int for value in counts):  # one scenario: Python's comparisons, not numpy's per-call cost
+        batch, prompt, gen = counts
+        total = prompt + gen
+        low, high = min(counts) < 1, batch > MAX_SEQUENCES
+    else:
+        batch, prompt, gen = (np.asarray(value) for value in counts)
+        total = int(np.max(prompt + gen))
+        low, high = bool(np.any(batch < 1) or np.any(prompt < 1) or np.any(gen < 1)), bool(np.any(batch > MAX_SEQUENCES))
+    if low:
         problems.append("batch, prompt and generated tokens must each be at least 1")
-    elif np.any(batch > MAX_SEQUENCES):
+    elif high:
         problems.append(f"batch {np.max(batch)} is more than {MAX_SEQUENCES:,} sequences: a typo, not a deployment")
-    total = int(np.max(prompt + gen))
     if total > architecture.max_positions:
         problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
                         f"{architecture.max_positions} positions (max_position_embeddings)")
