@@ -242,7 +242,8 @@ def test_the_trace_ops_are_replayed_here_through_the_same_reader(executed):
     assert "torch.cuda.is_available()" in cell.source and "ProfilerActivity.CUDA" in cell.source  # the GPU path
     assert "tempfile.TemporaryDirectory()" in cell.source and "export_chrome_trace(" in cell.source
     text = plain_text(cell)
-    assert f"read_trace_ops on the replay: {3 * SAMPLE_OPS} records = 3 x {SAMPLE_OPS} ops" in text
+    assert f"read_trace_ops on the replay: {5 * SAMPLE_OPS} records = 5 x {SAMPLE_OPS} ops" in text
+    assert len(re.findall(r": median [\d.]+ us, IQR \d+% over 5 blocks", text)) == SAMPLE_OPS  # each op's noise rule
     assert ("(CUDA, fp16, device time)" if torch.cuda.is_available() else "this CPU, one thread (fp32, host time") in text
     number = r"\s+([\d.]+)"
     rows = re.findall(rf"^aten::\w+\([^)]*\)\s+(host|device){number * 3}\s+(\S+){number * 2}\s*$", text, re.M)

@@ -101,7 +101,7 @@ def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
 
 # notebook -> (what the guarded GPU code must call, what its cell must call, what the cell prints on each path)
 GPU_PATHS = {
-    LAB2: ("torch.cuda.CUDAGraph()", "benchmark.Timer(", {True: "(CUDA, bf16)", False: "this CPU (one thread, fp32)"}),
+    LAB2: ("torch.cuda.CUDAGraph()", "timing.measure(", {True: "(CUDA, bf16)", False: "this CPU (one thread, fp32)"}),
     LAB3: ("torch.compile(gpu_block)", "torch.utils.benchmark.Timer(", {True: "torch.compile speed-up measured",
                                                                        False: "threads. torch.compile speed-up"}),
 }
@@ -119,7 +119,7 @@ def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name
 
 
 def test_lab2_block_is_measured_here_beside_its_prediction(executed):
-    cells = code_cells(executed[LAB2][0], calling="measured[\"eager\"] = benchmark.Timer(")
+    cells = code_cells(executed[LAB2][0], calling="timed[\"eager\"] = timing.measure(")
     assert len(cells) == 1
     text = plain_text(cells[0])
     calls = re.search(r"one eager forward dispatches (\d+) aten calls \((\d+) of them priced ops", text)

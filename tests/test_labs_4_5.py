@@ -83,7 +83,7 @@ GPU_PATHS = {
     LAB4: [("'cuda'", "export_memory_timeline(", {True: "generate on cuda", False: "generate on cpu"}),
            ("torch.cuda.get_device_name()", "F.scaled_dot_product_attention(q, k, v)",
             {True: "(CUDA, bf16): K and V of one layer", False: "this CPU ("})],
-    LAB5: [("torch.cuda.get_device_name()", "benchmark.Timer(",
+    LAB5: [("torch.cuda.get_device_name()", "timing.measure(",
             {True: "on cuda, predicted on", False: "on cpu, predicted on"})],
 }
 
@@ -193,8 +193,8 @@ def test_lab5_has_three_bugs_each_with_checks_that_see_the_symptom_and_fail_unti
     assert "TraceError" in failures and "DynamicOutputShapeException" in failures
     assert re.search(r"line \d+ of forward: if rows.numel\(\) == 0", failures), failures
     assert "inf or NaN in the output: 0" in output_text(code_cells(notebook, calling="out16 = rms_norm(x16")[0])
-    timed = output_text(code_cells(notebook, calling="timer.blocked_autorange(")[0])
-    assert "measured median" in timed and "IQR" in timed
+    timed = output_text(code_cells(notebook, calling='timing.measure("f(logits, temperatures)"')[0])
+    assert "measured median" in timed and "IQR" in timed and re.search(r"IQR \d+% over \d+ blocks", timed)
 
 
 def test_lab5_solutions_live_in_their_own_file_and_are_not_printed(executed):
