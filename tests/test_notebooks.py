@@ -40,7 +40,7 @@ def test_no_noisy_timing_is_printed_without_its_warning(path, notebook_runs):
 
 # Labs whose exercises are skeletons the student fills in; the reference solutions live in notebooks/solutions/.
 SKELETON_LABS = ["01_accelerator_landscape", "02_dataflow_execution_models", "03_compilation_for_dataflow",
-                 "04_memory_systems", "05_debugging_across_the_stack", "06_performance_modeling"]
+                 "04_memory_systems", "05_debugging_across_the_stack", "06_performance_modeling", "07_spyre_deep_dive"]
 
 
 @pytest.mark.parametrize("name", SKELETON_LABS)
