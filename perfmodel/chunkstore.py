@@ -162,22 +162,22 @@ def _short(value: Any, limit: int = 120) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def resumed(parts: Parts, mapper: Mapper, compute: Callable[[T], R], items: Sequence[T],
-            finish: Callable[[R], Columns]) -> Iterator[Columns]:
-    """Every chunk's columns, in order (chunk ``index``: ``items[index]``): the kept ones read back,
-    the missing ones computed (``compute(item)`` through ``mapper``, which may send it to another
-    process; ``finish`` turns its result into columns here) and kept as they arrive. Holds one chunk,
-    plus what the mapper has in flight."""
+def resumed(parts: Parts, mapper: Mapper, compute: Callable[[T], R], items: Sequence[T], *,
+            keep: Callable[[R], Mapping[str, np.ndarray]], restore: Callable[[T, Columns], R]) -> Iterator[R]:
+    """``compute(item)`` for every item, in order (chunk ``index``: ``items[index]``): the kept chunks
+    restored (``restore(item, arrays)``), the missing ones computed through ``mapper`` (which may send
+    them to another process) and kept as they arrive (``keep(result)``: the arrays to write; they must
+    restore to a result equal to the bit). Holds one chunk, plus what the mapper has in flight."""
     missing = [items[index] for index in range(parts.chunks) if index not in parts.done]
     computed = mapper(compute, missing)
     try:
         for index in range(parts.chunks):
             if index in parts.done:
-                yield parts.load(index)
+                yield restore(items[index], parts.load(index))
                 continue
-            columns = finish(next(computed))
-            parts.save(index, columns)
-            yield columns
+            result = next(computed)
+            parts.save(index, keep(result))
+            yield result
     finally:  # now, while the mapper's cluster is up: a Dask mapper cancels the chunks still in flight
         close = getattr(computed, "close", None)
         if close is not None:

@@ -161,7 +161,7 @@ def _sweep(args) -> int:
     from perfmodel.chunkstore import resumed
     from perfmodel.fanout import mapper, progress
     from perfmodel.hardware.loader import load_for_prediction
-    from perfmodel.roofline.sweep import as_override, sweep_chunks, sweep_plan
+    from perfmodel.roofline.sweep import SweepResult, as_override, sweep_chunks, sweep_plan
     from perfmodel.workload.builders import transformer_block
 
     if args.output is not None:
@@ -186,18 +186,15 @@ def _sweep(args) -> int:
     distributed = args.workers is not None or args.scheduler is not None
     try:
         with mapper(workers=args.workers, scheduler=args.scheduler) as where:
-            if parts is None:
-                columns = (_with_interval(part.to_columns(), band) for part in sweep_chunks(plan, where))
-            else:
-                columns = resumed(parts, where, plan.evaluate, plan.spans(),
-                                  lambda part: _with_interval(part.to_columns(), band))
-            # closed inside the block however it ends, so a Dask mapper cancels what is in flight while its
-            # cluster is still up
-            with contextlib.closing(columns):
-                shown = progress(columns, plan.size, "pt", count=lambda chunk: len(chunk["total_s"]),
+            results = sweep_chunks(plan, where) if parts is None else \
+                resumed(parts, where, plan.evaluate, plan.spans(), keep=SweepResult.computed, restore=plan.restore)
+            # closed inside the block however it ends, so that a Dask mapper cancels what is in flight while
+            # its cluster is still up
+            with contextlib.closing(results):
+                shown = progress(results, plan.size, "pt", count=lambda part: part.size,
                                  enabled=not args.json and (distributed or plan.size >= 100_000))
-                head, rows = stream_table(shown, args.output, as_json=args.json,
-                                          fields={"confidence": band.confidence, "basis": band.basis})
+                head, rows = stream_table((_with_interval(part.to_columns(), band) for part in shown), args.output,
+                                          as_json=args.json, fields={"confidence": band.confidence, "basis": band.basis})
     except BaseException:
         if parts is not None:
             kept = sum(1 for _ in parts.path.glob("chunk-*.npz"))
