@@ -165,3 +165,17 @@ def test_a_spec_edited_since_the_interruption_is_refused(tmp_path, capsys, monke
 def test_restart_needs_an_output(capsys):
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,2", "--restart"]) == 2
     assert "--restart discards the chunks" in capsys.readouterr().err
+
+
+def test_an_unreadable_kept_chunk_is_a_clear_error(tmp_path, capsys, monkeypatch):
+    output = tmp_path / "table.parquet"
+    _interrupted(monkeypatch, _words(output))
+    broken = _parts(output) / "chunk-00000001.npz"
+    broken.write_bytes(b"not a chunk")
+    capsys.readouterr()
+    assert main(_words(output)) == 2
+    error = capsys.readouterr().err
+    assert f"{broken}: cannot read this kept chunk" in error and "delete the file" in error
+    assert "Traceback" not in error and not output.exists()
+    broken.unlink()  # as the message says: that chunk is computed again
+    assert main(_words(output)) == 0 and not _parts(output).exists()

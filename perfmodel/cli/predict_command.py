@@ -50,7 +50,10 @@ def register(commands) -> None:
     add_mode_argument(sweep)
     add_ideal_argument(sweep)
     intervals.add_confidence_argument(sweep)
-    sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet), chunk by chunk")
+    sweep.add_argument("-o", "--output", type=Path,
+                       help="write the table (.csv or .parquet), chunk by chunk; until it is written, the finished "
+                            "chunks are kept in FILE.parts/, so that the same command, run again after an "
+                            "interruption, computes only the others")
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--max-points", type=whole_number(1), default=DEFAULT_MAX_POINTS, metavar="N",
                        help=f"refuse a grid of more points than this (default {DEFAULT_MAX_POINTS:,})")
