@@ -158,8 +158,14 @@ def _read_manifest(path: Path, how_to_restart: str) -> dict | None:
 
 
 def _short(value: Any, limit: int = 120) -> str:
+    """``value`` as JSON, a long list as its first and last items and its length."""
     text = "(none)" if value is None else json.dumps(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    if len(text) <= limit:
+        return text
+    if isinstance(value, list) and len(value) > 5:
+        return (f"[{', '.join(json.dumps(item) for item in value[:3])}, ..., "
+                f"{', '.join(json.dumps(item) for item in value[-2:])}] ({len(value)} values)")[: 3 * limit]
+    return text[: limit - 3] + "..."
 
 
 def resumed(parts: Parts, mapper: Mapper, compute: Callable[[T], R], items: Sequence[T], *,

@@ -130,7 +130,8 @@ def test_chunks_of_another_sweep_are_refused_with_exit_2(tmp_path, capsys, monke
     assert main(_words(output, grid=other)) == 2
     error = capsys.readouterr().err
     assert error.startswith(f"perfmodel: error: {_parts(output)} holds the finished chunks of another run")
-    assert '"batch", [1, 4, 16]' in error and '"batch", [1, 4]' in error  # what differs, there and here
+    assert "grid batch: [1, 4, 16] there, [1, 4] here" in error  # what differs, there and here
+    assert error.count(" there, ") == 2 and "points: 24 there, 16 here" in error  # and nothing else
     assert f"rm -r {_parts(output)}" in error and "--restart" in error
     assert "Traceback" not in error and not output.exists() and _kept(output) == kept  # nothing touched
     # the same values written otherwise are the same sweep: 4000GB/s is 4TB/s

@@ -191,11 +191,11 @@ def _sweep(args) -> int:
         with mapper(workers=args.workers, scheduler=args.scheduler) as where:
             results = sweep_chunks(plan, where) if parts is None else \
                 resumed(parts, where, plan.evaluate, plan.spans(), keep=SweepResult.computed, restore=plan.restore)
-            # closed inside the block however it ends, so that a Dask mapper cancels what is in flight while
-            # its cluster is still up
-            with contextlib.closing(results):
-                shown = progress(results, plan.size, "pt", count=lambda part: part.size,
-                                 enabled=not args.json and (distributed or plan.size >= 100_000))
+            shown = progress(results, plan.size, "pt", count=lambda part: part.size,
+                             enabled=not args.json and (distributed or plan.size >= 100_000))
+            # closed inside the block however it ends: the bar is cleared before a message, and a Dask
+            # mapper cancels what is in flight while its cluster is still up
+            with contextlib.closing(results), contextlib.closing(shown):
                 head, rows = stream_table((_with_interval(part.to_columns(), band) for part in shown), args.output,
                                           as_json=args.json, fields={"confidence": band.confidence, "basis": band.basis})
     except BaseException:
@@ -250,7 +250,7 @@ def _sweep_manifest(args, plan, hardware, band) -> dict:
     from perfmodel.jsonable import to_jsonable
 
     return {"command": "sweep", "on": args.on, "ideal": args.ideal, "mode": args.mode,
-            "grid": [[axis, values.tolist()] for axis, values in plan.axes.items()],
+            "grid axes": list(plan.axes), **{f"grid {axis}": values.tolist() for axis, values in plan.axes.items()},
             "chunk_points": plan.chunk_points, "points": plan.size, "interval": to_jsonable(band),
             "spec content (sha256)": content_digest(to_jsonable(hardware)),
             "perfmodel sources (sha256)": source_digest(), "perfmodel": __version__, "numpy": np.__version__}
