@@ -437,7 +437,9 @@ def test_the_harness_default_is_the_documented_one():
 def test_a_terminated_sweep_leaves_no_temporary_file(tmp_path):
     """``kill PID`` (SIGTERM) while ``sweep`` streams a 64-million-point grid to Parquet left its
     temporary file behind (1.6 GB, found while checking item 11): SIGTERM now unwinds like Ctrl-C, the
-    atomic write's ``finally`` removes the temporary file, and the exit code is 143."""
+    atomic write's ``finally`` removes the temporary file, and the exit code is 143. What stays is what
+    the run is meant to keep (issue 34): its finished chunks, whole, in ``table.parquet.parts/``, for
+    the same command to resume from."""
     import os
     import signal
     import subprocess
@@ -451,11 +453,16 @@ def test_a_terminated_sweep_leaves_no_temporary_file(tmp_path):
         [sys.executable, "-m", "perfmodel", "sweep", "--on", "h100-sxm", "--grid", f"batch={grid}", "--grid",
          f"seq={grid}", "--grid", f"heads={grid}", "-o", str(tmp_path / "table.parquet")],
         cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(root)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    parts = tmp_path / "table.parquet.parts"
     deadline = time.monotonic() + 120
-    while not list(tmp_path.glob(".table.parquet.*")) and process.poll() is None and time.monotonic() < deadline:
+    while not (list(tmp_path.glob(".table.parquet.*")) and list(parts.glob("chunk-*.npz"))) and \
+            process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.1)
     assert process.poll() is None, process.communicate()[1].decode()[-500:]  # still streaming
     process.send_signal(signal.SIGTERM)
     _, error = process.communicate(timeout=60)
     assert process.returncode == 128 + signal.SIGTERM and "perfmodel: terminated" in error.decode()
-    assert "Traceback" not in error.decode() and list(tmp_path.iterdir()) == []
+    assert "Traceback" not in error.decode() and [path.name for path in tmp_path.iterdir()] == [parts.name]
+    kept = sorted(path.name for path in parts.iterdir())
+    assert kept[-1] == "manifest.json" and kept[:-1] == [f"chunk-{index:08d}.npz" for index in range(len(kept) - 1)]
+    assert f"{len(kept) - 1} of 256 chunks of this sweep are kept" in error.decode()

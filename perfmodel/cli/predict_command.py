@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -49,12 +50,18 @@ def register(commands) -> None:
     add_mode_argument(sweep)
     add_ideal_argument(sweep)
     intervals.add_confidence_argument(sweep)
-    sweep.add_argument("-o", "--output", type=Path, help="write the table (.csv or .parquet), chunk by chunk")
+    sweep.add_argument("-o", "--output", type=Path,
+                       help="write the table (.csv or .parquet), chunk by chunk; until it is written, the finished "
+                            "chunks are kept in FILE.parts/, so that the same command, run again after an "
+                            "interruption, computes only the others")
     sweep.add_argument("--json", action="store_true")
     sweep.add_argument("--max-points", type=whole_number(1), default=DEFAULT_MAX_POINTS, metavar="N",
                        help=f"refuse a grid of more points than this (default {DEFAULT_MAX_POINTS:,})")
     sweep.add_argument("--chunk-points", type=whole_number(1), default=DEFAULT_CHUNK_POINTS, metavar="N",
                        help=f"points evaluated at once, the unit of work and of memory (default {DEFAULT_CHUNK_POINTS:,})")
+    sweep.add_argument("--restart", action="store_true",
+                       help="discard the chunks an interrupted run of the same -o FILE kept in FILE.parts/ and start "
+                            "over (without it, the same command resumes from them)")
     add_fanout_arguments(sweep)
     sweep.set_defaults(handler=_sweep)
 
@@ -154,9 +161,10 @@ def parse_grid(items: list[str]) -> tuple[dict, dict]:
 
 
 def _sweep(args) -> int:
+    from perfmodel.chunkstore import resumed
     from perfmodel.fanout import mapper, progress
     from perfmodel.hardware.loader import load_for_prediction
-    from perfmodel.roofline.sweep import as_override, sweep_chunks, sweep_plan
+    from perfmodel.roofline.sweep import SweepResult, as_override, sweep_chunks, sweep_plan
     from perfmodel.workload.builders import transformer_block
 
     if args.output is not None:
@@ -176,19 +184,76 @@ def _sweep(args) -> int:
             f"{' x '.join(str(n) for n in plan.shape)}), more than --max-points {args.max_points:,}; narrow an axis "
             "or raise --max-points (the sweep streams in chunks of --chunk-points, so memory stays bounded, but the "
             "time and the output grow with the points)")
+    band = _sweep_band(hardware, bool(spec), args.confidence)
+    parts = _sweep_parts(args, plan, hardware, band)
     distributed = args.workers is not None or args.scheduler is not None
-    with mapper(workers=args.workers, scheduler=args.scheduler) as where:
-        parts = progress(sweep_chunks(plan, where), plan.size, "pt", count=lambda part: part.size,
-                         enabled=not args.json and (distributed or plan.size >= 100_000))
-        band = _sweep_band(hardware, bool(spec), args.confidence)
-        head, rows = stream_table((_with_interval(part.to_columns(), band) for part in parts), args.output,
-                                  as_json=args.json, fields={"confidence": band.confidence, "basis": band.basis})
+    try:
+        with mapper(workers=args.workers, scheduler=args.scheduler) as where:
+            results = sweep_chunks(plan, where) if parts is None else \
+                resumed(parts, where, plan.evaluate, plan.spans(), keep=SweepResult.computed, restore=plan.restore)
+            shown = progress(results, plan.size, "pt", count=lambda part: part.size,
+                             enabled=not args.json and (distributed or plan.size >= 100_000))
+            # closed inside the block however it ends: the bar is cleared before a message, and a Dask
+            # mapper cancels what is in flight while its cluster is still up
+            with contextlib.closing(results), contextlib.closing(shown):
+                head, rows = stream_table((_with_interval(part.to_columns(), band) for part in shown), args.output,
+                                          as_json=args.json, fields={"confidence": band.confidence, "basis": band.basis})
+    except BaseException:
+        if parts is not None:
+            kept = sum(1 for _ in parts.path.glob("chunk-*.npz"))
+            if not kept:  # nothing to resume from: leave no empty directory behind
+                parts.remove()
+                raise
+            print(f"perfmodel: {kept} of {parts.chunks} chunks of this sweep are kept in {parts.path}; run the same "
+                  "command again to compute only the others (--restart: start over)", file=sys.stderr)
+        raise
+    if parts is not None:
+        parts.remove()  # the table is written (atomically): its chunks are not needed any more
     if not args.json:
         print(head.to_string(index=False))
         if rows > len(head):
             print(f"... {rows - len(head)} more rows (-o FILE.csv)")
         print(f"interval (total_s_low - total_s_high): {band.basis}")
     return 0
+
+
+def _sweep_parts(args, plan, hardware, band):
+    """The parts directory beside ``-o FILE`` (``perfmodel.chunkstore``), where the run keeps every
+    chunk it finishes; None without -o (the table goes to the terminal only: nothing to resume).
+    Resuming needs no option: the manifest holds everything the chunks' numbers rest on, so chunks
+    it matches are those this run would compute, bit for bit, and a rerun of the same command (by
+    hand, or a batch system requeueing a preempted job) resumes; anything else is refused."""
+    from perfmodel.chunkstore import open_parts, parts_path
+
+    if args.output is None:
+        if args.restart:
+            raise PerfmodelError("--restart discards the chunks an interrupted run kept beside its -o FILE; give the "
+                                 "-o FILE of that run")
+        return None
+    parts = open_parts(parts_path(args.output), _sweep_manifest(args, plan, hardware, band), len(plan.spans()),
+                       restart=args.restart)
+    if parts.done:
+        print(f"perfmodel: resuming: {len(parts.done)} of {parts.chunks} chunks are kept in {parts.path}",
+              file=sys.stderr)
+    return parts
+
+
+def _sweep_manifest(args, plan, hardware, band) -> dict:
+    """What a sweep's chunks rest on, field by field (a mismatch names the field): the arguments that
+    shape the table, as parsed (2TB/s and 2000GB/s are one value), the spec's content, the interval,
+    and the code and numpy that compute them. Not --workers/--scheduler (the same bits anywhere), the
+    output format or --json (the chunks are the table's columns, not its text)."""
+    import numpy as np
+
+    from perfmodel import __version__
+    from perfmodel.chunkstore import content_digest, source_digest
+    from perfmodel.jsonable import to_jsonable
+
+    return {"command": "sweep", "on": args.on, "ideal": args.ideal, "mode": args.mode,
+            "grid axes": list(plan.axes), **{f"grid {axis}": values.tolist() for axis, values in plan.axes.items()},
+            "chunk_points": plan.chunk_points, "points": plan.size, "interval": to_jsonable(band),
+            "spec content (sha256)": content_digest(to_jsonable(hardware)),
+            "perfmodel sources (sha256)": source_digest(), "perfmodel": __version__, "numpy": np.__version__}
 
 
 def _sweep_band(hardware, what_if: bool, confidence: float):
@@ -233,8 +298,6 @@ def stream_table(chunks, output: Path | None, *, as_json: bool = False, fields: 
     ``fields`` (what the whole table rests on: the interval's confidence and basis) and ``rows`` (one
     record a row), holding no more than one chunk; returns (the first ``HEAD_ROWS`` rows as a DataFrame,
     the number of rows)."""
-    import contextlib
-
     import pandas as pd
 
     from perfmodel.yaml_source import atomic_output

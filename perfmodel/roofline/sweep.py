@@ -106,6 +106,11 @@ class SweepResult:
         bounds: np.ndarray = np.asarray(names)[np.argmax(np.stack([self.time_by_bound[name] for name in names]), axis=0)]
         return bounds
 
+    def computed(self) -> dict[str, np.ndarray]:
+        """What evaluating the points computed: ``total_s`` and ``time_s:<bound>`` arrays (the points and
+        each point's bound follow from the plan and these: ``SweepPlan.restore``), e.g. to keep on disk."""
+        return {"total_s": self.total_s, **{f"time_s:{name}": values for name, values in self.time_by_bound.items()}}
+
     def to_columns(self) -> dict[str, np.ndarray]:
         """Column name -> array, ready for ``pandas.DataFrame(result.to_columns())``."""
         columns = {**self.points, "total_s": self.total_s}
@@ -168,6 +173,19 @@ class SweepPlan:
                 share = share + arrays.program_s
             by_bound[label] = np.broadcast_to(share, (stop - start,))
         return SweepResult(points=chunk, total_s=np.broadcast_to(total, (stop - start,)), time_by_bound=by_bound)
+
+
+    def restore(self, span: tuple[int, int], computed: Mapping[str, np.ndarray]) -> SweepResult:
+        """The result ``evaluate(span)`` gave, from its ``SweepResult.computed()`` arrays: the same
+        arrays, so the same table to the last bit."""
+        start, stop = span
+        sizes = {int(np.shape(values)[0]) if np.ndim(values) == 1 else -1 for values in computed.values()}
+        if "total_s" not in computed or sizes != {stop - start}:
+            raise PerfmodelError(f"the kept chunk of points {start}:{stop} holds {sorted(computed)} of lengths "
+                                 f"{sorted(sizes)}, not the total_s and time_s:* arrays of {stop - start} points")
+        return SweepResult(points=self.points(start, stop), total_s=np.asarray(computed["total_s"]),
+                           time_by_bound={name.removeprefix("time_s:"): np.asarray(values)
+                                          for name, values in computed.items() if name.startswith("time_s:")})
 
 
 def sweep_plan(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
