@@ -811,7 +811,7 @@ def choose_link(hardware: Hardware, name: str | None) -> Link:
 ONE_SHOT_TOPOLOGIES = ("switch",)
 
 
-def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, two_shot_latency: Any):
+def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, two_shot_latency: Any) -> tuple[Any, Any]:
     """(wire bytes per link, step latency) of the faster of a one-shot all-reduce (``p - 1`` payloads
     read per chip, one step) and the two-shot one (``2 (p - 1) / p`` payloads, two steps), judged at the
     link's datasheet bandwidth and step latency, as the engines' kernels choose by message size and rank
