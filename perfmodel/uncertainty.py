@@ -12,6 +12,10 @@ Pure core (numpy and the standard library only). Conventions:
   is ``k / (n + 1)``, so the band covers a new row with probability ``c`` in expectation. The rank
   ``(n + 1) alpha / 2`` must be at least 1, else the band would extrapolate past the sample: fewer than
   ``minimum_residuals(c)`` residuals (9 at 80%) give no band, and the interval says so.
+* **Sources, not rows, are exchangeable**: the bands the commands print are cross-conformal over
+  sources (``cross_conformal_band``, CV+ with each source a fold), which measures how far a new source
+  falls from the centre the other sources give; ``conformal_band`` is the plain split-conformal band of
+  exchangeable residuals.
 * A true **time** lies in ``[T exp(-high), T exp(-low)]`` for a predicted time ``T`` and a band
   ``[low, high]``; a true **rate** ``R`` in ``[R exp(low), R exp(high)]``.
 * **Parameter error**: a fit's parameters are log-normal (the fit works in log space) with the fit's
@@ -68,6 +72,39 @@ def conformal_quantile(residuals: Sequence[float] | np.ndarray, level: float) ->
     if values.size == 0 or rank < 1 - 1e-9 or rank > values.size + 1e-9:
         return None
     return float(np.quantile(values, level, method="weibull"))
+
+
+def cross_conformal_band(residuals: Sequence[float] | np.ndarray, groups: Sequence[str], confidence: float
+                         ) -> tuple[float, float] | None:
+    """(low, high) covering ``confidence`` of a new residual from a new *group* (a source not in the sample):
+    CV+ with the groups as folds (Barber, Candes, Ramdas and Tibshirani 2021, "Predictive inference with
+    the jackknife+", K-fold CV+) and the median as the model. Each residual ``r_i`` is compared with the
+    median ``m_i`` of the *other* groups' residuals; the band's ends are the ``floor(alpha (n + 1))``-th
+    smallest of ``m_i - |r_i - m_i|`` and the ``ceil((1 - alpha) (n + 1))``-th smallest of ``m_i + |r_i - m_i|``.
+
+    Why not the plain split-conformal band of the residuals: rows of one source share its setup (its
+    software, its harness, its kind of measurement), so they are not exchangeable with another source's
+    rows; a band from the pooled rows sees only the spread inside the sources it has and under-covers a
+    new source. Comparing each source with the centre the others give measures the between-source
+    spread (and the centre's own error) directly. None: fewer than two groups (nothing to compare a
+    source with) or fewer than ``minimum_residuals(confidence)`` residuals."""
+    values = np.asarray(residuals, dtype=float)
+    labels = list(groups)
+    if len(labels) != values.size:
+        raise ValueError(f"{values.size} residuals but {len(labels)} group labels")
+    if values.size < minimum_residuals(confidence) or len(set(labels)) < 2:
+        return None
+    centres = np.empty(values.size)
+    for label in set(labels):
+        inside = np.array([item == label for item in labels])
+        centres[inside] = np.median(values[~inside])
+    spread = np.abs(values - centres)
+    alpha = 1 - confidence
+    lows, highs = np.sort(centres - spread), np.sort(centres + spread)
+    low_rank, high_rank = math.floor(alpha * (values.size + 1) + 1e-9), math.ceil((1 - alpha) * (values.size + 1) - 1e-9)
+    if low_rank < 1 or high_rank > values.size:
+        return None
+    return float(lows[low_rank - 1]), float(highs[high_rank - 1])
 
 
 def covers(band: tuple[float, float], residual: float) -> bool:

@@ -17,6 +17,7 @@ from perfmodel.uncertainty import (
     combine,
     conformal_band,
     conformal_quantile,
+    cross_conformal_band,
     interval,
     minimum_residuals,
     parameter_band,
@@ -46,6 +47,41 @@ def test_conformal_band_covers_its_confidence_on_exchangeable_data():
         low, high = conformal_band(row[:n], 0.8)
         hits += low <= row[n] <= high
     assert abs(hits / trials - 0.8) < 0.02
+
+
+def test_cross_conformal_band_hand_worked():
+    # Two sources: a = 0, 1, 2, 3, 4 (median 2), b = 10, 11, 12, 13, 14 (median 12). Each row against the
+    # other source's median: a's rows give 12 -/+ |r - 12| (lows 0..4, highs 20..24), b's give 2 -/+ |r - 2|
+    # (lows -10..-6, highs 10..14). n = 10 at 80%: the floor(0.2 x 11) = 2nd smallest low (-9) and the
+    # ceil(0.8 x 11) = 9th smallest high (23).
+    residuals = [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+    sources = ["a"] * 5 + ["b"] * 5
+    assert cross_conformal_band(residuals, sources, 0.8) == pytest.approx((-9.0, 23.0))
+    assert cross_conformal_band(residuals, ["a"] * 10, 0.8) is None  # one source: nothing to compare with
+    assert cross_conformal_band(residuals[:8], sources[:8], 0.8) is None  # fewer than 9
+    with pytest.raises(ValueError):
+        cross_conformal_band(residuals, sources[:3], 0.8)
+
+
+def test_cross_conformal_covers_a_new_source_where_pooled_rows_do_not():
+    """Residuals with a per-source offset (between-source sd 1, within 0.2), three sources of six rows (like
+    TPU's table): the pooled rows' band sees the spread of the three offsets it has and under-covers a row
+    of a new source (about 58%); the band that compares each source with the others covers it at about
+    its confidence (about 77% here; CV+ guarantees at least 1 - 2 alpha, and nears 1 - alpha as sources grow)."""
+    rng = np.random.default_rng(5)
+    trials, sources, rows = 1500, 3, 6
+    pooled_hits = cross_hits = 0
+    labels = [str(index // rows) for index in range(sources * rows)]
+    for _ in range(trials):
+        offsets = rng.normal(size=sources + 1)
+        values = np.repeat(offsets[:sources], rows) + rng.normal(scale=0.2, size=sources * rows)
+        new = offsets[sources] + rng.normal(scale=0.2)
+        low, high = conformal_band(values, 0.8)
+        pooled_hits += low <= new <= high
+        low, high = cross_conformal_band(values, labels, 0.8)
+        cross_hits += low <= new <= high
+    assert pooled_hits / trials < 0.65
+    assert 0.72 < cross_hits / trials < 0.9
 
 
 def test_interval_orientation():
@@ -228,7 +264,7 @@ def test_sweep_interval_columns(capsys):
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json", "--confidence", "0.9",
                  "--chunk-points", "1"]) == 0  # two chunks: the records stream after the table's basis
     table = json.loads(capsys.readouterr().out)
-    assert table["confidence"] == 0.9 and "split-conformal" in table["basis"] and "gpu scenario" in table["basis"]
+    assert table["confidence"] == 0.9 and "cross-conformal" in table["basis"] and "gpu scenario" in table["basis"]
     assert [record["batch"] for record in table["rows"]] == [1, 8]
     for record in table["rows"]:
         assert record["total_s_low"] < record["total_s"] < record["total_s_high"]

@@ -23,7 +23,7 @@ def _confidence(text: str) -> float:
 def add_confidence_argument(parser) -> None:
     parser.add_argument("--confidence", type=_confidence, default=DEFAULT_CONFIDENCE, metavar="C",
                         help=f"coverage of the printed intervals, e.g. 0.9 or 90%% (default {DEFAULT_CONFIDENCE:g}): "
-                             "split-conformal bands from the residuals of the published measurements of the "
+                             "cross-conformal bands over the sources of the published measurements of the "
                              "system's family and kind of prediction (perfmodel validate); none where there is "
                              "no evidence")
 
