@@ -394,3 +394,74 @@ def test_serve_disagg_prints_intervals_for_both_deployments(capsys):
     assert main([*SERVE, "--rate", "2/s", "--disagg", "1P1D"]) == 0
     text = capsys.readouterr().out
     assert "80% interval disaggregated: TTFT p50" in text and "80% interval aggregated: TTFT p50" in text
+
+
+def _overlay_with_fit(tmp_path, edit=None):
+    """The shipped H100 achievable overlay (which stores its fit's covariance) copied, ``edit`` applied."""
+    from perfmodel.hardware.loader import load_hardware
+
+    text = open(str(load_hardware("h100-sxm-achievable").origin)).read()
+    assert "\n  fit:\n" in text
+    path = tmp_path / "h100-copy.yaml"
+    path.write_text((edit or (lambda value: value))(text).replace("name: h100-sxm-achievable", "name: h100-copy"))
+    return path
+
+
+def test_an_overlay_stores_its_fit_covariance_and_the_loader_checks_it(tmp_path):
+    from perfmodel.hardware.loader import load_hardware, validate_spec_file
+
+    hardware = load_hardware(_overlay_with_fit(tmp_path))
+    fit = hardware.efficiency.fit
+    assert fit is not None and fit.measurements > 0 and len(fit.relative_covariance) == len(fit.names)
+    # A kind-level entry copied from the only dtype fitted for it moves with that dtype: equal variances,
+    # correlation one (the fitter writes A C A^T of what it writes, not of what it fitted).
+    index = {name: position for position, name in enumerate(fit.names)}
+    copy, fitted = index["compute:attention"], index["compute:attention:tensor_cores:fp16"]
+    covariance = fit.relative_covariance
+    assert covariance[copy][copy] == covariance[fitted][fitted] == covariance[copy][fitted] > 0
+
+    def problems(edit):
+        return [problem.message for problem in validate_spec_file(_overlay_with_fit(tmp_path, edit))]
+
+    misnamed = problems(lambda text: text.replace("    - memory:l2\n", "    - memory:l3\n"))
+    assert len(misnamed) == 1 and "fit parameter 'memory:l3' names no value" in misnamed[0]
+    rows = [line for line in _overlay_with_fit(tmp_path).read_text().splitlines() if line.startswith("    - [")]
+    second = rows[1].split(", ")
+    asymmetric = problems(lambda text: text.replace(rows[1], ", ".join(["    - [0.5", *second[1:]]), 1))
+    assert len(asymmetric) == 1 and "symmetric" in asymmetric[0]
+    short = problems(lambda text: text.replace(rows[-1] + "\n", ""))
+    assert len(short) == 1 and f"{len(rows)} x {len(rows)} matrix" in short[0]
+
+
+def test_llm_interval_combines_the_fit_covariance_with_the_model_form_band(capsys):
+    """Where the overlay stores its fit's covariance, ``llm`` propagates it (parameter sets drawn from it,
+    each evaluated) and widens the model-form band by it; the basis says which, and the datasheet's
+    interval says it is model-form only."""
+    from perfmodel.cli import main
+
+    command = ["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--engine", "none", "--batch", "8", "--json"]
+    assert main(command) == 0
+    found = json.loads(capsys.readouterr().out)["intervals"]
+    assert "parameter uncertainty from h100-sxm-achievable's fit covariance" in found["basis"]
+    assert main([*command, "--ideal"]) == 0
+    ideal = json.loads(capsys.readouterr().out)["intervals"]
+    assert "model-form error only (datasheet parameters)" in ideal["basis"]
+
+
+def test_parameter_spread_widens_the_band_it_is_combined_with():
+    from perfmodel.cli.confidence import sample_runs, scenario_intervals
+    from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.llm import Parallelism, Scenario, llm_predict
+    from perfmodel.llm.catalog import load_architecture
+
+    hardware = load_for_prediction("h100-sxm", engine=None)
+    architecture = load_architecture("llama-3.1-8b")
+    scenario = Scenario(batch=64, prompt_tokens=2048, generated_tokens=128)
+    result = llm_predict(architecture, hardware, scenario, Parallelism(tp=1))
+    runs, basis = sample_runs(hardware, "scenario", 0.8,
+                              lambda sampled: llm_predict(architecture, sampled, scenario, Parallelism(tp=1)))
+    assert len(runs) == 32 and len({run.ttft_s for run in runs}) > 1  # the prefill's GEMMs move with the fit
+    alone = scenario_intervals(hardware, result, 0.8)["ttft_s"]
+    both = scenario_intervals(hardware, result, 0.8, runs, basis)["ttft_s"]
+    assert "model-form error only" in alone.basis and basis in both.basis
+    assert both.low < alone.low < result.ttft_s < alone.high < both.high
