@@ -465,3 +465,47 @@ def test_parameter_spread_widens_the_band_it_is_combined_with():
     both = scenario_intervals(hardware, result, 0.8, runs, basis)["ttft_s"]
     assert "model-form error only" in alone.basis and basis in both.basis
     assert both.low < alone.low < result.ttft_s < alone.high < both.high
+
+
+def test_roofline_breakdown_chart_carries_each_systems_total_interval(monkeypatch, tmp_path, capsys):
+    """``roofline --kind breakdown`` draws each system's total time with its interval (the scenario rows'
+    band for a many-op graph); a system without evidence (MI300X: no reproduced measurement) gets none."""
+    pytest.importorskip("matplotlib")
+    import perfmodel.plotting as plotting
+    from perfmodel.cli import main
+    from perfmodel.intervals import band_for
+
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda ax, path: drawn.append(ax))
+    assert main(["roofline", "elementwise_chain", "--on", "h100-sxm-achievable,mi300x", "--kind", "breakdown",
+                 "-o", str(tmp_path / "breakdown.png")]) == 0
+    capsys.readouterr()
+    (ax,) = drawn
+    (bars,) = _errorbars(ax)
+    assert "total: 80% interval" in _legend_texts(ax)
+    (segment,) = bars.lines[2][0].get_segments()  # the H100's bar only
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline import evaluate
+    from perfmodel.workload.io import load_graph
+
+    h100 = load_hardware("h100-sxm-achievable")
+    graph = load_graph("elementwise_chain")
+    band = band_for(h100, "kernel" if len(graph.ops) == 1 else "scenario", 0.8)
+    total_ms = evaluate(graph, h100).total_s * 1e3
+    assert segment[:, 1] == pytest.approx([total_ms * math.exp(-band.high), total_ms * math.exp(-band.low)])
+    plotting.pyplot().close(ax.figure)
+
+
+def test_an_interval_wholly_on_one_side_of_its_value_is_drawn_as_it_is():
+    """The datasheet's predicted times are all optimistic: the band lies below zero and the interval of a
+    time wholly above the prediction; the error bar spans exactly low..high (it once failed to draw)."""
+    pytest.importorskip("matplotlib")
+    from perfmodel.plotting import _interval_bars, pyplot
+
+    found = [interval(2.0, Band(confidence=0.8, basis="biased", low=-0.4, high=-0.1, residuals=20), TIME)]
+    assert found[0].low > found[0].value
+    ax = pyplot().figure().add_subplot()
+    bars = _interval_bars(ax, [0], found)
+    (segment,) = bars.lines[2][0].get_segments()
+    assert segment[:, 1] == pytest.approx([found[0].low, found[0].high])
+    pyplot().close(ax.figure)
