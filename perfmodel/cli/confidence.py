@@ -85,6 +85,9 @@ def intervals(hardware, kind: str, confidence: float, figures: Mapping[str, tupl
             if usable:
                 assert runs is not None and sampled is not None
                 figure_band = combine(band, parameter_band(value, runs, confidence, orientation), sampled.basis)
+            elif runs:
+                figure_band = replace(band, basis=f"{band.basis}; model-form error only (a parameter set drawn from "
+                                                  "the fit gave no finite positive value)")
             else:
                 figure_band = replace(band, basis=f"{band.basis}; {model_form_note(hardware)}")
         found[name] = interval(value, figure_band, orientation)
