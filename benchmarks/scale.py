@@ -9,7 +9,10 @@ Rows:
    arrays of 10^6 (``x * y + z`` and ``maximum``: element operations/s), and each row's time per
    scenario in those units (``element_op_equivalents``: how many element-wise operations numpy could
    do in the time one scenario takes; 10^6 scenarios/s needs rate / 10^6 or fewer). This is derived
-   from times, not an independent count of the array path's operations. A cProfile of a 10^5 call
+   from times; beside it, counted: the operations one scenario's numbers take (the compiled replay's
+   tape: each operation that depends on the scenario's counts), the replay's time per operation
+   against straight-line Python float arithmetic timed here (the single scenario's floor), and
+   numpy's element rate over that count (the array path's ceiling). A cProfile of a 10^5 call
    lists where the time goes (numpy operators run inside the Python frames that use them, so their
    time shows as those frames' own time).
 3. ``perfmodel sweep``'s engine (``roofline.sweep``) over ``--sweep-points`` points of the transformer
@@ -82,11 +85,67 @@ def _median_s(function, repeats: int) -> float:
 
 
 def numpy_rate(size: int = 1_000_000, repeats: int = 7) -> float:
-    """Element operations per second of float64 element-wise numpy arithmetic on arrays of ``size``."""
+    """Element operations per second of float64 element-wise numpy arithmetic on arrays of ``size``
+    (small arrays: many calls timed together, so numpy's cost per call counts as it does in use)."""
     rng = np.random.default_rng(1)
     x, y, z = rng.random(size), rng.random(size), rng.random(size)
-    seconds = _median_s(lambda: np.maximum(x * y + z, y), repeats)
+    calls = max(1, 1_000_000 // size)
+    seconds = _median_s(lambda: [np.maximum(x * y + z, y) for _ in range(calls)], repeats) / calls
     return 3 * size / seconds  # a multiply, an add and a maximum per element
+
+
+def python_operation_s(operations: int, repeats: int = 7, variables: int = 16) -> float:
+    """CPU seconds of one straight-line Python float operation (a multiply, an add, a divide and a
+    clamp in turn, each into one of ``variables`` locals in turn, as a compiled replay reuses its
+    variables), in a function of ``operations`` lines."""
+    lines = ["def run(x):", "    v0 = x"]
+    forms = ["{p} * 1.0000001", "{p} + 0.5", "{p} / 1.0000003", "({p} if {p} >= 1.0 else 1.0)"]
+    lines += [f"    v{index % variables} = {forms[index % 4].format(p=f'v{(index - 1) % variables}')}"
+              for index in range(1, operations)]
+    lines.append(f"    return v{(operations - 1) % variables}")
+    namespace: dict = {}
+    exec(compile("\n".join(lines), "<straight-line>", "exec"), namespace)  # noqa: S102 - our own text
+    run = namespace["run"]
+    calls = 2000
+    return _median_s(lambda: [run(1.5) for _ in range(calls)], repeats) / calls / operations
+
+
+def bound_account(architecture, hardware, rate: float, rows: list[dict], repeats: int) -> dict:
+    """What bounds the two paths, counted rather than inferred from times: the operations one scenario's
+    numbers take (the compiled replay's tape: every operation that depends on the scenario's batch,
+    prompt or output length, all else folded to constants), the replay's time per operation against
+    straight-line Python float arithmetic, and the array path's ceiling at numpy's element rate (each of
+    those operations is at least one element-wise numpy operation a scenario on the array path)."""
+    from perfmodel.llm.metrics import prediction_numbers
+    from perfmodel.tracing import trace
+
+    execution = resolve_mode(hardware, None)
+    values = (8, 1000, 128)
+    traced = Scenario(batch=values[0], prompt_tokens=values[1], generated_tokens=values[2])
+    replay = trace(prediction_numbers(architecture, hardware, traced, Parallelism(), execution), values)
+    operations = replay.computed
+    prompts = range(1000, 1500)
+    assert all(replay.function(8, prompt, 128) is not None for prompt in prompts)  # no decision differs: full runs
+    for prompt in range(64, 128):  # llm_predict's own replay compiled
+        llm_predict(architecture, hardware, Scenario(batch=8, prompt_tokens=prompt, generated_tokens=128))
+    # The replay alone and the whole llm_predict call over the same scenarios, timed in turn (the
+    # machine's load moves both alike), so the split below is of times taken side by side.
+    replay_times, one_times = [], []
+    for _ in range(max(repeats, 5)):
+        replay_times.append(_median_s(lambda: [replay.function(8, prompt, 128) for prompt in prompts], 1))
+        one_times.append(_median_s(lambda: [llm_predict(architecture, hardware, Scenario(
+            batch=8, prompt_tokens=prompt, generated_tokens=128)) for prompt in prompts], 1))
+    replay_s, one_s = statistics.median(replay_times) / len(prompts), statistics.median(one_times) / len(prompts)
+    per_operation = python_operation_s(operations, repeats)
+    big = max((row for row in rows if row["benchmark"].startswith("llm_predict over arrays")),
+              key=lambda row: row["scenarios"])
+    return {"operations_per_scenario": operations, "replay_decisions": replay.decisions,
+            "replay_function_s": replay_s, "replay_ns_per_operation": replay_s / operations * 1e9,
+            "python_float_operation_ns": per_operation * 1e9, "straight_line_floor_s": operations * per_operation,
+            "one_scenario_s": one_s, "one_scenario_outside_replay_s": one_s - replay_s,
+            "numpy_element_ops_per_s": rate, "array_ceiling_scenarios_per_s": rate / operations,
+            "array_scenarios_per_s": big["scenarios_per_s"],
+            "array_share_of_ceiling": big["scenarios_per_s"] * operations / rate}
 
 
 def llm_rows(counts: tuple[int, ...], repeats: int) -> tuple[list[dict], dict]:
@@ -207,7 +266,15 @@ def main(argv=None) -> int:
             if row["benchmark"] == before["benchmark"]:
                 row["baseline_seconds"] = before["seconds"]
                 row["speedup"] = before["seconds"] / row["seconds"]
-    bound = {"numpy_element_ops_per_s": rate, "element_ops_per_scenario_for_1e6_per_s": rate / 1e6}
+    from perfmodel.llm.metrics import CHUNK_POINTS
+
+    bound = {"numpy_element_ops_per_s": rate, "element_ops_per_scenario_for_1e6_per_s": rate / 1e6,
+             **bound_account(load_architecture(MODEL), load_for_prediction(SPEC), rate, rows, args.repeats),
+             "block_points": CHUNK_POINTS, "numpy_element_ops_per_s_at_block": numpy_rate(CHUNK_POINTS)}
+    bound["array_ceiling_at_block_scenarios_per_s"] = (bound["numpy_element_ops_per_s_at_block"]
+                                                       / bound["operations_per_scenario"])
+    bound["array_share_of_block_ceiling"] = (bound["array_scenarios_per_s"]
+                                             / bound["array_ceiling_at_block_scenarios_per_s"])
     rows += sweep_rows(sweep_points, max(sweep_points // 10, 1))
     print(f"{'benchmark':<58} {'time':>12} {'scenarios/s':>14} {'numpy element ops/scenario':>27} {'speed-up':>9}")
     for row in rows:
@@ -220,6 +287,23 @@ def main(argv=None) -> int:
               "this run")
     print(f"\nnumpy float64 element-wise on 10^6 arrays: {rate:.3g} element ops/s here: 10^6 scenarios/s leaves "
           f"{rate / 1e6:,.0f} element ops a scenario")
+    print(f"What bounds them, counted: one scenario's numbers are {bound['operations_per_scenario']:,} operations on "
+          f"its batch, prompt and output length (the compiled replay's tape, {bound['replay_decisions']} decisions "
+          "checked).\n"
+          f"  one scenario: the replay runs them in {bound['replay_function_s'] * 1e6:.1f} us "
+          f"({bound['replay_ns_per_operation']:.1f} ns each; straight-line Python float arithmetic on reused "
+          "variables here: "
+          f"{bound['python_float_operation_ns']:.1f} ns, a floor of {bound['straight_line_floor_s'] * 1e6:.1f} us); "
+          f"the rest of llm_predict (checks, the replay cache, the result record) "
+          f"{bound['one_scenario_outside_replay_s'] * 1e6:.1f} us, {bound['one_scenario_s'] * 1e6:.1f} us in all\n"
+          f"  arrays: at numpy's {rate:.3g} element ops/s, {bound['operations_per_scenario']:,} operations a "
+          f"scenario cap the array path at {bound['array_ceiling_scenarios_per_s']:,.0f} scenarios/s; it reached "
+          f"{bound['array_scenarios_per_s']:,.0f} ({100 * bound['array_share_of_ceiling']:.0f}% of that; above 100%: "
+          "work shared between scenarios, such as one kernel choice per distinct decode batch); on arrays of "
+          f"{bound['block_points']:,} (the blocks it evaluates) numpy does {bound['numpy_element_ops_per_s_at_block']:.3g} "
+          f"element ops/s: a ceiling of {bound['array_ceiling_at_block_scenarios_per_s']:,.0f} scenarios/s, "
+          f"{100 * bound['array_share_of_block_ceiling']:.0f}% of it reached (the rest: Python's cost per numpy call "
+          "on a block, and operations dearer than a multiply: ceil, where, argmax along an axis, conversions)")
     print(f"cProfile of 10^5 scenarios: {100 * profile['share_in_numpy_and_builtins']:.0f}% of the time in numpy and "
           "built-in functions; top by own time:")
     for entry in profile["top_tottime"][:8]:

@@ -19,6 +19,7 @@ Only microbenchmarks are used; application rows (LLM throughput, latency) never 
 from __future__ import annotations
 
 import dataclasses
+import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -49,6 +50,7 @@ class EngineFit:
     records: list
     skipped: dict[str, int]
     versions: dict[str, str]
+    step_latency_s: float = 0.0  # the scale-up link's step latency the fit ran with
 
     @property
     def name(self) -> str:
@@ -64,13 +66,22 @@ def measured_engines(gpu: str, root: Path | None = None) -> tuple[str, ...]:
     return tuple(engine for engine in tables.ENGINES if tables.versions(gpu, engine, "gemm", root))
 
 
-def without_step_latency(hardware):
-    """The spec with no per-step latency on its scale-up link. The engines' own all-reduce kernels are
-    one-shot or two-shot over NVLink's shared memory, not rings of NCCL protocol steps: their fixed cost
-    is one alpha per collective (2.4 us for 128 elements on 2 H100s, 4.8 us on 8, SGLang's table),
-    below the datasheet's two NCCL LL128 steps (2 x 1.9 us) that an alpha can only add to. The overlay
-    then sets the link's step latency so that an all-reduce costs the fitted alpha (``overlay_text``)."""
-    links = {name: dataclasses.replace(link, latency_s=0.0) if link.kind == "chip_to_chip" else link
+# All-reduces of at most this payload are latency alone in every engine's table (128 elements to 8 Ki
+# flat within 10% on 2-8 H100s), so their median time is one step of the one-shot kernel.
+SMALL_MESSAGE_BYTES = 16 * 1024
+
+
+def with_measured_step_latency(hardware, records):
+    """The spec with its scale-up link's step latency measured: the median time of the engine's smallest
+    all-reduces (one one-shot step each, ``costs.rules._one_or_two_shot``). Fixed costs come from the
+    small shapes; the fit then finds the bandwidth efficiency from the large ones (and any alpha on top).
+    The engines' kernels read peers' memory over NVLink, so their step (2.4-4.7 us on H100) is not the
+    datasheet's NCCL LL128 step. Without small all-reduces the step is left at zero, the fit's alpha
+    then standing for the whole fixed cost."""
+    small = [record.duration_s for record in records if record.op_class == "all_reduce"
+             and record.graph().ops[0].attrs["bytes"] <= SMALL_MESSAGE_BYTES]
+    step = statistics.median(small) if small else 0.0
+    links = {name: dataclasses.replace(link, latency_s=step) if link.kind == "chip_to_chip" else link
              for name, link in hardware.links.items()}
     return dataclasses.replace(hardware, links=links)
 
@@ -142,22 +153,22 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     spec = load_hardware(gpu)
     streams = memory_streams(gpu, spec)
     records += streams
-    hardware, on_die = _with_measured_l2(without_step_latency(device_time_hardware(spec)), streams, seed)
+    stepped = with_measured_step_latency(device_time_hardware(spec), records)
+    hardware, on_die = _with_measured_l2(stepped, streams, seed)
     result = fit(records, hardware, mode="graph", seed=seed, datasheet_levels=DATASHEET_LEVELS + ("l2",),
                  posterior_draws=True,
                  **({} if heldout else {"folds": 0, "extra_seeds": 0}))
     result = with_held_parameters(result, on_die)
-    return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read)
+    step = max((link.latency_s or 0.0 for link in stepped.links.values() if link.kind == "chip_to_chip"), default=0.0)
+    return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read,
+                     step_latency_s=step)
 
 
 def overlay_text(fitted: EngineFit) -> str:
-    from calibration.fit import LATENCY_BOUNDS_S
     from calibration.report import fitted_spec_yaml
-    from perfmodel.costs.rules import collective_steps
     from perfmodel.hardware.loader import load_hardware
     from perfmodel.units import format_quantity
 
-    latency_floor_s = LATENCY_BOUNDS_S[0]
     spec = load_hardware(fitted.gpu)
     result = fitted.result
     read = ", ".join(f"{kind} {version}" for kind, version in fitted.versions.items())
@@ -176,11 +187,10 @@ def overlay_text(fitted: EngineFit) -> str:
     links, params = {}, dict(result.params)
     for name, link in spec.links.items():
         if link.kind == "chip_to_chip":
-            # The fitted alpha (at the fit's floor where the data leave none) becomes the link's step
-            # latency: an all-reduce takes collective_steps of them (2 on a switch), so it costs alpha.
-            alpha = params.pop(f"collective_latency:{name}", (latency_floor_s, 0.0))[0]
-            steps = collective_steps("all_reduce", link.topology, 2)
-            links[name] = {"latency": format_quantity(alpha / steps, "seconds", digits=4),
+            # The step latency the fit ran with (measured on the smallest all-reduces); the fitted
+            # alpha, if any, stays a per-collective latency in the efficiency block.
+            step = fitted.step_latency_s
+            links[name] = {"latency": format_quantity(step, "seconds", digits=4),
                            "field_sources": {"latency": "calibration"}}
     result = dataclasses.replace(result, params=params)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,

@@ -112,6 +112,7 @@ class Components:
     records: int
     link_s: np.ndarray | None = None      # datasheet link time (bytes / bandwidth + per-step latency)
     link_names: tuple[str, ...] = ()      # the link each op uses ("" for none)
+    link_latency_s: np.ndarray | None = None  # the part of link_s that is step latency (not scaled by efficiency)
     serial: np.ndarray | None = None      # vector kernels whose compute and data movement add up (the engine's)
     library_s: np.ndarray | None = None   # host cost of library calls (the mode's table), not scaled with the launch cost
     # Levels whose efficiency and latency stay at the datasheet: the data cannot tell them from another
@@ -238,6 +239,8 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
                       records=len(records), link_s=arrays.link_s,
                       link_names=tuple(cost.link or "" for cost in arrays.costs),
+                      link_latency_s=np.asarray([float(cost.link_latency_s) if cost.link else 0.0
+                                                 for cost in arrays.costs]) * arrays.counts,
                       serial=serial_vector_kernels(hardware, arrays.costs, merged.ops),
                       datasheet_levels=datasheet_levels)
 
@@ -289,7 +292,9 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     for offset, name in enumerate(design.links):
         uses = links == name
         efficiency, alpha = values[position + offset], values[position + len(design.links) + offset]
-        link = np.where(uses, link / efficiency + alpha * parts.counts, link)
+        # the evaluation's rule: bytes over the bandwidth times its efficiency, plus the steps' latency
+        steps = 0.0 if parts.link_latency_s is None else parts.link_latency_s
+        link = np.where(uses, (link - steps) / efficiency + steps + alpha * parts.counts, link)
     position += 2 * len(design.links)
     launch_scale = values[position] / parts.launch_s if design.launch and parts.launch_s > 0 else 1.0
     stacked = np.vstack([compute[None], memory, link[None]])

@@ -2,10 +2,14 @@
 ``notebooks/solutions/``, so that the exercises' figures appear too) in a temporary directory and write every
 figure it displays as ``labNN_K.png`` (K: the figure's order in the lab) into the folder given.
 
-    python notebooks/export_figures.py notebooks/figures [01 03 ...]
+    python notebooks/export_figures.py notebooks/figures [01 03 ... five_systems]
 
 The figures are what this machine measured when the command ran: the measured points differ from machine to
 machine and run to run (the README's gallery shows the committed ones). Each file is written atomically.
+
+``five_systems`` writes ``five_systems.png``: the six systems' rooflines with each lab's workload on them
+(``perfmodel.lab_workloads``, the chart Lab 1 draws for its detected CPU), here with the project's fitted CPU
+spec. It is predicted, not measured, so the same command gives the same figure everywhere; it runs no notebook.
 """
 
 from __future__ import annotations
@@ -51,12 +55,24 @@ def export(path: Path, folder: Path) -> list[Path]:
     return written
 
 
+def export_five_systems(folder: Path) -> Path:
+    """``five_systems.png``: each lab's workload on the six systems' rooflines, predicted (no notebook runs)."""
+    from perfmodel import plotting
+    from perfmodel.lab_workloads import six_systems_rooflines
+
+    target = folder / "five_systems.png"
+    plotting.save_figure(plotting.plot_labs_rooflines(six_systems_rooflines()), target)
+    return target
+
+
 def main(argv: list[str]) -> int:
     if not argv:
         print(__doc__)
         return 2
     folder, labs = Path(argv[0]), set(argv[1:])
     folder.mkdir(parents=True, exist_ok=True)
+    if not labs or "five_systems" in labs:
+        print(f"five_systems: -> {export_five_systems(folder).name}")
     for path in sorted(NOTEBOOKS.glob("[0-9][0-9]_*.ipynb")):
         if not labs or path.name[:2] in labs:
             written = export(path, folder)

@@ -2,7 +2,9 @@
 
 One row per system: its peak compute and its outermost on-device memory's bandwidth (from the spec), and
 perfmodel's prediction of two kernels that sit on either side of every ridge point: a 4096 x 4096 by
-4096 x 4096 matmul (compute-bound everywhere) and a 64M-element add (memory-bound everywhere). Each system
+4096 x 4096 matmul (right of every ridge: compute-bound, unless a fixed cost sets its time, as scheduling does
+on Spyre) and a 64M-element add (left of every ridge: memory-bound, unless a fixed cost sets it; the table's
+bound columns say which). Each system
 runs them in its 16-bit format (bf16, else fp16), a CPU in fp32. The table sets the rows beside the first
 one (the baseline, this CPU in the labs) as speed-ups and spec ratios, so that a matmul's speed-up can be
 read against the ratio of peaks and an add's against the ratio of bandwidths.

@@ -224,6 +224,58 @@ def plot_side_by_side(datas, kind: str = "classic", measured=()):
     return axes
 
 
+# One marker and colour per lab, the same in every panel of plot_labs_rooflines.
+LAB_MARKERS = ("o", "s", "^", "D", "v", "P", "*")
+LAB_COLOURS = ("tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown", "tab:pink")
+
+
+def plot_labs_rooflines(datas):
+    """One panel per system: its roof (outermost on-device memory), its compute peak, and one point per workload
+    (``perfmodel.lab_workloads.labs_roofline``: each lab's workload, predicted), the same marker for a workload in
+    every panel; one legend for the workloads under the panels. Returns the array of Axes."""
+    plt = pyplot()
+    columns = min(len(datas), 3)
+    rows = -(-len(datas) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(5.4 * columns, 4.3 * rows + 1.2), layout="constrained",
+                                squeeze=False)
+    labels = list(dict.fromkeys(point.name for data in datas for point in data.points))
+    if len(labels) > len(LAB_MARKERS):
+        raise PerfmodelError(f"plot_labs_rooflines draws at most {len(LAB_MARKERS)} workloads, got {len(labels)}")
+    for ax, data in zip(axes.flat, datas, strict=False):
+        low, high = _x_range(data, data.points)
+        intensity = np.logspace(np.log10(low), np.log10(high), 400)
+        roof = data.roofs[0]
+        ax.loglog(intensity, np.minimum(data.peak_flops_per_s, intensity * roof.bandwidth_bytes_per_s) / TERA,
+                  color="black", linewidth=2.5,
+                  label=f"{roof.label} roof {format_quantity(roof.bandwidth_bytes_per_s, 'bytes_per_s')}, "
+                        f"{data.dtype} peak {format_quantity(data.peak_flops_per_s, 'flops_per_s')}")
+        for point in data.points:
+            index = labels.index(point.name)
+            at_edge = point.intensity_flop_per_byte == math.inf  # no traffic at the roof's level
+            # later workloads drawn smaller, on top: two that land on the same spot both stay visible
+            area = (190 - 14 * index) * (1.8 if LAB_MARKERS[index] == "*" else 1.0)
+            ax.scatter([high / 2 if at_edge else point.intensity_flop_per_byte], [point.achieved_flops_per_s / TERA],
+                       s=area, marker=">" if at_edge else LAB_MARKERS[index], color=LAB_COLOURS[index],
+                       edgecolors="white", linewidths=0.8, zorder=3 + index)
+        achieved = [point.achieved_flops_per_s / TERA for point in data.points if point.achieved_flops_per_s > 0]
+        ax.set_ylim(min([*achieved, data.peak_flops_per_s / TERA]) / 5, data.peak_flops_per_s / TERA * 3)
+        ax.set_xlim(low, high)
+        ax.set_title(f"{data.hardware} ({data.dtype})", fontsize=10)
+        ax.set_xlabel(f"FLOP / byte at {roof.label}", fontsize=9)
+        ax.set_ylabel("predicted TFLOP/s", fontsize=9)
+        ax.tick_params(labelsize=MIN_FONT_PT)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.legend(fontsize=MIN_FONT_PT, loc="lower right")
+    for ax in list(axes.flat)[len(datas):]:
+        ax.set_visible(False)
+    handles = [plt.Line2D([], [], marker=LAB_MARKERS[index], color=LAB_COLOURS[index], linestyle="none", markersize=9,
+                          label=label) for index, label in enumerate(labels)]
+    figure.legend(handles=handles, loc="outside lower center", ncols=min(len(labels), 3), fontsize=9,
+                  title="each lab's workload, predicted by perfmodel on each system (whole workload: its FLOPs over "
+                        "its bytes at the roof's memory, over its predicted time)", title_fontsize=9)
+    return axes
+
+
 def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound", total_intervals: Sequence | None = None):
     """Stacked bars: each system's predicted time split by bound (or by module), in milliseconds; with
     ``total_intervals`` (one ``Interval`` of the total a system, or None), error bars on the totals."""

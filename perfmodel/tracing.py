@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import operator
+import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -112,21 +113,50 @@ class Tape:
         """A function of the inputs giving ``outputs`` (traced numbers or constants), or None where a
         decision of the traced run comes out differently. Only the nodes the outputs and the decisions
         need are computed."""
-        needed = self._needed([item.index for item in outputs if isinstance(item, Traced)]
-                              + [index for condition in self.guards for index in _nodes_in(condition)])
-        lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
+        needed = sorted(self.needed(outputs))
         guards_by_node = self._guards_after_nodes()
-        for index in sorted(needed):
-            lines.append(f"    v{index} = {self._expression(index)}")
+        # Variables are reused: a node's variable takes a later node's value once the node has been read
+        # for the last time (by an operation or a decision), so a few dozen variables are live instead of
+        # one per node and each float goes back to Python's free list at once: about half the time per
+        # operation of a replay of thousands. The operations and their order are unchanged.
+        last_read: dict[int, int] = {}
+        for index in needed:
+            for kind, value in self.nodes[index][1]:
+                if kind == "node":
+                    last_read[value] = index
+            for condition, _ in guards_by_node.get(index, ()):
+                for node in _nodes_in(condition):
+                    last_read[node] = index
+        returned = {item.index for item in outputs if isinstance(item, Traced)}
+        freed_after: dict[int, list[int]] = {}
+        for node, index in last_read.items():
+            if node not in returned:
+                freed_after.setdefault(index, []).append(node)
+        names: dict[int, str] = {}
+        free: list[str] = []
+        variables = 0
+        lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
+        for index in needed:
+            if not free:
+                free.append(f"v{variables}")
+                variables += 1
+            names[index] = free.pop()
+            lines += self._statements(index, names)
             for condition, outcome in guards_by_node.get(index, ()):
-                lines.append(f"    if {'not ' if outcome else ''}({condition}): return None")
-        lines.append(f"    return ({''.join(self.text(item) + ', ' for item in outputs)})")
+                named = _NODE_NAME.sub(lambda match: names[int(match.group(1))], condition)
+                lines.append(f"    if {'not ' if outcome else ''}({named}): return None")
+            free += [names[node] for node in freed_after.get(index, ())]  # after the decisions that read them
+        lines.append(f"    return ({''.join(self._text_named(item, names) + ', ' for item in outputs)})")
         namespace: dict[str, Any] = {"_ceil": math.ceil, "_floor": math.floor, "_sqrt": math.sqrt, "_trunc": math.trunc,
-                                     "_isfinite": math.isfinite, "_argmax": _first_largest,
-                                     "_argmin": _first_smallest, "_power": _real_power}
+                                     "_isfinite": math.isfinite, "_power": _real_power}
         exec(compile("\n".join(lines), f"<{name}>", "exec"), namespace)  # noqa: S102 - code built from our own tape
         function: Callable[..., tuple | None] = namespace[name]
         return function
+
+    def needed(self, outputs: Sequence[Any]) -> set[int]:
+        """The nodes a replay of ``outputs`` computes: those the outputs and the decisions read."""
+        return self._needed([item.index for item in outputs if isinstance(item, Traced)]
+                            + [index for condition in self.guards for index in _nodes_in(condition)])
 
     def _needed(self, roots: list[int]) -> set[int]:
         needed: set[int] = set()
@@ -147,10 +177,33 @@ class Tape:
             placed.setdefault(max(_nodes_in(condition)), []).append((condition, outcome))
         return placed
 
-    def _expression(self, index: int) -> str:
+    def _statements(self, index: int, names: dict[int, str]) -> list[str]:
+        """The lines that compute node ``index`` into its variable (``names``: each node's): one
+        assignment, but for ``argmax``/``argmin`` a scan written out (as ``_first_largest``/
+        ``_first_smallest`` do it: the first strictly better value wins), which costs a few comparisons
+        instead of a Python call over a tuple of the values. A node's variable is never one its
+        operands still hold (``compile`` frees those after the node), so a scan may write it early."""
         operation, operands = self.nodes[index]
-        texts = [f"x{value}" if kind == "input" else f"v{value}" if kind == "node" else
-                 self.text(value) for kind, value in operands]
+        target = names[index]
+        if operation not in ("argmax", "argmin"):
+            return [f"    {target} = {self._expression(index, names)}"]
+        texts = self._texts(operands, names)
+        better = ">" if operation == "argmax" else "<"
+        lines = [f"    {target} = 0; _best = {texts[0]}"]
+        lines += [f"    if {text} {better} _best: {target} = {position}; _best = {text}"
+                  for position, text in enumerate(texts[1:], start=1)]
+        return lines
+
+    def _texts(self, operands: tuple[tuple[str, Any], ...], names: dict[int, str]) -> list[str]:
+        return [f"x{value}" if kind == "input" else names[value] if kind == "node" else
+                self.text(value) for kind, value in operands]
+
+    def _text_named(self, item: Any, names: dict[int, str]) -> str:
+        return names[item.index] if isinstance(item, Traced) else self.text(item)
+
+    def _expression(self, index: int, names: dict[int, str]) -> str:
+        operation, operands = self.nodes[index]
+        texts = self._texts(operands, names)
         if operation == "input":
             return texts[0]
         if operation == "pow":
@@ -162,8 +215,6 @@ class Tape:
         if operation in ("max", "min"):
             keep = ">=" if operation == "max" else "<="
             return f"({texts[0]} if {texts[0]} {keep} {texts[1]} else {texts[1]})"
-        if operation in ("argmax", "argmin"):
-            return f"_{operation}({', '.join(texts)})"
         if operation == "pick":
             return f"({', '.join(texts[1:])},)[{texts[0]}]"
         if operation in _RELATIONS:
@@ -202,6 +253,9 @@ def _first_smallest(*values: Any) -> int:
 
 
 _INDEX_OF = {"argmax": _first_largest, "argmin": _first_smallest}
+
+
+_NODE_NAME = re.compile(r"\bv(\d+)\b")  # a node in a decision's text (``Tape.text``)
 
 
 def _nodes_in(condition: str) -> list[int]:
@@ -508,8 +562,9 @@ class Replay:
 
     function: Callable[..., tuple | None]
     rebuild: Callable[[tuple], Any]
-    nodes: int
+    nodes: int  # operations on the tape
     decisions: int
+    computed: int = 0  # of them, those the replay computes (the others fed nothing it returns or checks)
 
     def __call__(self, *values: Any) -> Any:
         try:
@@ -527,7 +582,8 @@ def trace(function: Callable[..., Any], values: Sequence[int | float]) -> Replay
     result = function(*(tape.input(value) for value in values))
     leaves: list[Traced] = []
     rebuild = _rebuilder(result, leaves)
-    return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards))
+    return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards),
+                  computed=len(tape.needed(leaves)))
 
 
 def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:

@@ -38,6 +38,10 @@ VENDOR_LINK_AGGREGATES = {
     ("h100-sxm", "nvlink"): (900e9, 1),    # NVLink 4: 900 GB/s, modeled as one switch port
     ("a100-sxm-80gb", "nvlink"): (600e9, 1),
     ("b200", "nvlink"): (1800e9, 1),
+    ("b300", "nvlink"): (1800e9, 1),       # HGX B300: NVLink 5 at 1.8 TB/s bidirectional per GPU
+    ("gb200", "nvlink"): (1800e9, 1),      # NVL72: 130 TB/s over 72 GPUs
+    ("gb300", "nvlink"): (1800e9, 1),
+    ("l40s", "pcie"): (64e9, 1),           # L40S table: PCIe Gen4 x16, 64 GB/s bidirectional
     ("mi300x", "xgmi"): (896e9, 7),        # 896 GB/s over 7 peer links of the 8-GPU mesh
 }
 
@@ -50,6 +54,8 @@ VENDOR_CAPACITIES = {
     ("h100-sxm", "l2"): 50 * 2**20,        # '50 MB' of L2 is binary (cudaDeviceProp::l2CacheSize)
     ("b200", "l2"): 126.5 * 2**20,
     ("l4", "l2"): 48 * 2**20,
+    ("l40s", "l2"): 96 * 2**20,            # AD102's 96 MiB (measured on the L40, the same 142-SM part)
+    ("rtx-pro-6000", "l2"): 128 * 2**20,   # GB202's '128 MB'
     ("tpu-v5e", "hbm"): 16 * 2**30,        # JAX's tpu_info.py: 17.2e9 B
     ("tpu-v6e", "hbm"): 32 * 2**30,
 }

@@ -74,9 +74,9 @@ def test_eager_on_an_a100_is_host_bound_several_times_the_graph_time():
     assert eager.ops_per_decode_step["per_layer"] == pytest.approx(43, abs=5)
 
 
-def test_compiled_modes_and_mixed_moe_layers_use_the_condensed_graph():
-    """Compiled modes use the condensed graph; so do MoE models whose layers differ (DeepSeek's dense first layers),
-    with a note naming the field; a MoE model whose every layer routes is captured (issue 30)."""
+def test_compiled_modes_use_the_condensed_graph_and_mixed_moe_layers_are_captured():
+    """Compiled modes use the condensed graph; MoE models whose layers differ (a dense first layer) are captured,
+    each kind of layer once (issue 30)."""
     hardware = load_hardware("h100-sxm")
     graphs, note = stage_graphs_for(load_config("llama-2-7b"), hardware, "graph")
     assert graphs is stage_graph and note is None
@@ -84,7 +84,14 @@ def test_compiled_modes_and_mixed_moe_layers_use_the_condensed_graph():
     assert isinstance(graphs, CapturedStream) and note is None
     config = {**load_config("qwen3-30b-a3b"), "mlp_only_layers": [0]}
     graphs, note = stage_graphs_for(config, hardware, "eager")
-    assert graphs is stage_graph and "mlp_only_layers" in note
+    assert isinstance(graphs, CapturedStream) and note is None
+    from perfmodel.llm.model_class import architecture_from_class
+
+    architecture = architecture_from_class(config, "qwen3-30b-a3b-dense-first")
+    graph = graphs(architecture, Scenario(batch=2, prompt_tokens=8, generated_tokens=2), Parallelism(),
+                   phase="decode", context=9)
+    assert {op.count for op in graph.ops if op.name.startswith("layers.dense_full.") and op.kind != "view"} == {1}
+    assert {op.count for op in graph.ops if op.name.startswith("layers.moe_full.") and op.kind != "view"} == {47}
 
 
 # A small Qwen3-MoE and Mixtral (transformers' grouped_mm experts): 16 experts, top-4 / top-2.
@@ -196,5 +203,127 @@ def test_a_pad_token_outside_the_shards_vocabulary_is_captured():
     graph = stream(architecture, Scenario(batch=1, prompt_tokens=8, generated_tokens=1), Parallelism(tp=2),
                    phase="decode", context=9)
     assert any(op.kind == "matmul" for op in graph.ops)
-    assert stage_graphs_for(load_config("gemma-3-27b"), load_hardware("h100-sxm"), "eager")[1].endswith(
-        "a multimodal config's text model (text_config) is not captured")
+
+
+# The families whose layers differ (issue 30): DeepSeek-V3 (MLA, 3 dense then 58 MoE layers with a shared expert),
+# gpt-oss (sliding and full attention alternating, sinks, every layer MoE, the class's eager attention), Gemma 3
+# (5 sliding : 1 full, a multimodal wrapper), Llama 4 (chunked and full attention, a multimodal wrapper; Maverick's
+# MoE every other layer). (model, tp).
+FAMILIES = [("deepseek-v3", 8), ("gpt-oss-20b", 1), ("gemma-3-27b", 2), ("llama-4-scout", 1), ("llama-4-maverick", 8)]
+
+
+def _layer_weight_bytes(graph: Graph) -> float:
+    return sum(t.bytes * op.count for op in graph.ops if op.name.startswith("layers.") for t in op.inputs
+               if t.role == "weight")
+
+
+@pytest.mark.parametrize(("name", "tp"), FAMILIES)
+def test_layers_of_every_kind_are_captured_once_and_counted_as_the_model_has_them(name, tp):
+    """Each kind of layer (experts or dense MLP, attention window) is captured once and counted as many times as
+    the model has it; the stream does the condensed graph's work with the real, several times larger kernel count,
+    and takes between 1x and 8x its time on an H200 (host-bound eager, batch 4)."""
+    from perfmodel.llm.eager import _kind_tag, layer_kinds
+
+    architecture, config, hardware = load_architecture(name), load_config(name), load_for_prediction("h200-sxm")
+    graphs, note = stage_graphs_for(config, hardware, "eager")
+    assert note is None and isinstance(graphs, CapturedStream)
+    kinds = layer_kinds(architecture)
+    assert len(set(kinds)) > 1
+    scenario = Scenario(batch=4, prompt_tokens=512, generated_tokens=64)
+    for phase, context in (("decode", 1025), ("prefill", 512)):
+        captured = graphs(architecture, scenario, Parallelism(tp=tp), phase=phase, context=context)
+        condensed = stage_graph(architecture, scenario, Parallelism(tp=tp), phase=phase, context=context)
+        for kind in set(kinds):
+            counts = {op.count for op in captured.ops if op.name.startswith(f"layers.{_kind_tag(kind)}.")
+                      and op.kind != "view"}
+            assert counts == {kinds.count(kind)}, kind
+        kernels = sum(op.count for op in captured.ops if op.kind != "view") / architecture.layers
+        condensed_kernels = sum(op.count for op in condensed.ops) / architecture.layers
+        assert 2.5 * condensed_kernels <= kernels <= 200
+        (captured_flops, _), (condensed_flops, _) = (_flops_and_weights(captured, hardware),
+                                                     _flops_and_weights(condensed, hardware))
+        if not (name == "deepseek-v3" and phase == "decode"):  # the class materializes MLA's keys in decode (below)
+            assert captured_flops == pytest.approx(condensed_flops, rel=0.03)
+        assert _layer_weight_bytes(captured) == pytest.approx(_layer_weight_bytes(condensed), rel=0.02)
+        eager, compiled = (evaluate(graph, hardware, mode="dynamic").total_s for graph in (captured, condensed))
+        assert 1.0 <= eager / compiled <= 8.0
+
+
+@pytest.mark.parametrize("name", [name for name, _ in FAMILIES])
+def test_captured_layers_hold_exactly_the_models_parameters(name):
+    """One shard (tp 1) prefilling 2,048 tokens reaches every expert: the captured layers' weights, each kind
+    counted as often as the model has it, are the architecture's layer parameters (bf16) within 0.1%."""
+    architecture = load_architecture(name)
+    scenario = Scenario(batch=4, prompt_tokens=512, generated_tokens=64)
+    graph = CapturedStream.from_config(load_config(name))(architecture, scenario, Parallelism(), phase="prefill",
+                                                          context=512)
+    parameters = sum(architecture.parameters_of_layer(layer) for layer in range(architecture.layers))
+    assert _layer_weight_bytes(graph) == pytest.approx(2 * parameters, rel=1e-3)
+
+
+def test_deepseek_v3_eager_caches_the_latent_and_expands_it_every_decode_step():
+    """transformers' DeepseekV3Attention caches the compressed latent (512) and rotary key (64) of each token, as
+    the KV bytes per token say, and re-expands the whole cached latent through kv_b_proj at every decode step
+    (materialized, not absorbed): its rows are batch x context, so eager decode does ~20x the condensed FLOPs.
+    In fp16 activations, which torch's grouped GEMM does not take."""
+    architecture = load_architecture("deepseek-v3")
+    graph = CapturedStream.from_config(load_config("deepseek-v3"))(
+        architecture, Scenario(batch=4, prompt_tokens=512, generated_tokens=64, **FP16), Parallelism(tp=8),
+        phase="decode", context=1025)
+    # torch's grouped GEMM is bf16-only: the fp16 stream is the bf16 capture relabelled (same kernels, same widths)
+    assert "bf16" not in {tensor.dtype for op in graph.ops for tensor in (*op.inputs, *op.outputs)}
+    writes = [op for op in graph.ops if op.kind == "copy" and op.provenance.startswith("aten.index_copy")
+              and op.name.startswith("layers.moe_full.")]
+    assert sum(op.input_bytes for op in writes) == 4 * architecture.kv_elements_per_token() * 2
+    expand = next(op for op in graph.ops if op.name.startswith("layers.moe_full.self_attn.kv_b_proj"))
+    assert expand.attrs["m"] == 4 * 1025 and expand.attrs["k"] == architecture.latent.kv_lora_rank
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3", "gemma-3-27b", "llama-4-maverick"])
+def test_a_pipeline_stage_counts_its_own_layers_of_each_kind(name):
+    """With pp 4 each kind counts the layers of the heaviest stage, as the condensed graph groups them (DeepSeek-V3's
+    dense first layers are in the first stage, which is not the heaviest)."""
+    from perfmodel.llm.eager import _kind_tag, layer_kinds
+    from perfmodel.llm.graphs import layer_groups
+
+    architecture = load_architecture(name)
+    graph = CapturedStream.from_config(load_config(name))(
+        architecture, Scenario(batch=2, prompt_tokens=64, generated_tokens=4), Parallelism(pp=4), phase="decode",
+        context=65)
+    kinds = layer_kinds(architecture)
+    stage = [kinds[layer] for layer in architecture.stage_layers(4)]
+    counted = {}
+    for kind in set(kinds):
+        counts = {op.count for op in graph.ops if op.name.startswith(f"layers.{_kind_tag(kind)}.") and op.kind != "view"}
+        assert len(counts) <= 1
+        counted[kind] = counts.pop() if counts else 0
+        assert counted[kind] == stage.count(kind)
+    groups = layer_groups(architecture, 4)
+    assert sum(counted.values()) == groups.layers
+    assert sum(count for (moe, _), count in counted.items() if moe) == groups.moe
+
+
+@pytest.mark.parametrize("phase", ["decode", "prefill"])
+def test_llama4_routed_path_runs_at_the_expected_load(phase):
+    """transformers' Llama4TextMoe runs every expert over every token (repeat x experts, batched GEMMs, sum): the
+    captured routed path, its element-wise ops too, is priced on the expected load's rows (the experts the routed
+    tokens reach x tokens each), as its GEMMs and the condensed graph are; the shared expert keeps every token."""
+    architecture = load_architecture("llama-4-scout")
+    scenario = Scenario(batch=4, prompt_tokens=64, generated_tokens=4)
+    context = 64 if phase == "prefill" else 65
+    graph = CapturedStream.from_config(load_config("llama-4-scout"))(architecture, scenario, Parallelism(),
+                                                                     phase=phase, context=context)
+    condensed = stage_graph(architecture, scenario, Parallelism(), phase=phase, context=context)
+    expert = next(op for op in condensed.ops if op.name == "layers.moe.experts.gate_up")
+    rows = expert.attrs["batch"] * expert.attrs["m"]
+    tokens = 4 * (64 if phase == "prefill" else 1)
+    assert rows < architecture.experts * tokens
+    prefix = "layers.moe_full.feed_forward."
+    repeat = next(op for op in graph.ops if op.name == prefix + "repeat")
+    assert repeat.outputs[0].shape == (rows, architecture.hidden)
+    routed = [op for op in graph.ops if op.name.startswith(prefix) and ".shared_expert." not in op.name
+              and ".router." not in op.name]
+    assert all(tensor.shape[0] != architecture.experts * tokens and tuple(tensor.shape[:2]) != (architecture.experts, tokens)
+               for op in routed for tensor in (*op.inputs, *op.outputs))
+    shared = next(op for op in graph.ops if op.name == prefix + "shared_expert.gate_proj.mm")
+    assert shared.inputs[0].shape == (tokens, architecture.hidden)

@@ -9,7 +9,7 @@ import statistics
 import pytest
 
 from calibration import aiconfigurator as tables
-from calibration.engine_overlays import DATASHEET_LEVELS, without_step_latency
+from calibration.engine_overlays import DATASHEET_LEVELS, SMALL_MESSAGE_BYTES, with_measured_step_latency
 from perfmodel.costs.rules import DECODE_ATTENTION
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.loader import (
@@ -48,7 +48,7 @@ def test_sample_rows_become_records_in_si_units(sample):
 
 def test_rows_the_rules_do_not_price_are_skipped_and_counted(sample):
     _, skipped = sample
-    assert skipped["gemm fp8_block: scale traffic / dequantization not priced yet"] > 0
+    assert skipped["gemm fp8_block: the engines' block-scaled kernels are not a class of their own yet"] > 0
     assert skipped["all_reduce: eager variant (serving runs the CUDA-graph one)"] > 0
 
 
@@ -85,6 +85,21 @@ def test_every_engine_overlay_ships_loads_and_runs_graph_mode(gpu, engine):
     assert 0 < spec.efficiency.latency(DECODE_ATTENTION, "bf16") < 30e-6
     link = next(link for link in spec.links.values() if link.kind == "chip_to_chip")
     assert spec.field_sources[f"links.{link.name}.latency"] == "calibration"
+
+
+@pytest.mark.parametrize("gpu", ["l40s", "rtx-pro-6000"])
+def test_gpus_without_nvlink_reduce_over_their_pcie_chip_to_chip_link(gpu):
+    """Their engines' all-reduce rows run on the spec's ``pcie_p2p`` link (NVLink rows would not price)."""
+    import pandas as pd
+
+    path = tables.sample_path("all_reduce")
+    source = tables.Table(gpu=gpu, engine="sglang", version="0.5.14", kind="all_reduce", path=path,
+                          package_version="0.12.0")
+    record = next(tables.records(source, pd.read_csv(path), {}))
+    assert record.graph().ops[0].attrs["link"] == "pcie_p2p"
+    spec = load_hardware(f"{gpu}-sglang")
+    assert spec.links["pcie_p2p"].kind == "chip_to_chip" and "nvlink" not in spec.links
+    assert evaluate(record.graph(), spec, mode="graph").total_s > 0
 
 
 def test_shipped_overlay_predicts_rows_it_was_not_fitted_on(sample):
@@ -132,17 +147,26 @@ def test_levels_held_at_the_datasheet_get_no_parameter(sample):
     from calibration.fit import fit
 
     records, _ = sample
-    hardware = without_step_latency(device_time_hardware(load_hardware("h100-sxm")))
+    hardware = with_measured_step_latency(device_time_hardware(load_hardware("h100-sxm")), records)
     result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0, datasheet_levels=DATASHEET_LEVELS)
     assert not [name for name in result.params if name.endswith(":smem")]
     assert 0 < max(value for name, (value, _) in result.params.items() if name.startswith("latency:matmul")) < 20e-6
 
 
-def test_engine_overlay_removes_the_per_step_link_latency_the_alpha_replaces():
+def test_engine_overlay_step_latency_is_the_median_of_the_smallest_all_reduces(sample):
+    import statistics
+
+    records, _ = sample
+    small = [record.duration_s for record in records if record.op_class == "all_reduce"
+             and record.graph().ops[0].attrs["bytes"] <= SMALL_MESSAGE_BYTES]
+    assert len(small) >= 3
     spec = load_hardware("h100-sxm")
-    stripped = without_step_latency(spec)
-    assert stripped.links["nvlink"].latency_s == 0 and spec.links["nvlink"].latency_s > 0
-    assert stripped.links["network"].latency_s == spec.links["network"].latency_s
+    stepped = with_measured_step_latency(spec, records)
+    assert stepped.links["nvlink"].latency_s == statistics.median(small)
+    assert 1e-6 < stepped.links["nvlink"].latency_s < 10e-6  # engines' one-shot kernels: a few microseconds
+    assert stepped.links["network"].latency_s == spec.links["network"].latency_s
+    without = with_measured_step_latency(spec, [r for r in records if r.op_class != "all_reduce"])
+    assert without.links["nvlink"].latency_s == 0.0
 
 
 def test_cli_engine_flag_names_the_overlay(capsys):
@@ -166,6 +190,34 @@ def test_engine_overlay_decode_step_is_finite_and_below_eager():
     eager = llm_predict(architecture, load_for_prediction("h100-sxm", engine="trtllm"), scenario, Parallelism(tp=8),
                         mode="dynamic")
     assert math.isfinite(graph.tpot_s) and graph.tpot_s < eager.tpot_s
+
+
+def test_tensorrt_llm_decode_rows_of_large_query_groups_are_skipped_with_their_reason():
+    import pandas as pd
+
+    from calibration.aiconfigurator import unpriced
+
+    def row(framework, heads, kv_heads):
+        return pd.Series({"framework": framework, "num_heads": heads, "num_key_value_heads": kv_heads,
+                          "window_size": 0, "kv_cache_dtype": "bfloat16"})
+
+    assert "re-reads the cache" in unpriced("decode_attention", row("TRTLLM", 64, 1))
+    assert unpriced("decode_attention", row("TRTLLM", 32, 1)) is None  # a group of 32 reads the cache once
+    assert unpriced("decode_attention", row("VLLM", 64, 1)) is None  # vLLM's kernel shares the read
+
+
+def test_a_model_whose_decode_the_engine_runs_unpriced_gets_a_note(capsys):
+    from perfmodel.cli import main
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.caveats import engine_caveats
+
+    palm = load_architecture("palm-540b")  # 48 query heads on one KV head
+    assert engine_caveats(palm, load_for_prediction("h100-sxm", engine="trtllm"))
+    assert not engine_caveats(palm, load_for_prediction("h100-sxm", engine="vllm"))
+    assert not engine_caveats(load_architecture("llama-3.1-70b"), load_for_prediction("h100-sxm", engine="trtllm"))
+    assert main(["llm", "--model", "palm-540b", "--on", "h100-sxm", "--tp", "8", "--batch", "1", "--prompt", "128",
+                 "--gen", "2"]) == 0
+    assert "query heads a KV head" in capsys.readouterr().err
 
 
 def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature():

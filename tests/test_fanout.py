@@ -136,6 +136,49 @@ def test_size_on_two_workers_prints_the_same_json(capsys):
     assert '"rank": 1' in local
 
 
+def test_in_chunks_sends_pieces_of_several_items_and_yields_one_result_per_item(cluster):
+    from perfmodel.fanout import in_chunks
+
+    sent = []
+
+    def recording(function, items):
+        items = list(items)
+        sent.extend(len(chunk) for chunk in items)
+        return serial_map(function, items)
+
+    assert list(in_chunks(recording, 4)(abs, range(-5, 5))) == [5, 4, 3, 2, 1, 0, 1, 2, 3, 4]
+    assert sent == [4, 4, 2]
+    assert list(in_chunks(cluster, 3)(abs, range(-5, 5))) == [abs(n) for n in range(-5, 5)]
+
+
+def test_deployment_search_on_a_cluster_equals_the_local_search(cluster):
+    from perfmodel.jsonable import json_text
+    from perfmodel.llm.catalog import load_architecture
+    from perfmodel.serving.search import search
+    from perfmodel.serving.speculation import Speculation
+
+    architecture = load_architecture("llama-3.1-8b")
+    hardware = {engine: load_for_prediction("h100-sxm", engine=engine) for engine in ("trtllm", "vllm")}
+    kwargs = dict(prompt_tokens=1024, output_tokens=128, batches=(8, 64), max_pp=2, simulate=2, requests=40,
+                  speculations=(None, Speculation(method="eagle", tokens=3, acceptance=0.8)), tpot_slo_s=0.02)
+    local = search(architecture, hardware, 4, **kwargs)
+    spread = search(architecture, hardware, 4, mapper=cluster, **kwargs)
+    assert local.workers_built > 8 and len(local.configurations) > 100 and len(local.simulated) == 2
+    assert spread.configurations == local.configurations and spread.front == local.front
+    # the simulated front points too (their results hold arrays: compared through their exact JSON text)
+    assert json_text(spread.to_dict()) == json_text(local.to_dict())
+
+
+def test_search_on_two_workers_prints_the_same_json(capsys):
+    words = ["search", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "2", "--engines", "trtllm,vllm",
+             "--batches", "8,32", "--max-pp", "1", "--simulate", "1", "--speculative", "none,eagle", "--json"]
+    assert main(words) == 0
+    local = capsys.readouterr().out
+    assert main([*words, "--workers", "2"]) == 0
+    assert capsys.readouterr().out == local
+    assert json.loads(local)["front"]
+
+
 class _DiesOnce:
     """Evaluates a sweep chunk, but the first time it meets chunk ``victim`` its worker process dies."""
 

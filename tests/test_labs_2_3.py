@@ -21,6 +21,7 @@ from tests.notebook_runs import (
     code_cells,
     figure_count,
     gpu_branches,
+    number_in,
     output_text,
     plain_text,
     printed_landscape_row,
@@ -100,7 +101,7 @@ def test_the_local_cpu_spec_comes_from_specs_detect(executed, name):
 
 # notebook -> (what the guarded GPU code must call, what its cell must call, what the cell prints on each path)
 GPU_PATHS = {
-    LAB2: ("torch.cuda.CUDAGraph()", "benchmark.Timer(", {True: "(CUDA, bf16)", False: "this CPU (one thread, fp32)"}),
+    LAB2: ("torch.cuda.CUDAGraph()", "timing.measure(", {True: "(CUDA, bf16)", False: "this CPU (one thread, fp32)"}),
     LAB3: ("torch.compile(gpu_block)", "torch.utils.benchmark.Timer(", {True: "torch.compile speed-up measured",
                                                                        False: "threads. torch.compile speed-up"}),
 }
@@ -118,7 +119,7 @@ def test_a_gpu_path_measures_on_the_gpu_only_when_cuda_is_present(executed, name
 
 
 def test_lab2_block_is_measured_here_beside_its_prediction(executed):
-    cells = code_cells(executed[LAB2][0], calling="measured[\"eager\"] = benchmark.Timer(")
+    cells = code_cells(executed[LAB2][0], calling="timed[\"eager\"] = timing.measure(")
     assert len(cells) == 1
     text = plain_text(cells[0])
     calls = re.search(r"one eager forward dispatches (\d+) aten calls \((\d+) of them priced ops", text)
@@ -148,3 +149,23 @@ def test_perfmodel_plotting_helpers_draw_on_the_callers_axes(executed, name):
     source = "\n".join(cell.source for cell in code_cells(executed[name][0]))
     for call in re.findall(r"plotting\.plot_\w+\((?:[^()]|\([^()]*\))*\)", source):
         assert "ax=" in call, f"{name}: {call} draws on a figure of its own"
+
+
+def test_lab3_reduce_overhead_runs_only_on_a_gpu_and_is_predicted_without_one(executed):
+    """``torch.compile(mode="reduce-overhead")`` (CUDA graphs) is guarded by ``torch.cuda.is_available()``; without
+    a GPU the cell prints what perfmodel predicts for the three versions on an H100, the CUDA-graph replay (graph
+    mode, one launch) faster than the fused kernels launched one by one."""
+    notebook = executed[LAB3][0]
+    branches = [(cell, code) for cell, code in gpu_branches(notebook) if "mode='reduce-overhead'" in code]
+    assert branches, "torch.compile(mode='reduce-overhead') is not guarded by torch.cuda.is_available()"
+    outside = [cell for cell in code_cells(notebook, calling="reduce-overhead") if cell is not branches[0][0]]
+    assert not any('mode="reduce-overhead"' in cell.source for cell in outside)
+    markdown = "\n".join(cell.source for cell in notebook.cells if cell.cell_type == "markdown")
+    assert 'mode="reduce-overhead"' in markdown and "torch.cuda.is_available()" in markdown  # what it does on a GPU
+    text = output_text(branches[0][0])
+    if torch.cuda.is_available():
+        assert "reduce-overhead (CUDA graph) measured" in text, text
+    else:
+        predicted = {label: number_in(rf"{label} ([\d.]+) ms", text.split("predicted on h100-sxm:", 1)[1])
+                     for label in ("eager", "compiled", "reduce-overhead")}
+        assert predicted["reduce-overhead"] < predicted["compiled"] <= predicted["eager"], predicted

@@ -23,6 +23,7 @@ from perfmodel.llm.model_class import (  # noqa: E402
     meta_model,
     parameter_shapes,
 )
+from perfmodel.workload.ir import Op, TensorSpec  # noqa: E402
 
 # Each family's config class with its default values (a few layers fewer where the default is a full
 # model, to keep the test fast; the layer pattern fields stay consistent with the count).
@@ -35,6 +36,7 @@ FAMILY_CONFIGS = {
     "qwen3_moe (dense layers)": {"model_type": "qwen3_moe", "num_hidden_layers": 4, "mlp_only_layers": [0, 2]},
     "gpt_oss": {"model_type": "gpt_oss", "num_hidden_layers": 4},
     "llama4_text": {"model_type": "llama4_text", "num_hidden_layers": 8, "interleave_moe_layer_step": 2},
+    "llama4_text (every layer MoE)": {"model_type": "llama4_text", "num_hidden_layers": 4},
     "gemma3_text": {"model_type": "gemma3_text", "num_hidden_layers": 12},
     "mistral": {"model_type": "mistral", "num_hidden_layers": 2},
     "phi3": {"model_type": "phi3", "num_hidden_layers": 2},
@@ -70,8 +72,8 @@ def test_shipped_record_is_what_the_class_gives(name):
     fresh = architecture_from_class(config, name)
     assert derived_records()["models"][name] == architecture_record(fresh)
     assert load_architecture(name) == fresh
-    total, _ = _meta_counts(config)
-    assert fresh.parameter_count() == total
+    total, by_kind = _meta_counts(config)
+    assert fresh.parameter_count() == total and fresh.parameters_by_kind() == by_kind
 
 
 def test_the_families_of_the_issue_ship():
@@ -103,9 +105,15 @@ def _static_cache_bytes_per_token(config, context):
 
 
 @pytest.mark.parametrize("label, context", [("llama", 64), ("qwen3", 64), ("gpt_oss", 512), ("gemma3_text", 2048),
-                                            ("mistral", 64)])
+                                            ("mistral", 64), ("deepseek_v3", 64), ("qwen3_moe", 64),
+                                            ("llama4_text", 128)])
 def test_kv_bytes_equal_what_the_cache_class_allocates(label, context):
+    """Per family, the KV bytes a token keeps are what the class's StaticCache allocates: windowed layers capped
+    at their window (gpt-oss 128, Gemma 3 1024, Llama 4's chunks: 32 here), MLA's compressed latent and rotary key
+    (transformers' DeepseekV3Attention caches those, 576 elements a layer)."""
     config = {**FAMILY_CONFIGS[label], "dtype": "bfloat16"}
+    if label == "llama4_text":  # a chunk shorter than the context, so that the cap shows
+        config["attention_chunk_size"] = 32
     architecture = architecture_from_class(config, label)
     expected = _static_cache_bytes_per_token(config, context)
     assert architecture.kv_cache_bytes(context, 2) / context == pytest.approx(expected, rel=1e-12)
@@ -307,6 +315,30 @@ def test_block_scaled_weights_carry_their_scales_in_memory_and_traffic(dtype, bi
     assert reads[dtype] / reads[plain] == pytest.approx(bits / int(bits), rel=1e-12)
 
 
+@pytest.mark.parametrize(("device", "activation", "weight", "side"), [
+    ("h200-sxm", "bf16", "mxfp4", "8 per weight"), ("h200-sxm", "bf16", "nvfp4", "8 per weight"),
+    ("h200-sxm", "bf16", "fp8_block", "4 per weight"), ("h200-sxm", "fp8", "fp8_block", "2 per output per 128 of k"),
+    ("b200", "fp4", "nvfp4", "none"), ("b200", "fp8", "mxfp8", "none"), ("h200-sxm", "bf16", "bf16", "none")])
+def test_block_scaled_weights_are_dequantized_or_run_natively_as_defined(device, activation, weight, side):
+    """Under bf16 activations block-scaled weights are dequantized in the kernel on the vector engine (convert and
+    scale: 4 per 8-bit element, unpack too: 8 per 4-bit one, as int8/int4); under activations of their element
+    width the MMA runs them at that rate, Blackwell's block-scaled MMA applying the scales itself, while fp8_block
+    on Hopper multiplies the fp32 partial sums by the block scales every 128 of k (DeepSeek-V3, section 3.3.2)."""
+    from perfmodel.costs.rules import CostContext, op_cost
+
+    m, k, n = 16, 7168, 4096
+    op = Op(name="mm", kind="matmul", inputs=(TensorSpec(shape=(m, k), dtype=activation),
+                                              TensorSpec(shape=(k, n), dtype=weight, role="weight")),
+            outputs=(TensorSpec(shape=(m, n), dtype=activation),),
+            attrs={"m": m, "n": n, "k": k, "batch": 1, "dtype": activation})
+    cost = op_cost(op, CostContext(hardware=load_hardware(device)))
+    expected = {"8 per weight": 8 * k * n, "4 per weight": 4 * k * n, "2 per output per 128 of k": 2 * m * n * (k // 128),
+                "none": 0}[side]
+    assert float(cost.side_flops or 0) == expected
+    assert cost.peak_dtype == {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4"}[activation]
+    assert (cost.side_engine is not None) == (expected > 0)
+
+
 def test_block_scaled_formats_are_weight_formats_only():
     with pytest.raises(PerfmodelError, match="block-scaled weight format"):
         memory = Scenario(batch=1, prompt_tokens=8, generated_tokens=1, kv_dtype="mxfp4")
@@ -434,3 +466,36 @@ def test_serve_holds_gpt_oss_as_published():
     published = Server(model, h100, Parallelism(tp=4), weight_dtype="bf16", expert_weight_dtype="mxfp4")
     experts = model.moe_layer_count * model.experts * model.expert_parameters
     assert published.kv.budget_bytes - bf16.kv.budget_bytes == pytest.approx(experts * (2 - 4.25 / 8) / 4, rel=1e-9)
+
+
+# -- the issue's two deployments through every command ------------------------------------------------------------
+@pytest.mark.parametrize("model, device", [("deepseek-v3", "h200-sxm"), ("qwen3-235b-a22b", "h100-sxm")])
+def test_the_issues_deployments_run_through_llm_serve_size_and_train(model, device, capsys):
+    """DeepSeek-V3 on 8 H200s and Qwen3-235B-A22B on 8 H100s (fp8 weights) through llm, serve, size and train, each
+    answering for the model and device asked (the decode steps' weight-bound roofline is checked by hand above)."""
+    import json
+
+    from perfmodel.cli import main
+
+    common = ["--model", model, "--on", device]
+    runs = {
+        "llm": ["llm", *common, "--tp", "8", "--weights", "fp8", "--batch", "8", "--prompt", "1024", "--gen", "64"],
+        "serve": ["serve", *common, "--tp", "8", "--weights", "fp8", "--rate", "1/s", "--requests", "30"],
+        "size": ["size", *common, "--weights", "fp8", "--rate", "1/s", "--tpot-p50", "100ms", "--requests", "30"],
+        "train": ["train", *common, "--chips", "8", "--global-batch", "8", "--seq", "4096", "--tp", "8", "--ep", "8",
+                  "--recompute", "full"],
+    }
+    for command, argv in runs.items():
+        assert main([*argv, "--json"]) == 0, command
+        result = json.loads(capsys.readouterr().out)
+        if command == "size":
+            assert result[device]["best"]["chips"] >= 1
+            continue
+        assert result["model"] == model and result["hardware"].startswith(device), command
+        assert (result.get("chips") or 8) == 8
+        if command == "llm":
+            assert result["tpot_s"] > 0 and result["memory_bytes"]["weights"] > 0
+        elif command == "serve":
+            assert result["tpot_s"]["p50"] > 0
+        else:
+            assert result["step_s"] > 0

@@ -40,7 +40,7 @@ def test_no_noisy_timing_is_printed_without_its_warning(path, notebook_runs):
 
 # Labs whose exercises are skeletons the student fills in; the reference solutions live in notebooks/solutions/.
 SKELETON_LABS = ["01_accelerator_landscape", "02_dataflow_execution_models", "03_compilation_for_dataflow",
-                 "04_memory_systems", "06_performance_modeling"]
+                 "04_memory_systems", "05_debugging_across_the_stack", "06_performance_modeling", "07_spyre_deep_dive"]
 
 
 @pytest.mark.parametrize("name", SKELETON_LABS)
@@ -82,3 +82,85 @@ def test_every_check_passes_with_the_solution_file(name, tmp_path):
     results = exercise_results(notebook)
     assert results and all(verdict == "passed" for _, verdict in results), [v for _, v in results]
     assert list(tmp_path.iterdir()) == []
+
+
+# --- Colab: each notebook runs as shipped on a fresh runtime (issue 37, item 5) ------------------------------------
+# Colab has no checkout beside the notebook: only what the install cell installs (the perfmodel wheel: the packages
+# perfmodel and calibration, with the specs, workloads and lab 7's sample trace as package data) and Colab's own
+# packages. These checks are static: Colab cannot be run here.
+NOT_IN_THE_WHEEL = {"tests", "benchmarks", "notebooks"}  # top-level folders of the checkout that pip does not install
+REPO_FOLDERS = ("tests/", "benchmarks/", "notebooks/", "workloads/", "hardware_specs/", "calibration/data/", "../", "./")
+
+
+def _code(cell) -> str:
+    """A code cell's Python, its IPython magics (``%matplotlib``) left out."""
+    return "\n".join("" if line.lstrip().startswith(("%", "!")) else line for line in cell.source.splitlines())
+
+
+def _first_string(call) -> str | None:
+    import ast
+
+    return call.args[0].value if call.args and isinstance(call.args[0], ast.Constant) and \
+        isinstance(call.args[0].value, str) else None
+
+
+def colab_problems(notebook) -> list[str]:
+    """What would break the notebook on a fresh Colab runtime: no install cell first, an import of a checkout folder
+    that the wheel does not install, a shell or %run line, a path taken relative to the working directory, or a file
+    looked up above the installed package (the checkout's root) without a fallback when it is not there."""
+    import ast
+
+    problems = []
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    install = ast.parse(_code(code[0])) if code else None
+    guarded = [node for node in ast.walk(install) if isinstance(node, ast.If)
+               and "google.colab" in ast.unparse(node.test) and "sys.modules" in ast.unparse(node.test)] if install else []
+    pip = [ast.unparse(node) for guard in guarded for node in ast.walk(guard)
+           if isinstance(node, ast.Call) and "pip" in ast.unparse(node) and "install" in ast.unparse(node)]
+    if not pip or not any("[torch]" in ast.unparse(guard) for guard in guarded):
+        problems.append("the first code cell is not the install cell (pip install perfmodel[torch] when google.colab "
+                        "is loaded)")
+    for number, cell in enumerate(code):
+        if any(line.lstrip().startswith(("!", "%run", "%load", "%cd")) for line in cell.source.splitlines()):
+            problems.append(f"code cell {number}: a shell, %run, %load or %cd line (paths of the checkout)")
+        tree = ast.parse(_code(cell))
+        for node in ast.walk(tree):
+            roots = []
+            if isinstance(node, ast.Import):
+                roots = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                roots = [node.module.split(".")[0]]
+            problems += [f"code cell {number}: imports {root} (not installed by pip)" for root in roots
+                         if root in NOT_IN_THE_WHEEL]
+            if isinstance(node, ast.Call):
+                name = ast.unparse(node.func)
+                first = _first_string(node)
+                if name.endswith(("getcwd", "Path.cwd", "chdir")):
+                    problems.append(f"code cell {number}: {name}() (the working directory is not the checkout on Colab)")
+                if first is not None and first.startswith(REPO_FOLDERS):
+                    problems.append(f"code cell {number}: {name}({first!r}): a path relative to the checkout")
+        source = _code(cell)
+        if ".parents[" in source and not any(fallback in source for fallback in ("is_file()", "exists()", "except")):
+            problems.append(f"code cell {number}: looks above the installed package (.parents[...]) with no fallback")
+    return problems
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_notebook_runs_on_colab_as_shipped(path):
+    assert colab_problems(nbformat.read(path, as_version=4)) == []
+
+
+def test_the_colab_check_finds_what_breaks_outside_the_checkout():
+    """The check above fails on each thing that breaks a notebook outside the checkout."""
+    from nbformat.v4 import new_code_cell, new_notebook
+
+    install = nbformat.read(NOTEBOOKS[0], as_version=4).cells[1]
+    assert colab_problems(new_notebook(cells=[install])) == []
+    broken = ['import pandas as pd\ndf = pd.read_csv("workloads/validation/published_measurements.csv")',
+              "from tests.notebook_runs import NOTEBOOKS", "!ls notebooks",
+              'from pathlib import Path\nhere = Path.cwd() / "x"',
+              'import perfmodel\nfrom pathlib import Path\n'
+              'trace = Path(perfmodel.__file__).parents[1] / "tests" / "x.json"\nprint(trace.read_text())']
+    for source in broken:
+        assert colab_problems(new_notebook(cells=[install, new_code_cell(source)])), source
+    assert colab_problems(new_notebook(cells=[new_code_cell("import perfmodel")]))  # no install cell

@@ -22,6 +22,7 @@ engine that declares no tile, the tiling and cache models reduce to compulsory t
 operand read once, each result written once), so most numbers below are plain tensor sizes.
 """
 
+import numpy as np
 import pytest
 
 from perfmodel.costs.rules import CostContext, op_cost
@@ -430,6 +431,30 @@ def test_all_reduce_on_a_switch_takes_one_hop_per_phase():
     result = cost(collective("all_reduce", 8, "switch"))
     assert result.link_bytes == 2 * 7 / 8 * MiB == 1_835_008  # 2(p-1)/p through the one switch port
     assert result.link_latency_s == pytest.approx(2 * 1 * 2e-6, rel=EXACT)  # reduce-scatter + all-gather
+
+
+def test_small_all_reduce_on_a_switch_is_one_shot():
+    # One-shot: each chip reads the other 7 payloads in one 2 us step: 7 KiB / 50 GB/s + 2 us = 2.14 us,
+    # against the two-shot's 1.75 KiB / 50 GB/s + 4 us = 4.04 us (costs.rules._one_or_two_shot).
+    result = cost(collective("all_reduce", 8, "switch", payload=1024))
+    assert result.link_bytes == 7 * 1024
+    assert result.link_latency_s == pytest.approx(2e-6, rel=EXACT)
+
+
+def test_one_shot_gives_way_to_two_shot_where_their_times_cross():
+    # 7 S / B + a = 1.75 S / B + 2 a  <=>  S = a B / 5.25 = 2 us x 50 GB/s / 5.25 = 19,048 bytes
+    below, above = (cost(collective("all_reduce", 8, "switch", payload=size)) for size in (19_000, 19_100))
+    assert (below.link_bytes, above.link_bytes) == (7 * 19_000, 1.75 * 19_100)
+    # on two chips both move the payload once: the one step always wins
+    assert cost(collective("all_reduce", 2, "switch", payload=64 * MiB)).link_bytes == 64 * MiB
+    # a sweep of payloads chooses point by point, as each point alone
+    swept = cost(collective("all_reduce", 8, "switch", payload=np.asarray([1024.0, MiB])))
+    assert list(swept.link_bytes) == [7 * 1024, 1.75 * MiB]
+    assert list(swept.link_latency_s) == pytest.approx([2e-6, 4e-6], rel=EXACT)
+
+
+def test_all_reduce_on_a_ring_or_torus_is_never_one_shot():
+    assert cost(collective("all_reduce", 4, "ring", payload=8)).link_bytes == 2 * 3 / 4 * 8 / 2
 
 
 def test_all_gather_on_a_ring_takes_p_minus_1_steps():

@@ -70,6 +70,25 @@ def test_a_traced_condition_is_computed_not_decided():
     assert replay(0) == 1.0 and replay(2) == 6
 
 
+def test_a_replay_reuses_variables_once_their_nodes_are_read_for_the_last_time():
+    def function(x, y):
+        early = x * 3.0  # returned: kept to the end
+        chain = y
+        for step in range(200):  # each link read once, by the next
+            chain = chain * 1.5 + step
+        checked = x + 1 > 4  # a decision reads x + 1 after the chain
+        picked = argmax(_objects(chain, early, x * 2.0), axis=0)
+        return {"early": early, "chain": chain, "checked": checked, "picked": picked}
+
+    replay = trace(function, (2, 0.5))
+    assert replay.computed > 400 and replay.decisions == 1
+    for x, y in [(2, 0.5), (3, -1.0), (-7, 1e-3)]:
+        assert replay(x, y) == function(x, y)
+    assert replay(5, 0.5) is None  # x + 1 > 4 comes out differently
+    code = replay.function.__code__
+    assert code.co_nlocals < 12  # not one variable per node
+
+
 def test_identities_and_repeated_operations_add_no_nodes():
     tape = Tape()
     x = tape.input(3)

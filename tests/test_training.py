@@ -454,6 +454,27 @@ def test_deepseek_v3_mtp_training_is_slower_and_larger_by_the_module():
     assert any("multi-token-prediction" in note for note in mtp.notes)
 
 
+@pytest.mark.parametrize("recompute", ["full", "selective", "none"])
+def test_deepseek_v3_mtp_activations_are_the_modules_own(recompute):
+    """The MTP module's kept activations come from its definition (hnorm/enorm, eh_proj on their concatenation,
+    one MoE decoder layer), under the run's recompute policy: with full recomputation exactly its two inputs (the
+    main model's last hidden state and the next tokens' embeddings, bf16), by hand; with less recomputation more,
+    and at most the module's every output (policy 'none') plus those inputs."""
+    from perfmodel.training.step import mtp_saved_activation_bytes
+
+    v3, h200 = load_architecture("deepseek-v3"), load_for_prediction("h200-sxm")
+    layout = Layout(tp=8, fsdp=8, ep=8, micro_batch=1)
+    setup = TrainingSetup(global_batch=64, seq_len=4096, recompute=recompute, mtp=True)
+    saved = {policy: mtp_saved_activation_bytes(v3, replace(setup, recompute=policy), layout)
+             for policy in ("full", "selective", "none")}
+    assert saved["full"] == 2 * (4096 // 8) * v3.hidden * 2  # sequence parallel: each chip keeps 1/8 of the tokens
+    assert saved["full"] < saved["selective"] < saved["none"]
+    assert mtp_saved_activation_bytes(v3, replace(setup, mtp=False), layout) == 0.0
+    plain, mtp = (train_predict(v3, h200, replace(setup, mtp=flag), layout) for flag in (False, True))
+    in_flight = 1  # no pipeline: one micro-batch's activations at a time
+    assert mtp.memory.activations - plain.memory.activations == pytest.approx(saved[recompute] * in_flight, rel=1e-9)
+
+
 @pytest.mark.parametrize("model, extra, message", [
     ("llama-2-7b", ["--dp", "2"], "has none"),
     ("deepseek-v3", ["--cp", "2"], "context parallelism"),

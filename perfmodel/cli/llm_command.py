@@ -178,6 +178,7 @@ def _llm(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Scenario, continuous_batching_throughput, llm_predict, max_batch
     from perfmodel.llm.catalog import load_architecture, load_config
+    from perfmodel.llm.caveats import engine_caveats
     from perfmodel.llm.eager import stage_graphs_for
 
     _check_counts(args, ("concurrency", "max_tokens_per_step"))
@@ -193,8 +194,8 @@ def _llm(args) -> int:
                         activation_dtype=args.activations, expert_weight_dtype=args.expert_weights)
     parallelism = _parallelism(args)
     graphs, note = stage_graphs_for(load_config(args.model), hardware, args.mode, condensed=args.condensed)
-    if note:
-        print(f"perfmodel: note: {note}", file=sys.stderr)
+    for said in ([note] if note else []) + engine_caveats(architecture, hardware):
+        print(f"perfmodel: note: {said}", file=sys.stderr)
     result = llm_predict(architecture, hardware, scenario, parallelism, mode=args.mode, graphs=graphs)
     if args.graph_out is not None:
         _write_stage_graph(args, graphs, architecture, scenario, parallelism)
@@ -274,14 +275,15 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
 
     from perfmodel.llm import Scenario, llm_predict
     from perfmodel.llm.catalog import load_config
+    from perfmodel.llm.caveats import engine_caveats
     from perfmodel.llm.eager import stage_graphs_for
 
     if args.graph_out is not None or args.concurrency:
         raise PerfmodelError("--graph-out and --concurrency take one scenario; give single --batch/--prompt/--gen")
     parallelism = _parallelism(args)
     graphs, note = stage_graphs_for(load_config(args.model), hardware, args.mode, condensed=args.condensed)
-    if note:
-        print(f"perfmodel: note: {note}", file=sys.stderr)
+    for said in ([note] if note else []) + engine_caveats(architecture, hardware):
+        print(f"perfmodel: note: {said}", file=sys.stderr)
     batches, prompts, gens = (np.asarray(column) for column in zip(*scenarios, strict=True))
     every = Scenario(batch=batches, prompt_tokens=prompts, generated_tokens=gens, weight_dtype=args.weights,
                      kv_dtype=args.kv or args.activations, activation_dtype=args.activations,
@@ -351,6 +353,7 @@ def _size(args) -> int:
     from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.caveats import engine_caveats
     from perfmodel.serving.sizing import SystemSizing, parameter_set, rank, size_deployment
 
     _check_counts(args, ("prompt", "gen", "users", "requests"))
@@ -367,6 +370,8 @@ def _size(args) -> int:
         """One system's sizing, why it could not be sized (None: it was), and the confidence its targets
         were held at (None: not sized)."""
         hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal, engine=args.engine)
+        for said in engine_caveats(architecture, hardware):
+            print(f"perfmodel: note: {said}", file=sys.stderr)
         try:  # a system that does not offer the requested mode (eager on Groq) is reported, not sized
             mode = resolve_mode(hardware, args.mode)
         except PerfmodelError as error:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from perfmodel.cli import confidence as intervals
-from perfmodel.cli.overrides import add_dtype_arguments, add_expert_weights_argument
+from perfmodel.cli.overrides import add_dtype_arguments, add_expert_weights_argument, add_fanout_arguments, fanout
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
@@ -56,6 +56,7 @@ def register(commands) -> None:
     add_dtype_arguments(search)
     add_expert_weights_argument(search)
     intervals.add_confidence_argument(search)
+    add_fanout_arguments(search)
     search.add_argument("--json", action="store_true")
     search.add_argument("--chart", type=Path, metavar="FILE.png",
                         help="plot the configurations, the front and the SLO region (.png, .svg or .pdf)")
@@ -112,10 +113,12 @@ def _search(args) -> int:
     tpot = None if args.tpot_slo is None else parse_quantity(args.tpot_slo, "seconds")
     architecture = load_architecture(args.model)
     hardware = {engine: load_for_prediction(args.on, engine=engine) for engine in dict.fromkeys(engines)}
-    result = search(architecture, hardware, args.chips, prompt_tokens=args.prompt, output_tokens=args.output,
-                    batches=batches, speculations=speculations, disaggregation=not args.no_disagg,
-                    ttft_slo_s=ttft, tpot_slo_s=tpot, weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
-                    expert_weight_dtype=args.expert_weights, max_pp=args.max_pp, simulate=args.simulate, seed=args.seed)
+    with fanout(args, "piece") as mapper:  # each worker's step costs, then each front point's simulation
+        result = search(architecture, hardware, args.chips, prompt_tokens=args.prompt, output_tokens=args.output,
+                        batches=batches, speculations=speculations, disaggregation=not args.no_disagg,
+                        ttft_slo_s=ttft, tpot_slo_s=tpot, weight_dtype=args.weights,
+                        kv_dtype=args.kv or args.activations, expert_weight_dtype=args.expert_weights,
+                        max_pp=args.max_pp, simulate=args.simulate, seed=args.seed, mapper=mapper)
     chosen = _chosen(result, args.pick)
     launch = None
     if args.export is not None:

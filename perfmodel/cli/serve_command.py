@@ -162,6 +162,7 @@ def _serve(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm import Parallelism
     from perfmodel.llm.catalog import load_architecture
+    from perfmodel.llm.caveats import engine_caveats
     from perfmodel.serving import Server, ServingConfig, knee_rate, max_context, parse_length
     from perfmodel.serving.workload import read_trace
 
@@ -199,6 +200,8 @@ def _serve(args) -> int:
         output.check_context(architecture.max_positions, architecture.name, "--output-dist")
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal,
                                    engine=args.engine)
+    for said in engine_caveats(architecture, hardware):
+        print(f"perfmodel: note: {said}", file=sys.stderr)
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
                            block_size=args.block_size, memory_utilization=args.memory_utilization,
                            kv_admission=args.kv_admission)

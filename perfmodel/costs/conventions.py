@@ -23,6 +23,18 @@
   scales``) and its int4 path. Conversions issue at the full rate here; on NVIDIA GPUs they run at
   a quarter of it (CUDA C++ Programming Guide, arithmetic instruction throughput), so this is an
   optimistic floor unless a kernel avoids them (the lop3 "magic number" int4 conversion).
+* Block-scaled weights (``dtypes``: fp8_block, mxfp8, mxfp4, nvfp4) under 16-bit or wider float
+  activations are weight-only kernels too (gpt-oss's MXFP4 experts on Hopper, which has no FP4 MMA:
+  Triton's ``matmul_ogs`` upcasts them to bf16 in registers; Marlin-style W4A16 NVFP4 kernels): each
+  element is converted and multiplied by its block's scale, 8-bit elements as int8 (4), 4-bit ones
+  as int4 (unpack, convert, scale: 8). Under activations of their own element width the matrix
+  engine consumes them natively at the activations' rate (Hopper's fp8 MMA with DeepGEMM's block
+  scales; Blackwell's block-scaled MMA, PTX ``tcgen05.mma`` ``kind::mxf8f6f4`` / ``kind::mxf4nvf4``,
+  applies MX and NVFP4 scales inside the instruction): no per-element work. fp8_block's scales are
+  not in the instruction on Hopper: every ``FP8_BLOCK_PROMOTION_K`` = 128 elements of k the partial
+  sums are moved to fp32 registers and multiplied by the two blocks' scales on the CUDA cores
+  (DeepSeek-V3, arXiv 2412.19437, section 3.3.2 "Increasing Accumulation Precision", N_C = 128): one
+  FMA (2 FLOP-equivalents) per output element per 128 of k, ``BLOCK_SCALE_FLOPS_PER_PROMOTION``.
 """
 
 from perfmodel.units import FLOPS_PER_FMA  # noqa: F401  (one definition, re-exported for the rules)
@@ -39,7 +51,12 @@ FLOPS_PER_REDUCED_ELEMENT = 1
 ATTENTION_BACKWARD_USEFUL = 2.0
 ATTENTION_BACKWARD_EXECUTED = 2.5
 ATTENTION_BACKWARD_TRAFFIC = 2.0
-DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8}
+DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8,
+                               "fp8_block": 4, "mxfp8": 4, "mxfp4": 8, "nvfp4": 8}
+# Block-scaled weights are dequantized inside the kernel only under activations at least this wide (bytes).
+BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES = 2
+FP8_BLOCK_PROMOTION_K = 128
+BLOCK_SCALE_FLOPS_PER_PROMOTION = 2
 # Flash-style kernels skip fully masked (block x block) tiles: with n blocks along the sequence they
 # compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size,
 # the default for an engine whose spec gives no ``attention_kv_block`` (PyTorch's CPU kernel: 512).

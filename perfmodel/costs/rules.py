@@ -34,7 +34,7 @@ from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import NoEngineError, PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import KERNEL_CLASS_SEPARATOR, ComputeEngine, Hardware, KernelShape, Link, Parameters
-from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick
+from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -548,17 +548,25 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
     return best[1], (best[2], *traffic[1:]), best[3]
 
 
-def dequantize_flops(op: Op, weight_elements: ArrayLike) -> SIValue:
-    """Vector-engine work to dequantize integer weights inside a weight-only-quantized matmul
-    (int8/int4 weights, floating-point activations): ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT``
-    FLOP-equivalents per weight element, once per pass over the weights."""
+def dequantize_flops(op: Op, weight_elements: ArrayLike, outputs_per_k_block: ArrayLike = 0.0,
+                     k: ArrayLike = 0.0) -> SIValue:
+    """Vector-engine work inside a matmul with quantized weights (``conventions``): integer weights under
+    float activations, and block-scaled weights under 16-bit or wider float activations, are dequantized,
+    ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT`` FLOP-equivalents per weight element, once per pass over
+    the weights; fp8_block weights under fp8 activations run natively, their block scales applied to the
+    fp32 partial sums every 128 of ``k`` (``outputs_per_k_block``: batch x m x n output elements)."""
     if len(op.inputs) < 2 or op.inputs[1].role != "weight":
         return 0.0
-    weight_dtype, activation_dtype = op.inputs[1].dtype, op.inputs[0].dtype
-    per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight_dtype, 0.0)
-    if not per_weight or get_dtype(activation_dtype).kind != "float":
+    weight, activation = get_dtype(op.inputs[1].dtype), get_dtype(op.inputs[0].dtype)
+    if activation.kind != "float":
         return 0.0
-    return per_weight * floats(weight_elements)
+    if weight.block_scaled and activation.bytes_per_element < C.BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES:
+        if weight.name != "fp8_block":
+            return 0.0
+        promotions = np.ceil(floats(k) / C.FP8_BLOCK_PROMOTION_K)
+        return C.BLOCK_SCALE_FLOPS_PER_PROMOTION * floats(outputs_per_k_block) * promotions
+    per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight.name, 0.0)
+    return per_weight * floats(weight_elements) if per_weight else 0.0
 
 
 def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
@@ -577,7 +585,7 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = matmul_flops(m, n, k, batch)
-    dequantize = dequantize_flops(op, batch * floats(k) * n)
+    dequantize = dequantize_flops(op, batch * floats(k) * n, batch * floats(m) * n, k)
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
     # The dequantizing engine works inside the kernel, so its time bounds every candidate's compute time.
     side_s = 0.0 if vector is None else compute_time_s(dequantize, compute_rate_flops_per_s(
@@ -795,6 +803,32 @@ def choose_link(hardware: Hardware, name: str | None) -> Link:
     raise PerfmodelError(f"{hardware.name} has no links, so it cannot run a collective; add one to its spec")
 
 
+# Scale-up fabrics where an all-reduce can be one-shot, each chip reading every peer's whole buffer and
+# reducing it in one step instead of the two steps of a reduce-scatter and an all-gather: NVLink through
+# NVSwitch, where the engines' kernel tables measure it. A full mesh (MI300X's Infinity Fabric, Groq's
+# C2C) could run one too, but no measurement here shows which its libraries or compiler use; it stays
+# two-step (on Groq the one-shot would move the LPU rows' error from +167% to +189%, further off).
+ONE_SHOT_TOPOLOGIES = ("switch",)
+
+
+def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, two_shot_latency: Any):
+    """(wire bytes per link, step latency) of the faster of a one-shot all-reduce (``p - 1`` payloads
+    read per chip, one step) and the two-shot one (``2 (p - 1) / p`` payloads, two steps), judged at the
+    link's datasheet bandwidth and step latency, as the engines' kernels choose by message size and rank
+    count (vLLM's custom all-reduce, csrc/custom_all_reduce.cuh: one stage on 2 GPUs, and below 512 KiB on
+    4 or 256 KiB on 8, else two stages; TensorRT-LLM's and SGLang's ONESHOT/TWOSHOT likewise). The one
+    step's latency is the link's; the kernel tables show it: 128 elements cost 4.2 us on 2 H100s and 4.7 us
+    on 8 with vLLM's one-shot kernel, while two-shot 1 MiB on 8 costs 15 us, not the 9 us of a ring's
+    bandwidth term."""
+    one_shot_bytes = (group - 1) * payload / links_in_use(link, "all_reduce", group)
+    step = link.latency_s or 0.0
+    bandwidth = link.bandwidth_bytes_per_s_per_direction
+    one_shot = greater(two_shot_bytes / bandwidth + two_shot_latency, one_shot_bytes / bandwidth + step)
+    if not is_traced(one_shot) and np.ndim(one_shot) == 0:
+        return (one_shot_bytes, step) if bool(one_shot) else (two_shot_bytes, two_shot_latency)
+    return where(one_shot, one_shot_bytes, two_shot_bytes), where(one_shot, step, two_shot_latency)
+
+
 @cost_rule("collective")
 def collective_cost(op: Op, context: CostContext) -> OpCost:
     """Ring-style collectives priced on a link: bytes on the wire per chip over the bandwidth of the
@@ -810,6 +844,8 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
                     link)
     wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link, collective, group)
     latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)
+    if collective == "all_reduce" and link.kind == "chip_to_chip" and link.topology in ONE_SHOT_TOPOLOGIES:
+        wire_bytes, latency = _one_or_two_shot(link, group, payload, wire_bytes, latency)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)
     # A ring reduce-scatter adds (p-1)/p of the payload per chip (Thakur, Rabenseifner & Gropp 2005).
     reduce_flops = (payload / get_dtype(op.dtype).bytes_per_element * (group - 1) / max(group, 1)

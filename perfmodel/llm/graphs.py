@@ -73,13 +73,19 @@ MAX_SEQUENCES = MAX_CONFIG_SIZE
 def check(architecture: Architecture, scenario: Scenario, parallelism: Parallelism) -> None:
     """Raise a clear error for a scenario or a parallelism the model cannot run."""
     problems = []
-    batch, prompt, gen = (np.asarray(value) for value in (scenario.batch, scenario.prompt_tokens,
-                                                           scenario.generated_tokens))
-    if np.any(batch < 1) or np.any(prompt < 1) or np.any(gen < 1):
+    counts = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
+    if all(type(value) is int for value in counts):  # one scenario: Python's comparisons, not numpy's per-call cost
+        batch, prompt, gen = counts
+        total = prompt + gen
+        low, high = min(counts) < 1, batch > MAX_SEQUENCES
+    else:
+        batch, prompt, gen = (np.asarray(value) for value in counts)
+        total = int(np.max(prompt + gen))
+        low, high = bool(np.any(batch < 1) or np.any(prompt < 1) or np.any(gen < 1)), bool(np.any(batch > MAX_SEQUENCES))
+    if low:
         problems.append("batch, prompt and generated tokens must each be at least 1")
-    elif np.any(batch > MAX_SEQUENCES):
+    elif high:
         problems.append(f"batch {np.max(batch)} is more than {MAX_SEQUENCES:,} sequences: a typo, not a deployment")
-    total = int(np.max(prompt + gen))
     if total > architecture.max_positions:
         problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
                         f"{architecture.max_positions} positions (max_position_embeddings)")
@@ -178,6 +184,22 @@ def _dropping_moe(a: Architecture, s: Scenario, batch, seq, width: int, layers: 
                          flops_per_element=activation_flops_per_element(a.activation, gated=True)),
             _linear("layers.moe.experts.down", rows, width, hidden, s, layers, batch=a.experts),
             combine]
+
+
+def routed_expert_ops(routed, local_experts: int, hidden: int, width: int, scenario: Scenario, count, *,
+                      activation: str, activation_rows) -> list[Op]:
+    """A dropless MoE layer's expert work on one chip: ``routed`` token-expert pairs spread evenly over
+    ``local_experts`` experts of ``width`` intermediate columns, so at most ``min(local_experts, routed)``
+    experts are touched, each with ``ceil(routed / touched)`` rows; their batched gated-up GEMM, the gated
+    activation over ``activation_rows`` rows, their batched down GEMM (the grouped GEMMs of vLLM's,
+    SGLang's and TensorRT-LLM's fused MoE kernels)."""
+    touched = minimum(local_experts, maximum(routed, 1))
+    per_expert = whole(maximum(np.ceil(routed / touched), 1))
+    touched = whole(touched)
+    return [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, scenario, count, batch=touched),
+            _elementwise("layers.moe.experts.act", activation_rows, width, scenario.activation_dtype, count, inputs=2,
+                         flops_per_element=activation_flops_per_element(activation, gated=True)),
+            _linear("layers.moe.experts.down", per_expert, width, hidden, scenario, count, batch=touched)]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -386,20 +408,14 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         local_experts = a.experts // p.ep
         # the tokens of all dp groups (each group's tp chips hold the same ones) meet at the ep chips
         routed = tokens * p.dp * a.experts_per_token / p.ep
-        touched = minimum(local_experts, maximum(routed, 1))
-        per_expert = whole(maximum(np.ceil(routed / touched), 1))
         width = a.expert_width // (p.tp * p.dp // p.ep)
         # wide expert parallelism may span more chips than the chip-to-chip domain (costs.rules)
         wide = {"beyond_domain": "network"} if p.dp > 1 else {}
         if p.ep > 1:
             ops.append(_collective("layers.moe.dispatch", "all_to_all", routed * hidden * act_bytes, p.ep, act,
                                    groups.moe, **wide))
-        touched = whole(touched)
-        experts = s.experts_scenario
-        ops += [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, experts, groups.moe, batch=touched),
-                _elementwise("layers.moe.experts.act", tokens * a.experts_per_token, width, act, groups.moe, inputs=2,
-                             flops_per_element=activation_flops_per_element(a.activation, gated=True)),
-                _linear("layers.moe.experts.down", per_expert, width, hidden, experts, groups.moe, batch=touched)]
+        ops += routed_expert_ops(routed, local_experts, hidden, width, s.experts_scenario, groups.moe,
+                                 activation=a.activation, activation_rows=tokens * a.experts_per_token)
         if p.ep > 1:
             ops.append(_collective("layers.moe.combine", "all_to_all", routed * hidden * act_bytes, p.ep, act,
                                    groups.moe, **wide))

@@ -242,7 +242,7 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
     execution = resolve_mode(hardware, mode)
     values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
-    if not any(np.ndim(value) for value in values):
+    if all(type(value) is int for value in values) or not any(np.ndim(value) for value in values):
         if graphs is stage_graph and not hardware.is_swept:
             replayed = _replayed_one(architecture, hardware, scenario, parallelism, execution)
             if replayed is not None:
@@ -287,19 +287,22 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
            scenario.activation_dtype, scenario.expert_weight_dtype)
     numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
     result = _REPLAYS(key, (architecture, hardware), numbers, values)
-    return None if result is None else replace(_named_bounds(result), scenario=scenario)
+    return None if result is None else _named_bounds(result, scenario=scenario)
 
 
 def prediction_numbers(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism,
                        execution: str) -> Callable[[Any, Any, Any], LLMResult]:
     """What a replay traces: (batch, prompt tokens, generated tokens) -> the numbers of one scenario of
-    the condensed graphs, bounds not yet named (``_named_bounds``); ``scenario`` gives the dtypes. The
+    the condensed graphs, bounds not yet named (``_named_bounds``), its ``scenario`` the one given (which
+    gives the dtypes; the caller sets the replayed scenario). The
     numbers go in as one-element object arrays, so the array code path carries traced numbers."""
     def numbers(batch: Any, prompt: Any, gen: Any) -> LLMResult:
         def one(value: Any) -> np.ndarray:
             return np.asarray([value], dtype=object)
         points = replace(scenario, batch=one(batch), prompt_tokens=one(prompt), generated_tokens=one(gen))
-        return _point_numbers(architecture, hardware, points, parallelism, execution)._picked(0)
+        # the scenario itself is not among the numbers: a replay's caller sets it (not rebuilt to be replaced)
+        return replace(_point_numbers(architecture, hardware, points, parallelism, execution)._picked(0),
+                       scenario=scenario)
     return numbers
 
 
@@ -524,21 +527,22 @@ def _context_ops(graph: Graph, execution: str) -> Graph | None:
     return Graph.prechecked(f"{graph.name} (context)", varying)
 
 
-def _named_bounds(result: LLMResult) -> LLMResult:
+def _named_bounds(result: LLMResult, **changes: Any) -> LLMResult:
     """``result`` with its bounds named from its time by bound: per phase, the bounds that took time
     (at some scenario of an array result), from the most time (over all scenarios) to the least, and
-    the bound that took the most (at each scenario)."""
-    shape = np.shape(result.tpot_s)
-    if not shape:  # one scenario: plain floats (the common case, without numpy's per-call cost)
+    the bound that took the most (at each scenario); ``changes``: other fields to replace at once."""
+    if isinstance(result.tpot_s, float) or not np.shape(result.tpot_s):  # one scenario: plain floats (the common
+        # case, without numpy's per-call cost)
         spent = {phase: _took_time(shares) for phase, shares in result.time_by_bound_by_phase.items()}
         return replace(result, time_by_bound_by_phase=spent,
-                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()})
+                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()}, **changes)
+    shape = np.shape(result.tpot_s)
     # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
     by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if np.any(time)),
                                    key=lambda item: -np.sum(item[1]))) or dict(list(shares.items())[:1])
                 for phase, shares in result.time_by_bound_by_phase.items()}
     return replace(result, time_by_bound_by_phase=by_bound,
-                   bound_by_phase={phase: _largest(shares, shape) for phase, shares in by_bound.items()})
+                   bound_by_phase={phase: _largest(shares, shape) for phase, shares in by_bound.items()}, **changes)
 
 
 def _largest(shares: Mapping[str, np.ndarray], shape: tuple[int, ...]) -> np.ndarray:
@@ -562,6 +566,14 @@ def _merged(parts: list[tuple[Any, LLMResult]], scenario: Scenario) -> LLMResult
     def field(name: str, dtype: Any = float) -> np.ndarray:
         return gather([getattr(result, name) for result in results], dtype)
 
+    def names(values: list[Any]) -> np.ndarray:
+        """Bound names gathered as numpy strings as wide as the longest (what ``astype(str)`` of the
+        names as objects gives), without a Python string per scenario on the way."""
+        gathered = gather(values, np.result_type(*(np.asarray(value).dtype for value in values)))
+        if gathered.dtype.kind != "U":
+            return gathered.astype(str)
+        return gathered.astype(f"<U{max(int(np.char.str_len(gathered).max(initial=0)), 1)}")
+
     phases = ("prefill", "decode")
     shares = {phase: [result.time_by_bound_by_phase[phase] for result in results] for phase in phases}
     bounds = {phase: list(dict.fromkeys(name for share in shares[phase] for name in share)) for phase in phases}
@@ -573,8 +585,7 @@ def _merged(parts: list[tuple[Any, LLMResult]], scenario: Scenario) -> LLMResult
         tokens_per_s_per_chip=field("tokens_per_s_per_chip"), fits=field("fits", bool),
         weights_streamed=field("weights_streamed", bool),
         memory_bytes=MemoryPerChip(**{key: gather([part[key] for part in memory]) for key in memory[0]}),
-        bound_by_phase={phase: gather([result.bound_by_phase[phase] for result in results], object).astype(str)
-                        for phase in phases},
+        bound_by_phase={phase: names([result.bound_by_phase[phase] for result in results]) for phase in phases},
         time_by_bound_by_phase={phase: {name: gather([share.get(name, 0.0) for share in shares[phase]])
                                         for name in bounds[phase]} for phase in phases},
         ops_per_decode_step={key: max(float(np.max(result.ops_per_decode_step[key])) for result in results)

@@ -38,13 +38,14 @@ tokens/s per chip / TDP is tokens per joule (tokens/s per watt). Both only where
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.fanout import Mapper, in_chunks, serial_map
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check
@@ -66,6 +67,10 @@ DEFAULT_BATCHES = (8, 16, 32, 64, 128, 256)
 SIMULATED_LOAD = 0.8  # share of the estimated request rate the front's points are simulated at
 SIMULATED_CONCURRENCY_MULTIPLE = 3  # a simulated run holds at least this many times the deployment's batch slots...
 MAX_SIMULATED_REQUESTS = 3000  # ...up to this many requests
+# Workers priced per piece of work a mapper sends out: one takes ~10-40 ms here, a Dask task's round trip
+# ~20 ms on a loaded machine; four make a piece worth sending while a search of tens of workers still
+# splits into enough pieces to keep a few processes busy.
+WORKERS_PER_TASK = 4
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -197,8 +202,10 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
            ttft_slo_s: float | None = None, tpot_slo_s: float | None = None, max_tokens_per_step: int = 8192,
            weight_dtype: str = "bf16", kv_dtype: str = "bf16", expert_weight_dtype: str | None = None,
            memory_utilization: float = 0.9, max_pp: int = 4, simulate: int = 6, requests: int = 200, seed: int = 0,
-           progress: Callable[[str], None] | None = None) -> SearchResult:
-    """Enumerate, estimate, take the front and simulate it (module docstring)."""
+           mapper: Mapper = serial_map) -> SearchResult:
+    """Enumerate, estimate, take the front and simulate it (module docstring). ``mapper`` runs the
+    pieces of work, each worker's step costs (step 1) and each front point's simulation (step 4)
+    (``perfmodel.fanout``: here, or on a Dask cluster; the result is the same to the last bit)."""
     if chips < 1:
         raise PerfmodelError(f"chips must be at least 1, got {chips}")
     if not batches or min(batches) < 1:
@@ -215,22 +222,20 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
     scenario = Scenario(batch=1, prompt_tokens=prompt_tokens, generated_tokens=output_tokens,
                         weight_dtype=weight_dtype, kv_dtype=kv_dtype, expert_weight_dtype=expert_weight_dtype)
     check(architecture, scenario, Parallelism())  # a bad dtype is refused, not screened out as "fits nowhere"
-    estimates: dict[tuple, _Estimate] = {}
+    # Step 1, the expensive part: one piece of work per worker (engine, layout, speculation)
+    pieces = [(engine, layout, speculation) for engine, hardware in hardware_by_engine.items()
+              for layout in [p for p in candidate_parallelisms(architecture, hardware, scenario)
+                             if p.chips <= chips and p.pp <= max_pp] + wide_expert_layouts(architecture, hardware, chips)
+              for speculation in speculations]
+    estimator = _Estimator(architecture=architecture, hardware_by_engine=dict(hardware_by_engine), scenario=scenario,
+                           largest=largest, budget=budget, context=round(mid), prompt_tokens=prompt_tokens,
+                           memory_utilization=memory_utilization)
+    priced = in_chunks(mapper, WORKERS_PER_TASK)(estimator, pieces)
+    estimates = {piece: estimate for piece, estimate in zip(pieces, priced, strict=True) if estimate is not None}
     configurations: list[Configuration] = []
     for engine, hardware in hardware_by_engine.items():
-        layouts = [p for p in candidate_parallelisms(architecture, hardware, scenario)
-                   if p.chips <= chips and p.pp <= max_pp] + wide_expert_layouts(architecture, hardware, chips)
-        built: dict[tuple[Parallelism, Speculation | None], _Estimate] = {}
-        for layout in layouts:
-            for speculation in speculations:
-                if progress is not None:
-                    progress(f"{engine} tp {layout.tp} pp {layout.pp}"
-                             + ("" if speculation is None else f" {speculation.method}"))
-                estimate = _estimate(architecture, hardware, scenario, layout, speculation, largest=largest,
-                                     budget=budget, context=round(mid), prompt_tokens=prompt_tokens,
-                                     memory_utilization=memory_utilization)
-                if estimate is not None:
-                    built[(layout, speculation)] = estimates[(engine, layout, speculation)] = estimate
+        built = {(layout, speculation): estimate for (name, layout, speculation), estimate in estimates.items()
+                 if name == engine}
         price, tdp = hardware.price_usd_per_hour, hardware.power.tdp_watts
         base: dict[str, Any] = dict(engine=engine, hardware=hardware.name, max_tokens_per_step=budget,
                                     price_usd_per_chip_hour=price, tdp_watts=tdp)
@@ -279,10 +284,12 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                              f"{', '.join(h.name for h in hardware_by_engine.values())}; add chips or lower the "
                              "batch limits")
     front = pareto_front(configurations)
-    simulated = _simulate_front(front, hardware_by_engine, architecture, simulate, requests, seed, prompt_tokens,
-                                output_tokens, dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype,
-                                                                    expert_weight_dtype=expert_weight_dtype),
-                                memory_utilization, ttft_slo_s, tpot_slo_s)
+    simulator = _FrontSimulator(hardware_by_engine=dict(hardware_by_engine), architecture=architecture,
+                                requests=requests, seed=seed, prompt_tokens=prompt_tokens, output_tokens=output_tokens,
+                                dtypes=dict(weight_dtype=weight_dtype, kv_dtype=kv_dtype,
+                                            expert_weight_dtype=expert_weight_dtype),
+                                memory_utilization=memory_utilization, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+    simulated = list(mapper(simulator, _spread(front, simulate)))
     return SearchResult(model=architecture.name, chips=chips, prompt_tokens=prompt_tokens,
                         output_tokens=output_tokens, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s,
                         configurations=tuple(configurations), front=tuple(front), simulated=tuple(simulated),
@@ -334,52 +341,80 @@ class _Estimate:
         return min(int(np.searchsorted(carried, tokens_per_s * (1 - 1e-12))) + 1, len(self.decode_s))
 
 
-def _estimate(architecture, hardware, scenario, layout, speculation, *, largest, budget, context, prompt_tokens,
-              memory_utilization) -> _Estimate | None:
-    quick = replace(scenario, prompt_tokens=1, generated_tokens=1)
-    draft = None if speculation is None else drafter(architecture, speculation, quick, layout)
-    try:
-        kv = kv_capacity(architecture, hardware, quick, layout, block_size=16, max_batch=largest,
-                         max_tokens_per_step=budget, memory_utilization=memory_utilization, drafter=draft)
-        costs = StepCosts(architecture, hardware, quick, layout, max_batch=largest, max_tokens_per_step=budget,
-                          max_context=context, resident_bytes=kv.state_bytes, speculation=speculation,
-                          context_points=[context], prompt_points=[prompt_tokens])
-    except PerfmodelError:  # does not fit (no room for a KV cache), or the layout cannot run: not a candidate
-        return None
-    return _Estimate(kv_tokens=kv.tokens, decode_s=[costs.decode_s(b, context) for b in range(1, largest + 1)],
-                     prefill_s=costs.prefill_s(prompt_tokens, 0.0))
+@dataclass(frozen=True, kw_only=True)
+class _Estimator:
+    """One worker's ``_Estimate`` from its (engine, layout, speculation): a piece of work a mapper can send
+    to another process (it carries everything it reads)."""
+
+    architecture: Architecture
+    hardware_by_engine: dict[str, Hardware]
+    scenario: Scenario
+    largest: int
+    budget: int
+    context: int
+    prompt_tokens: int
+    memory_utilization: float
+
+    def __call__(self, piece: tuple[str, Parallelism, Speculation | None]) -> _Estimate | None:
+        engine, layout, speculation = piece
+        architecture, hardware = self.architecture, self.hardware_by_engine[engine]
+        largest, budget, context = self.largest, self.budget, self.context
+        quick = replace(self.scenario, prompt_tokens=1, generated_tokens=1)
+        draft = None if speculation is None else drafter(architecture, speculation, quick, layout)
+        try:
+            kv = kv_capacity(architecture, hardware, quick, layout, block_size=16, max_batch=largest,
+                             max_tokens_per_step=budget, memory_utilization=self.memory_utilization, drafter=draft)
+            costs = StepCosts(architecture, hardware, quick, layout, max_batch=largest, max_tokens_per_step=budget,
+                              max_context=context, resident_bytes=kv.state_bytes, speculation=speculation,
+                              context_points=[context], prompt_points=[self.prompt_tokens])
+        except PerfmodelError:  # does not fit (no room for a KV cache), or the layout cannot run: not a candidate
+            return None
+        return _Estimate(kv_tokens=kv.tokens, decode_s=[costs.decode_s(b, context) for b in range(1, largest + 1)],
+                         prefill_s=costs.prefill_s(self.prompt_tokens, 0.0))
 
 
-def _simulate_front(front, hardware_by_engine, architecture, count, requests, seed, prompt_tokens, output_tokens,
-                    dtypes, memory_utilization, ttft_slo_s, tpot_slo_s) -> list[Simulated]:
-    """The front's points through the request-level simulator (module docstring, step 4)."""
-    out = []
-    context = prompt_tokens + output_tokens
-    for configuration in _spread(front, count):
-        hardware = hardware_by_engine[configuration.engine]
+@dataclass(frozen=True, kw_only=True)
+class _FrontSimulator:
+    """One front point through the request-level simulator (module docstring, step 4): a piece of work a
+    mapper can send to another process."""
 
-        def server(layout, speculation, batch, configuration=configuration, hardware=hardware):
+    hardware_by_engine: dict[str, Hardware]
+    architecture: Architecture
+    requests: int
+    seed: int
+    prompt_tokens: int
+    output_tokens: int
+    dtypes: dict[str, Any]
+    memory_utilization: float
+    ttft_slo_s: float | None
+    tpot_slo_s: float | None
+
+    def __call__(self, configuration: Configuration) -> Simulated:
+        hardware = self.hardware_by_engine[configuration.engine]
+        context = self.prompt_tokens + self.output_tokens
+
+        def server(layout, speculation, batch):
             config = ServingConfig(max_batch=batch, max_tokens_per_step=configuration.max_tokens_per_step,
-                                   memory_utilization=memory_utilization)
-            return Server(architecture, hardware, layout, config=config, max_context=context,
-                          speculation=speculation, **dtypes)
+                                   memory_utilization=self.memory_utilization)
+            return Server(self.architecture, hardware, layout, config=config, max_context=context,
+                          speculation=speculation, **self.dtypes)
 
         concurrency = configuration.workers * configuration.max_batch
-        count_here = min(max(requests, SIMULATED_CONCURRENCY_MULTIPLE * concurrency), MAX_SIMULATED_REQUESTS)
+        count = min(max(self.requests, SIMULATED_CONCURRENCY_MULTIPLE * concurrency), MAX_SIMULATED_REQUESTS)
         rate = SIMULATED_LOAD * configuration.requests_per_s
-        rng = np.random.default_rng(seed)
-        times = np.asarray(ArrivalProcess(kind="poisson", rate_per_s=rate).times(rng, count_here), dtype=float)
-        prompts = np.full(count_here, prompt_tokens, dtype=np.int64)
-        outputs = np.full(count_here, output_tokens, dtype=np.int64)
+        rng = np.random.default_rng(self.seed)
+        times = np.asarray(ArrivalProcess(kind="poisson", rate_per_s=rate).times(rng, count), dtype=float)
+        prompts = np.full(count, self.prompt_tokens, dtype=np.int64)
+        outputs = np.full(count, self.output_tokens, dtype=np.int64)
         decode = server(configuration.layout, configuration.speculation, configuration.max_batch)
-        slos = dict(ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
+        ttft_slo_s, tpot_slo_s = self.ttft_slo_s, self.tpot_slo_s
         if configuration.disaggregated:
             prefill = server(configuration.prefill_layout, None, DEFAULT_BATCHES[-1])
             link = kv_link(hardware, prefill.parallelism.chips, decode.parallelism.chips)
-            result = Disaggregated(prefill=prefill, decode=decode, prefill_workers=configuration.prefill_workers,
-                                   decode_workers=configuration.workers, link=link,
-                                   kv_dtype=dtypes["kv_dtype"]).simulate(times, prompts, outputs, **slos)
+            pool = Disaggregated(prefill=prefill, decode=decode, prefill_workers=configuration.prefill_workers,
+                                 decode_workers=configuration.workers, link=link, kv_dtype=self.dtypes["kv_dtype"])
+            result = pool.simulate(times, prompts, outputs, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s)
         else:
-            result = simulate_pool(decode, configuration.workers, times, prompts, outputs, **slos)
-        out.append(Simulated(configuration=configuration, rate_per_s=rate, result=result))
-    return out
+            result = simulate_pool(decode, configuration.workers, times, prompts, outputs, ttft_slo_s=ttft_slo_s,
+                                   tpot_slo_s=tpot_slo_s)
+        return Simulated(configuration=configuration, rate_per_s=rate, result=result)

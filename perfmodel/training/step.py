@@ -64,7 +64,7 @@ from perfmodel.training.backward import (
     saved_activation_bytes,
 )
 from perfmodel.training.layout import Layout, TrainingSetup, accumulation_steps, check
-from perfmodel.workload.ir import Graph, Op
+from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 ADAMW_FLOPS_PER_PARAMETER = 12  # two moment updates (7), bias-corrected step with sqrt and epsilon, decay (5)
 ADAMW_TENSORS_WRITTEN = 4  # master weight, both moments, the compute-dtype copy
@@ -170,6 +170,37 @@ def mtp_ops(architecture: Architecture, scenario: Scenario, parallelism: Paralle
     module = drafter(architecture, Speculation(method="mtp", tokens=1, acceptance=1.0), scenario, parallelism)
     graph = drafter_graph(architecture, module, scenario, phase="train", context=seq_len)
     return [replace(op, name=f"mtp{index}.{op.name}") for index in range(architecture.mtp_modules) for op in graph.ops]
+
+
+def mtp_saved_activation_bytes(architecture: Architecture, setup: TrainingSetup, layout: Layout) -> float:
+    """Bytes one micro-batch's multi-token-prediction modules keep for their backward, from a module's
+    definition (arXiv 2412.19437 section 2.2) under the run's recompute policy, kept as a decoder
+    layer's are (``saved_activation_bytes``): the RMSNorms of the main model's last hidden state and of
+    the next tokens' embeddings (``hnorm``, ``enorm``; both inputs are what 'full' recomputation keeps),
+    ``eh_proj`` on their concatenation (2 x hidden -> hidden), and one decoder layer of the last layer's
+    kind, tensor- and sequence-parallel as the model's layers (Megatron-core's MTP layer: its norms in
+    the sequence-parallel region, ``eh_proj`` column-parallel). Its logits are the head's workspace,
+    one at a time, as the main model's are."""
+    if not setup.mtp:
+        return 0.0
+    from perfmodel.serving.speculation import Speculation, drafter
+    from perfmodel.workload.builders import linear
+
+    scenario = _scenario(setup, layout.micro_batch)
+    model, parallelism = drafter(architecture, Speculation(method="mtp", tokens=1, acceptance=1.0), scenario,
+                                 Parallelism(tp=layout.tp, ep=layout.ep))
+    sharded = layout.sequence_parallel and parallelism.tp > 1
+    layer = stage_graph(model, scenario, parallelism, phase="train", context=setup.seq_len,
+                        sequence_parallel=sharded)
+    rows = layout.micro_batch * setup.seq_len // (parallelism.tp if sharded else 1)  # cp > 1 is refused with MTP
+    act, hidden = scenario.activation_dtype, architecture.hidden
+    state = TensorSpec(shape=(rows, hidden), dtype=act)
+    norms = Op(name=f"{LAYER_PREFIX}mtp.enorm_hnorm", kind="norm", count=2, inputs=(state,), outputs=(state,),
+               attrs={"norm": "rms"})
+    projection = replace(linear("mtp.eh_proj", rows, 2 * hidden, hidden, act, scenario.weight_dtype),
+                         name=f"{LAYER_PREFIX}mtp.eh_proj")
+    module = Graph(name="mtp", ops=[norms, projection, *(op for op in layer.ops if op.name.startswith(LAYER_PREFIX))])
+    return architecture.mtp_modules * float(saved_activation_bytes(module, setup.recompute, setup.kept))
 
 
 def trained_parameters(architecture: Architecture, setup: TrainingSetup, pp: int) -> int:
@@ -468,9 +499,9 @@ def training_memory(architecture: Architecture, setup: TrainingSetup, layout: La
     in_flight = min(layout.pp, accumulation_steps(setup, layout)) if layout.pp > 1 else 1
     tokens = layout.micro_batch * (setup.seq_len // layout.cp)
     logits = tokens * architecture.vocab / layout.tp * 4  # fp32 logits and their gradient, one at a time
-    # offloading: one layer each way in flight; an MTP module keeps about one more decoder layer's worth
-    modules = architecture.mtp_modules if setup.mtp else 0
-    kept_layers = 2 if setup.offload else (stage_layers + modules) * in_flight
+    # offloading: one layer each way in flight (the MTP modules' tensors offloaded with the layers')
+    kept_layers = 2 if setup.offload else stage_layers * in_flight
+    mtp = 0.0 if setup.offload else mtp_saved_activation_bytes(architecture, setup, layout) * in_flight
     return TrainingMemory(weights=weights, gradients=gradients, optimizer=optimizer,
-                          activations=float(costs.saved_layer) * kept_layers,
+                          activations=float(costs.saved_layer) * kept_layers + mtp,
                           workspace=float(costs.all_outputs_layer) + logits)
