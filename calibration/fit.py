@@ -563,9 +563,9 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
     combine by a maximum, so a parameter that binds no measurement *at the optimum* (a GEMM start-up
     latency under memory time) has almost no curvature there and gets a huge error, although the data
     refuse it as soon as it grows enough to bind (and its one-sided prior refuses it above its scale).
-    Drawn from that covariance, it would put a GEMM's latency at 50x its fit (H100's TensorRT-LLM fit:
-    bf16 GEMM latency 1.15 us, log standard error 1.96; its cost rises by 28 residual variances at e^2 x
-    the fit and by 0.1 at e^-2 x). So: draw parameter vectors
+    Drawn from that covariance, it would put a GEMM's latency at 30x its fit (H100's vLLM fit: bf16 GEMM
+    latency 1.06 us, log standard error 1.67; its cost rises by 41 residual variances at e^2 x the fit
+    and by 0.26 at e^-2 x). So: draw parameter vectors
     from the Gauss-Newton normal widened ``PROPOSAL_SCALE`` x, weight each by the fit's posterior over
     the proposal density (``exp(-(cost - cost_min) / variance)``, the cost that ``least_squares``
     minimised, data and priors, ``variance`` the residual variance the Gauss-Newton errors are scaled

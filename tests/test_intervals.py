@@ -454,7 +454,7 @@ def test_parameter_spread_widens_the_band_it_is_combined_with():
     from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture
 
-    hardware = load_for_prediction("h100-sxm", engine=None)
+    hardware = load_for_prediction("h100-sxm", engine="vllm")
     architecture = load_architecture("llama-3.1-8b")
     scenario = Scenario(batch=64, prompt_tokens=2048, generated_tokens=128)
     result = llm_predict(architecture, hardware, scenario, Parallelism(tp=1))
