@@ -220,7 +220,7 @@ def fit_overlay(overlay: str, *, seed: int = 0):
     sibling = SIBLING_ESTIMATES.get(overlay)
     measured = load_hardware(sibling or overlay)
     rows = published_records(sibling or overlay, measured)
-    result = fit(rows.records, device_time_hardware(measured), mode="graph", seed=seed)
+    result = fit(rows.records, device_time_hardware(measured), mode="graph", seed=seed, posterior_draws=not sibling)
     if sibling:
         own = load_hardware(overlay)
         return _sibling_estimate(result, measured, own), rows.records, own, rows.skipped

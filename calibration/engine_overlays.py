@@ -116,6 +116,31 @@ def _with_measured_l2(hardware, streams, seed: int):
     return dataclasses.replace(hardware, memory=memory), {"memory:l2": (efficiency, error)}
 
 
+def with_held_parameters(result, held: dict[str, tuple[float, float]]):
+    """``result`` with parameters fitted beforehand and held during its fit (the L2 from its own stream
+    rows) added: their relative variance (relative standard error squared; to first order also the log
+    variance) joins the covariances, uncorrelated with the rest (held fixed while the rest was fitted)."""
+    import numpy as np
+
+    if not held:
+        return result
+    names = tuple(result.covariance_names) + tuple(held)
+    size = len(result.covariance_names)
+
+    def extended(matrix):
+        if matrix is None:
+            return None
+        out = np.zeros((len(names), len(names)))
+        out[:size, :size] = matrix
+        for offset, (value, error) in enumerate(held.values()):
+            out[size + offset, size + offset] = (error / value) ** 2
+        return out
+
+    return dataclasses.replace(result, params={**result.params, **held}, log_covariance=extended(result.log_covariance),
+                               posterior_relative_covariance=extended(result.posterior_relative_covariance),
+                               covariance_names=names)
+
+
 def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
                versions_by_kind: dict[str, str] | None = None, root: Path | None = None) -> EngineFit:
     """Fit ``gpu``'s parameters to ``engine``'s tables (a fixed sample); ``heldout=False`` skips the extra
@@ -131,8 +156,9 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     stepped = with_measured_step_latency(device_time_hardware(spec), records)
     hardware, on_die = _with_measured_l2(stepped, streams, seed)
     result = fit(records, hardware, mode="graph", seed=seed, datasheet_levels=DATASHEET_LEVELS + ("l2",),
+                 posterior_draws=True,
                  **({} if heldout else {"folds": 0, "extra_seeds": 0}))
-    result = dataclasses.replace(result, params={**result.params, **on_die})
+    result = with_held_parameters(result, on_die)
     step = max((link.latency_s or 0.0 for link in stepped.links.values() if link.kind == "chip_to_chip"), default=0.0)
     return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read,
                      step_latency_s=step)

@@ -132,8 +132,14 @@ class Components:
 @dataclass(frozen=True, kw_only=True)
 class FitResult:
     params: dict[str, tuple[float, float]]          # name -> (value, standard error)
-    # log-space covariance of the parameters in ``params``'s order (perfmodel.uncertainty samples from it)
+    # log-space covariance of the parameters ``covariance_names`` (``params``'s order as fitted; a caller
+    # that adds or drops entries of ``params`` keeps the names, so the two stay aligned by name)
     log_covariance: np.ndarray = field(default_factory=lambda: np.zeros((0, 0)))
+    covariance_names: tuple[str, ...] = ()
+    # The covariance of the same parameters' relative changes under the fit's own cost
+    # (``posterior_covariance``), where asked for (``fit(posterior_draws=True)``, what overlays store);
+    # None: not computed or not trustworthy.
+    posterior_relative_covariance: np.ndarray | None = None
     datasheet: dict[str, float]
     predicted_s: np.ndarray
     measured_s: np.ndarray
@@ -519,13 +525,10 @@ def _latency_prior(parts: Components, design: Design) -> tuple[np.ndarray, np.nd
     return np.asarray(index, dtype=int), np.log(np.asarray(scale, dtype=float))
 
 
-def _solve_design(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray,
-                  design: Design):
-    from scipy.optimize import least_squares
-
-    low, high = _bounds(design)
+def _residual_function(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray,
+                       design: Design):
+    """The fit's residuals of a log parameter vector: data (weighted log errors), then the priors."""
     prior_index, prior_centre = _prior(parts, design)
-
     latency_index, latency_scale = _latency_prior(parts, design)
 
     def residuals(theta, smooth):
@@ -533,6 +536,107 @@ def _solve_design(parts: Components, measured: np.ndarray, subset: np.ndarray, w
         data = np.log(predicted[subset] / measured[subset]) * weights
         above = np.maximum(theta[latency_index] - latency_scale, 0.0) / LATENCY_PRIOR_LOG_SIGMA * ROBUST_SCALE
         return np.r_[data, (theta[prior_index] - prior_centre) / PRIOR_LOG_SIGMA * ROBUST_SCALE, above]
+
+    return residuals
+
+
+def _robust_cost(residuals: np.ndarray) -> float:
+    """``least_squares``' cost of ``residuals`` under the fit's loss (soft-L1 at ``ROBUST_SCALE``)."""
+    z = (residuals / ROBUST_SCALE) ** 2
+    return float(0.5 * ROBUST_SCALE ** 2 * np.sum(2 * (np.sqrt(1 + z) - 1)))
+
+
+POSTERIOR_DRAWS = 4000   # parameter vectors drawn to correct the covariance (sampling importance resampling)
+PROPOSAL_SCALE = 1.25    # the proposal's standard deviations, in the Gauss-Newton ones: a little wider than the target
+# (in a dozen dimensions a proposal 2x wider leaves under 1% of the draws effective)
+MINIMUM_EFFECTIVE_DRAWS = 100
+POSTERIOR_ROUNDS = 3  # proposals: the Gauss-Newton normal, then up to two adapted to the weighted draws
+
+
+def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.ndarray, design: Design, solution,
+                         covariance: np.ndarray, variance: float, seed: int = 0,
+                         held: tuple[str, ...] = ()) -> tuple[np.ndarray | None, float]:
+    """The covariance of the parameters' *relative* changes (``value / fitted - 1``) under the fit's own
+    cost, where the Gauss-Newton log covariance misleads.
+
+    The Gauss-Newton covariance (``_standard_errors``) is the cost's curvature at the optimum. Bottlenecks
+    combine by a maximum, so a parameter that binds no measurement *at the optimum* (a GEMM start-up
+    latency under memory time) has almost no curvature there and gets a huge error, although the data
+    refuse it as soon as it grows enough to bind (and its one-sided prior refuses it above its scale).
+    Drawn from that covariance, it would put a GEMM's latency at 30x its fit (H100's vLLM fit: bf16 GEMM
+    latency 1.06 us, log standard error 1.67; its cost rises by 41 residual variances at e^2 x the fit
+    and by 0.26 at e^-2 x). So: draw parameter vectors
+    from the Gauss-Newton normal widened ``PROPOSAL_SCALE`` x, weight each by the fit's posterior over
+    the proposal density (``exp(-(cost - cost_min) / variance)``, the cost that ``least_squares``
+    minimised, data and priors, ``variance`` the residual variance the Gauss-Newton errors are scaled
+    by; vectors outside the fit's bounds weigh 0), adapting the proposal to the weighted draws while
+    fewer than ``MINIMUM_EFFECTIVE_DRAWS`` are effective, and take the weighted covariance of the relative
+    changes: a latency the data leave free downwards and bind upwards spans -100%..+100% there (its log
+    would span e^-7..e^0.7, which a symmetric law cannot say). Returns (covariance in ``design.names``'
+    order, effective number of draws); None when fewer than
+    ``MINIMUM_EFFECTIVE_DRAWS`` (the correction cannot be trusted; the caller keeps no covariance).
+    ``held``: parameters kept at the optimum (those at a bound of the fit, which are not written)."""
+    bound = np.all(np.isfinite(covariance), axis=0) & np.all(np.isfinite(covariance), axis=1)
+    bound &= np.array([name not in held for name in design.names])
+    if not bound.any():
+        return None, 0.0
+    residuals = _residual_function(parts, measured, np.arange(len(measured)), weights, design)
+    low, high = _bounds(design)
+    centre = solution.x
+    best = _robust_cost(residuals(centre, False))
+    rng = np.random.default_rng(seed)
+    mean, block = centre[bound], covariance[np.ix_(bound, bound)]
+    for _round in range(POSTERIOR_ROUNDS):
+        draws, weight, effective = _weighted_draws(residuals, centre, bound, mean, block * PROPOSAL_SCALE ** 2,
+                                                   (low, high), best, variance, rng)
+        if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS / 10:
+            return None, effective
+        if effective >= MINIMUM_EFFECTIVE_DRAWS:
+            break
+        # Adapt: the next proposal is this round's weighted normal (population Monte Carlo), where the
+        # Gauss-Newton one sits wide of a cost that rises steeply on one side.
+        mean = weight @ draws[:, bound]
+        centred = draws[:, bound] - mean
+        block = (centred * weight[:, None]).T @ centred
+    if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS:
+        return None, effective
+    relative = np.exp(draws[:, bound] - centre[bound]) - 1
+    centred = relative - weight @ relative
+    result = np.diag(np.full(len(centre), np.inf))
+    result[np.ix_(bound, bound)] = (centred * weight[:, None]).T @ centred
+    return result, effective
+
+
+def _weighted_draws(residuals, centre: np.ndarray, bound: np.ndarray, mean: np.ndarray, block: np.ndarray,
+                    bounds: tuple[np.ndarray, np.ndarray], best: float, variance: float, rng):
+    """``POSTERIOR_DRAWS`` parameter vectors from the normal (``mean``, ``block``) over the ``bound``
+    parameters (the others at ``centre``), their normalised importance weights (the fit's posterior
+    ``exp(-(cost - best) / variance)`` over the proposal density; 0 outside the fit's bounds) and the
+    effective number of draws; weights None when no draw has any."""
+    values, vectors = np.linalg.eigh((block + block.T) / 2)
+    keep = values > 1e-12 * max(float(values.max()), 1e-300)
+    standard = rng.standard_normal((POSTERIOR_DRAWS, int(keep.sum())))
+    draws = np.tile(centre, (POSTERIOR_DRAWS, 1))
+    draws[:, bound] = mean + standard @ (vectors[:, keep] * np.sqrt(values[keep])).T
+    log_proposal = -0.5 * np.sum(standard ** 2, axis=1)
+    log_target = np.full(POSTERIOR_DRAWS, -np.inf)
+    inside = np.all((draws >= bounds[0]) & (draws <= bounds[1]), axis=1)
+    for index in np.flatnonzero(inside):
+        log_target[index] = -(_robust_cost(residuals(draws[index], False)) - best) / variance
+    log_weight = log_target - log_proposal
+    if not np.isfinite(log_weight).any():
+        return draws, None, 0.0
+    weight = np.exp(log_weight - np.max(log_weight))
+    weight /= weight.sum()
+    return draws, weight, float(1.0 / np.sum(weight ** 2))
+
+
+def _solve_design(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray,
+                  design: Design):
+    from scipy.optimize import least_squares
+
+    low, high = _bounds(design)
+    residuals = _residual_function(parts, measured, subset, weights, design)
 
     best = None
     # Bottlenecks combine by a maximum, so a vector kind's compute efficiency started at the datasheet's
@@ -561,7 +665,7 @@ def _solve(parts: Components, measured: np.ndarray, subset: np.ndarray, weights:
     return _solve_design(parts, measured, subset, weights, design), design, len(subset)
 
 
-def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
     """Standard errors (log space) from the inverse Gauss-Newton Hessian of data and prior, which
     parameters the data alone leave unbound (a zero column of the data Jacobian), and the log-space
     covariance of all parameters (rows and columns of unbound ones infinite on the diagonal, zero off it)."""
@@ -582,7 +686,7 @@ def _standard_errors(solution, data_rows: int) -> tuple[np.ndarray, np.ndarray, 
         inverse = np.linalg.inv(hessian) * variance
         errors[bound] = np.sqrt(np.clip(np.diag(inverse), 0, None))
         covariance[np.ix_(bound, bound)] = (inverse + inverse.T) / 2
-    return errors, unbound, covariance
+    return errors, unbound, covariance, variance
 
 
 
@@ -613,7 +717,7 @@ def above_datasheet_flags(params: dict[str, tuple[float, float]], skip=()) -> tu
 
 def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, folds: int = 5,
         extra_seeds: int = 4, parts: Components | None = None, datasheet_levels: tuple[str, ...] = (),
-        mapper: Mapper = serial_map) -> FitResult:
+        mapper: Mapper = serial_map, posterior_draws: bool = False) -> FitResult:
     """Fit on all records; report the held-out error of a random half split and of k folds.
 
     ``parts``: the model's components of the records when they do not come from re-evaluating each
@@ -627,7 +731,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     everything = np.arange(len(records))
     weights = spread_weights(records)
     solution, design, data_rows = _solve(parts, measured, everything, weights)
-    errors, unbound, covariance = _standard_errors(solution, data_rows)
+    errors, unbound, covariance, variance = _standard_errors(solution, data_rows)
     names = design.names
     values = np.exp(solution.x)
     params = {name: (float(value), float(value * error)) for name, value, error in zip(names, values, errors,
@@ -668,7 +772,16 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     flags = above_datasheet_flags(params, skip=(*unidentified, *at_bounds))
     message = (f"{len(names) - len(unidentified)} of {len(names)} parameters identified"
                + (f"; unidentified (not written): {', '.join(unidentified)}" if unidentified else ""))
-    return FitResult(params=params, log_covariance=covariance, datasheet=datasheet, predicted_s=predicted,
+    posterior = None
+    if posterior_draws:
+        posterior, effective = posterior_covariance(parts, measured, weights, design, solution, covariance, variance,
+                                                    seed, held=at_bounds)
+        message += (f"; posterior covariance from {POSTERIOR_DRAWS} weighted draws ({effective:.0f} effective)"
+                    if posterior is not None else
+                    f"; no posterior covariance ({effective:.0f} effective draws of {POSTERIOR_DRAWS})")
+    return FitResult(params=params, log_covariance=covariance, covariance_names=tuple(names), datasheet=datasheet,
+                     posterior_relative_covariance=posterior,
+                     predicted_s=predicted,
                      measured_s=measured, classes=classes,
                      names=tuple(record.name for record in records), cost=float(solution.cost),
                      heldout_median_abs_error=heldout, heldout_by_class=by_class,

@@ -3,6 +3,8 @@ and the fitted spec (a YAML that ``extends`` the datasheet spec)."""
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import statistics
 from pathlib import Path
 
@@ -12,7 +14,7 @@ import yaml
 from calibration.fit import FitResult
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model
-from perfmodel.hardware.model import Hardware
+from perfmodel.hardware.model import FIT_SECTIONS, Hardware, Parameters
 from perfmodel.units import format_quantity
 
 DIGITS = 12  # enough that the written spec predicts what the report printed
@@ -181,4 +183,63 @@ def fitted_spec_yaml(result: FitResult, spec: Hardware, base: str, measurements:
     data["efficiency"] = {key: value for key, value in efficiency.items() if value != {}}
     header = (f"# Written by perfmodel ({kind} parameters: 'perfmodel calibrate' or 'python -m calibration.achievable').\n"
               "# Efficiencies multiply the datasheet peaks and bandwidths; latencies add per kernel or collective.\n")
-    return header + yaml.safe_dump(data, sort_keys=False, width=120)
+    text = header + yaml.safe_dump(data, sort_keys=False, width=120)
+    # A sibling's estimate carries no covariance: the sibling's fit error does not describe how far the
+    # estimate is from this device.
+    fit_block = written_covariance(result, parameters) if kind != "estimated" else None
+    if fit_block is None:
+        return text
+    names, covariance = fit_block
+    # Appended under ``efficiency`` (the last section), so the values above are byte for byte what they
+    # were without it: the names one a line, the matrix one row a line.
+    lines = ["fit:", f"  measurements: {len(records)}", "  parameters:"]
+    lines += [f"  - {yaml.safe_dump(name, default_style=None).splitlines()[0]}" for name in names]
+    lines.append("  relative_covariance:")
+    lines += ["  - " + yaml.safe_dump([float(f"{value:.{COVARIANCE_DIGITS}g}") for value in row],
+                                      default_flow_style=True, width=10**6).strip() for row in covariance]
+    return text + "".join(f"  {line}\n" for line in lines)
+
+
+COVARIANCE_DIGITS = 4
+_STEP = 1e-3  # the log step of the written values' derivative (they are log-linear in the fitted ones)
+
+
+def _written_logs(parameters: Parameters) -> dict[str, float]:
+    """Each written value of ``parameters`` as ``section:key`` (``FIT_SECTIONS``) -> its logarithm."""
+    return {f"{section}:{key}": math.log(value) for section, table in FIT_SECTIONS.items()
+            for key, value in getattr(parameters, table).items() if value > 0}
+
+
+def written_covariance(result: FitResult, parameters: Parameters) -> tuple[tuple[str, ...], np.ndarray] | None:
+    """The covariance of the relative changes of the values written from ``result`` (``parameters``, from
+    ``FitResult.parameters``), from the fit's posterior one (``FitResult.posterior_relative_covariance``):
+    each written value is a fitted one, a copy of one (a class written for each of its kinds) or a
+    geometric mean of several (a kind-level entry), so its logarithm is linear in the fitted logarithms,
+    ``w = A f``; a relative change is a log change to first order, so the written covariance is
+    ``A C A^T`` (exact for copies, first order for means). ``A`` is taken by a step of each fitted
+    parameter through ``FitResult.parameters`` itself, so it follows that function's rules exactly.
+    None: no posterior covariance, or no fitted parameter with a finite variance is written."""
+    identified = result.identified()
+    names = [name for name in result.covariance_names if name in identified]
+    index = {name: position for position, name in enumerate(result.covariance_names)}
+    if result.posterior_relative_covariance is None:  # calibration.fit.posterior_covariance: why not the other
+        return None
+    covariance = np.asarray(result.posterior_relative_covariance, dtype=float)
+    names = [name for name in names if np.all(np.isfinite(covariance[index[name], [index[other] for other in names]]))]
+    if not names or covariance.shape != (len(result.covariance_names),) * 2:
+        return None
+    base = _written_logs(parameters)
+    keys = list(base)
+    jacobian = np.zeros((len(keys), len(names)))
+    for column, name in enumerate(names):
+        value, error = result.params[name]
+        stepped = dataclasses.replace(result, params={**result.params, name: (value * math.exp(_STEP), error)})
+        moved = _written_logs(stepped.parameters(parameters.name, parameters.kind))
+        jacobian[:, column] = [(moved[key] - base[key]) / _STEP for key in keys]
+    jacobian = np.round(jacobian, 6)  # log-linear: the entries are 0, 1 or 1/k up to rounding
+    rows = [row for row, key in enumerate(keys) if np.any(jacobian[row] != 0)]
+    if not rows:
+        return None
+    positions = [index[name] for name in names]
+    written = jacobian[rows] @ covariance[np.ix_(positions, positions)] @ jacobian[rows].T
+    return tuple(keys[row] for row in rows), (written + written.T) / 2

@@ -8,9 +8,11 @@ computed at run time, because reproducing the rows takes about 30 s per paramete
 rows simulate tens of thousands of requests); ``python -m perfmodel.intervals --write`` regenerates it,
 and ``tests/test_intervals.py`` fails when it no longer matches what ``validate`` predicts.
 
-A prediction's band (``band_for``): the split-conformal band of the residuals of its family and kind
-under its parameter set; where that kind has too few residuals (``uncertainty.minimum_residuals``), the
-family's residuals of every kind, saying so; where the device itself has no reproduced measurement, or
+A prediction's band (``band_for``): the cross-conformal band over sources
+(``uncertainty.cross_conformal_band``: each source compared with the centre of the others, so the band
+holds the between-source spread a new setup meets) of the residuals of its family and kind under its
+parameter set; where that kind has too few residuals (``uncertainty.minimum_residuals``) or only one
+source, the family's residuals of every kind, saying so; where the device itself has no reproduced measurement, or
 the spec is a what-if (``--set``), no band: there is no evidence for it.
 """
 
@@ -31,7 +33,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.loader import ACHIEVABLE_SUFFIX, SERVING_ENGINES, WHAT_IF_SCALED_SOURCE, WHAT_IF_SOURCE
 from perfmodel.hardware.model import Hardware
 from perfmodel.paths import data_directory
-from perfmodel.uncertainty import RATE, TIME, Band, conformal_band, conformal_quantile, minimum_residuals
+from perfmodel.uncertainty import RATE, TIME, Band, conformal_quantile, cross_conformal_band, minimum_residuals
 
 PARAMETER_SETS = ("achievable", "ideal")
 TIME_UNITS = ("ms", "ms/token", "s", "us", "hours")
@@ -135,30 +137,47 @@ def percent(confidence: float) -> str:
     return f"{round(100 * confidence, 1):g}%"
 
 
-def _evidence(residuals: Sequence[Residual], family: str, kind: str, confidence: float) -> tuple[list[float], str]:
-    """The residuals a ``family``/``kind`` band rests on and what they are ([] and why not, when too few)."""
-    family_rows = [item.residual for item in residuals if item.family == family]
-    kind_rows = [item.residual for item in residuals if item.family == family and item.kind == kind]
+def _sources(rows: Sequence[Residual]) -> int:
+    return len({item.source for item in rows})
+
+
+def _evidence(residuals: Sequence[Residual], family: str, kind: str, confidence: float
+              ) -> tuple[list[Residual], str]:
+    """The residuals a ``family``/``kind`` band rests on and what they are ([] and why not, when too few).
+    A pool needs ``minimum_residuals`` residuals from at least two sources: the band compares each source
+    with the others (``uncertainty.cross_conformal_band``), so one source alone cannot say how far the
+    next one falls."""
+    family_rows = [item for item in residuals if item.family == family]
+    kind_rows = [item for item in family_rows if item.kind == kind]
     needed = minimum_residuals(confidence)
-    if len(kind_rows) >= needed:
-        return kind_rows, f"{len(kind_rows)} residuals of {family} {kind} predictions"
-    if len(family_rows) >= needed:
-        return family_rows, (f"{len(family_rows)} residuals of {family} predictions of every kind "
-                             f"({kind}: {len(kind_rows)}, fewer than {needed})")
-    return [], (f"no interval: {len(family_rows)} reproduced measurement(s) of {family}, a {percent(confidence)} "
-                f"interval needs at least {needed}")
+
+    def enough(rows: Sequence[Residual]) -> bool:
+        return len(rows) >= needed and _sources(rows) >= 2
+
+    if enough(kind_rows):
+        return kind_rows, f"{len(kind_rows)} residuals of {family} {kind} predictions from {_sources(kind_rows)} sources"
+    if enough(family_rows):
+        return family_rows, (f"{len(family_rows)} residuals of {family} predictions of every kind from "
+                             f"{_sources(family_rows)} sources ({kind}: {len(kind_rows)} from "
+                             f"{_sources(kind_rows)} source(s); a pool needs at least {needed} from 2 sources)")
+    return [], (f"no interval: {len(family_rows)} reproduced measurement(s) of {family} from "
+                f"{_sources(family_rows)} source(s), a {percent(confidence)} interval needs at least {needed} "
+                "from 2 sources")
+
+
+def _bounds(rows: Sequence[Residual], confidence: float) -> tuple[float, float] | None:
+    return cross_conformal_band([item.residual for item in rows], [item.source for item in rows], confidence)
 
 
 def band_of(residuals: Sequence[Residual], family: str, kind: str, confidence: float, parameter_set: str) -> Band:
     """The band of ``family``'s ``kind`` predictions from ``residuals`` (see the module docstring)."""
     chosen, what = _evidence(residuals, family, kind, confidence)
     level = percent(confidence)
-    if not chosen:
+    bounds = _bounds(chosen, confidence) if chosen else None
+    if bounds is None:
         return Band(confidence=confidence, basis=what)
-    bounds = conformal_band(chosen, confidence)
-    assert bounds is not None
     return Band(confidence=confidence, low=bounds[0], high=bounds[1], residuals=len(chosen),
-                basis=f"{level} split-conformal on {what} ({parameter_set} parameters)")
+                basis=f"{level} cross-conformal over sources on {what} ({parameter_set} parameters)")
 
 
 def _residuals_for(hardware: Hardware, confidence: float, path: str | None) -> tuple[Sequence[Residual], str]:
@@ -183,20 +202,30 @@ def band_for(hardware: Hardware, kind: str, confidence: float, path: str | None 
 
 
 def time_factor(hardware: Hardware, kind: str, confidence: float | None, path: str | None = None) -> tuple[float, str]:
-    """(f, basis): a predicted time ``T`` stays at or under a target ``L`` with probability ``confidence`` when
-    ``T <= f L``; ``f = exp(q)`` with ``q`` the residuals' one-sided conformal quantile at ``1 - confidence``
-    (the true time is ``T exp(-r)``). ``confidence`` None: at the median (``q`` the median residual).
-    No evidence: f = 1 (the point prediction) and the basis says so."""
-    level = 0.5 if confidence is None else 1 - confidence
+    """(f, basis): a predicted time ``T`` meets a target ``L`` at ``confidence`` when ``T <= f L``, i.e. when
+    the upper end of the time's interval at ``confidence`` (``T exp(-low)``, the band ``band_for`` prints)
+    is at most ``L``: ``f = exp(low)``. As a one-sided statement that holds with probability about
+    ``(1 + confidence) / 2`` (the band's misses fall on both sides); it is the printed interval's end so
+    that a deployment said to meet a target at 80% meets it at the end of the 80% interval the user reads.
+    ``confidence`` None: at the median (``low`` replaced by the median residual). No evidence: f = 1 (the
+    point prediction) and the basis says so."""
     check = 0.8 if confidence is None else confidence  # which residuals: as the displayed intervals choose them
     residuals, parameter_set = _residuals_for(hardware, check, path)
     if not residuals:
         return 1.0, parameter_set + "; point prediction used"
     chosen, what = _evidence(residuals, hardware.family, kind, check)
-    quantile = conformal_quantile(chosen, level) if chosen else None
+    if not chosen:
+        return 1.0, what + "; point prediction used"
+    if confidence is None:
+        quantile = conformal_quantile([item.residual for item in chosen], 0.5)
+    else:
+        bounds = _bounds(chosen, confidence)
+        quantile = None if bounds is None else bounds[0]
     if quantile is None:
         return 1.0, what + "; point prediction used"
-    at = "the median" if confidence is None else f"{percent(confidence)} one-sided"
+    at = "the median" if confidence is None else (
+        f"the upper end of the {percent(confidence)} interval (one-sided about {percent((1 + confidence) / 2)}; "
+        "cross-conformal over sources)")
     return math.exp(quantile), f"{at} of {what} ({parameter_set} parameters)"
 
 

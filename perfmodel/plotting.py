@@ -276,8 +276,9 @@ def plot_labs_rooflines(datas):
     return axes
 
 
-def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound"):
-    """Stacked bars: each system's predicted time split by bound (or by module), in milliseconds."""
+def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound", total_intervals: Sequence | None = None):
+    """Stacked bars: each system's predicted time split by bound (or by module), in milliseconds; with
+    ``total_intervals`` (one ``Interval`` of the total a system, or None), error bars on the totals."""
     ax = _new_axes(ax, size=(8, 4.5))
     groups = [getattr(evaluation, f"time_by_{by}") for evaluation in evaluations]
     keys = sorted({key for group in groups for key in group}, key=lambda key: -sum(g.get(key, 0) for g in groups))
@@ -289,6 +290,8 @@ def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound"):
         colour = BOUND_COLOURS.get(key, cmap(index % 20)) if by == "bound" else cmap(index % 20)
         ax.bar(labels, values, bottom=bottom, label=key, color=colour)
         bottom += values
+    if total_intervals is not None:
+        _interval_bars(ax, range(len(evaluations)), total_intervals, scale=1e3, label="total")
     ax.set_yscale("log" if bottom.max() / max(bottom.min(), 1e-12) > 100 else "linear")
     ax.set_ylabel("predicted time (ms)")
     ax.set_title(f"{evaluations[0].workload}: time by {by}")
@@ -416,9 +419,12 @@ def _interval_bars(ax, positions, found: Sequence, *, scale: float = 1.0, horizo
     if legend is None or not kept:
         return None
     where = [position for position, _ in kept]
-    values = np.array([item.value for _, item in kept]) * scale
-    spread = np.array([[item.value - item.low for _, item in kept], [item.high - item.value for _, item in kept]])
-    spread = spread * scale
+    # Drawn about the interval's middle, not the prediction: a biased band's interval can lie wholly on
+    # one side of the value (the datasheet's times are all optimistic), which an error bar about the
+    # value cannot draw (negative lengths).
+    values = np.array([(item.low + item.high) / 2 for _, item in kept]) * scale
+    half = np.array([(item.high - item.low) / 2 for _, item in kept]) * scale
+    spread = np.array([half, half])
     if horizontal:
         return ax.errorbar(values, where, xerr=spread, fmt="none", ecolor=colour, capsize=4, elinewidth=1.4,
                            label=f"{label}: {legend}" if label else legend)

@@ -12,11 +12,16 @@ Pure core (numpy and the standard library only). Conventions:
   is ``k / (n + 1)``, so the band covers a new row with probability ``c`` in expectation. The rank
   ``(n + 1) alpha / 2`` must be at least 1, else the band would extrapolate past the sample: fewer than
   ``minimum_residuals(c)`` residuals (9 at 80%) give no band, and the interval says so.
+* **Sources, not rows, are exchangeable**: the bands the commands print are cross-conformal over
+  sources (``cross_conformal_band``, CV+ with each source a fold), which measures how far a new source
+  falls from the centre the other sources give; ``conformal_band`` is the plain split-conformal band of
+  exchangeable residuals.
 * A true **time** lies in ``[T exp(-high), T exp(-low)]`` for a predicted time ``T`` and a band
   ``[low, high]``; a true **rate** ``R`` in ``[R exp(low), R exp(high)]``.
-* **Parameter error**: a fit's parameters are log-normal (the fit works in log space) with the fit's
-  log-space covariance; a sample of parameter sets is evaluated and the spread of
-  ``log(sampled / nominal)`` at the same confidence is that source's band.
+* **Parameter error**: a sample of parameter sets is drawn from a fit's covariance (log-normal from the
+  fit's Gauss-Newton log covariance; from the relative covariance an overlay stores, the fit's posterior
+  one, ``hardware.model.FitCovariance``) and evaluated; the spread of ``log(sampled / nominal)`` at the
+  same confidence is that source's band.
 * **Combined**: the two sources are taken as independent and each side's log half-width adds in
   quadrature (``sqrt(a^2 + b^2)``), the band's centre (the model's bias) kept from the residuals. The
   residuals were measured with the shipped parameters, so they already hold the shipped fit's error at
@@ -31,7 +36,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from perfmodel.hardware.model import Parameters
+from perfmodel.hardware.model import FIT_SECTIONS, Parameters
 
 DEFAULT_CONFIDENCE = 0.8
 RATE, TIME = "rate", "time"
@@ -68,6 +73,39 @@ def conformal_quantile(residuals: Sequence[float] | np.ndarray, level: float) ->
     if values.size == 0 or rank < 1 - 1e-9 or rank > values.size + 1e-9:
         return None
     return float(np.quantile(values, level, method="weibull"))
+
+
+def cross_conformal_band(residuals: Sequence[float] | np.ndarray, groups: Sequence[str], confidence: float
+                         ) -> tuple[float, float] | None:
+    """(low, high) covering ``confidence`` of a new residual from a new *group* (a source not in the sample):
+    CV+ with the groups as folds (Barber, Candes, Ramdas and Tibshirani 2021, "Predictive inference with
+    the jackknife+", K-fold CV+) and the median as the model. Each residual ``r_i`` is compared with the
+    median ``m_i`` of the *other* groups' residuals; the band's ends are the ``floor(alpha (n + 1))``-th
+    smallest of ``m_i - |r_i - m_i|`` and the ``ceil((1 - alpha) (n + 1))``-th smallest of ``m_i + |r_i - m_i|``.
+
+    Why not the plain split-conformal band of the residuals: rows of one source share its setup (its
+    software, its harness, its kind of measurement), so they are not exchangeable with another source's
+    rows; a band from the pooled rows sees only the spread inside the sources it has and under-covers a
+    new source. Comparing each source with the centre the others give measures the between-source
+    spread (and the centre's own error) directly. None: fewer than two groups (nothing to compare a
+    source with) or fewer than ``minimum_residuals(confidence)`` residuals."""
+    values = np.asarray(residuals, dtype=float)
+    labels = list(groups)
+    if len(labels) != values.size:
+        raise ValueError(f"{values.size} residuals but {len(labels)} group labels")
+    if values.size < minimum_residuals(confidence) or len(set(labels)) < 2:
+        return None
+    centres = np.empty(values.size)
+    for label in set(labels):
+        inside = np.array([item == label for item in labels])
+        centres[inside] = np.median(values[~inside])
+    spread = np.abs(values - centres)
+    alpha = 1 - confidence
+    lows, highs = np.sort(centres - spread), np.sort(centres + spread)
+    low_rank, high_rank = math.floor(alpha * (values.size + 1) + 1e-9), math.ceil((1 - alpha) * (values.size + 1) - 1e-9)
+    if low_rank < 1 or high_rank > values.size:
+        return None
+    return float(lows[low_rank - 1]), float(highs[high_rank - 1])
 
 
 def covers(band: tuple[float, float], residual: float) -> bool:
@@ -141,19 +179,19 @@ def combine(model_form: Band, parameter: tuple[float, float] | None, parameter_b
 
 # ---- parameter uncertainty -------------------------------------------------------------------
 
-PARAMETER_GROUPS = (  # fit name prefix -> Parameters field
-    ("compute:", "compute_efficiency"), ("memory:", "memory_efficiency"), ("latency:", "compute_latency_s"),
-    ("memory_latency:", "memory_latency_s"), ("link:", "link_efficiency"),
-    ("collective_latency:", "collective_latency_s"),
-)
+RELATIVE_FLOOR = 1e-3  # a relative draw below -100% keeps 0.1% of the value (an efficiency must stay above 0)
 
 
 def parameter_samples(nominal: Parameters, names: Sequence[str], log_covariance: np.ndarray, samples: int,
-                      seed: int = 0) -> list[Parameters]:
-    """``samples`` parameter sets drawn log-normally around ``nominal``: the fitted parameters ``names``
-    (a fit's names: ``compute:matmul``, ``memory:hbm``, ``latency:matmul``...) move together with
-    ``log_covariance`` (their fit's covariance in log space); the others stay at ``nominal``. A name
-    ``nominal`` does not carry is skipped (the fit left it unwritten)."""
+                      seed: int = 0, *, relative: bool = False) -> list[Parameters]:
+    """``samples`` parameter sets drawn around ``nominal``: the fitted parameters ``names`` (``section:key``
+    as ``hardware.model.FIT_SECTIONS`` spells them: ``compute:matmul``, ``memory:hbm``, ``latency:matmul``...)
+    move together with ``log_covariance`` (their fit's covariance in log space: log-normal draws) or, with
+    ``relative``, a covariance of relative changes (``value x (1 + draw)``, at least ``RELATIVE_FLOOR`` x
+    the value: ``hardware.model.FitCovariance``); the others stay at ``nominal``. A name ``nominal`` does
+    not carry, or with an infinite variance (the fit left it unbound), is skipped. The covariance may be
+    semi-definite (values copied from one fitted parameter move together); eigenvalues below zero from
+    rounding count as zero."""
     covariance = np.asarray(log_covariance, dtype=float)
     if covariance.shape != (len(names), len(names)):
         raise ValueError(f"covariance of shape {covariance.shape} for {len(names)} parameters")
@@ -163,25 +201,36 @@ def parameter_samples(nominal: Parameters, names: Sequence[str], log_covariance:
     if not kept:
         return [nominal] * samples
     block = covariance[np.ix_(kept, kept)]
-    draws = rng.multivariate_normal(np.zeros(len(kept)), block, size=samples, method="eigh")
+    values, vectors = np.linalg.eigh((block + block.T) / 2)
+    factor = vectors * np.sqrt(np.clip(values, 0, None))
+    draws = rng.standard_normal((samples, len(kept))) @ factor.T
     result = []
     for draw in draws:
         tables: dict[str, dict[str, float]] = {}
         for offset, index in enumerate(kept):
             field_name, key = _field_of(nominal, names[index])  # type: ignore[misc]
             table = tables.setdefault(field_name, dict(getattr(nominal, field_name)))
-            table[key] = table[key] * math.exp(draw[offset])
-        result.append(replace(nominal, **tables))
+            table[key] = table[key] * (max(1 + draw[offset], RELATIVE_FLOOR) if relative else math.exp(draw[offset]))
+        result.append(replace(nominal, **tables))  # type: ignore[arg-type]
     return result
+
+
+def fit_samples(parameters: Parameters, samples: int, seed: int = 0) -> list[Parameters]:
+    """``samples`` parameter sets drawn from the covariance ``parameters`` carries (``Parameters.fit``, stored
+    by the fitter in the overlay: relative changes); [] when it carries none."""
+    if parameters.fit is None:
+        return []
+    return parameter_samples(parameters, parameters.fit.names, np.asarray(parameters.fit.relative_covariance),
+                             samples, seed, relative=True)
 
 
 def _field_of(parameters: Parameters, name: str) -> tuple[str, str] | None:
     """(Parameters field, key) a fit's parameter ``name`` is written to, if ``parameters`` carries it."""
-    for prefix, field_name in PARAMETER_GROUPS:
-        if name.startswith(prefix) and not (prefix == "memory:" and name.startswith("memory_latency:")):
-            key = name.removeprefix(prefix)
-            return (field_name, key) if key in getattr(parameters, field_name) else None
-    return None
+    section, _, key = name.partition(":")
+    field_name = FIT_SECTIONS.get(section)
+    if field_name is None or key not in getattr(parameters, field_name):
+        return None
+    return field_name, key
 
 
 def parameter_band(nominal: float, sampled: Sequence[float] | np.ndarray, confidence: float,

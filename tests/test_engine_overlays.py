@@ -218,3 +218,27 @@ def test_a_model_whose_decode_the_engine_runs_unpriced_gets_a_note(capsys):
     assert main(["llm", "--model", "palm-540b", "--on", "h100-sxm", "--tp", "8", "--batch", "1", "--prompt", "128",
                  "--gen", "2"]) == 0
     assert "query heads a KV head" in capsys.readouterr().err
+
+
+def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature():
+    """H100's vLLM bf16 GEMM start-up latency binds no table row at the fit (memory time hides it), so the
+    Gauss-Newton curvature leaves it a log standard error of 1.7 (drawn from it, latencies 30x the fit);
+    the fit's own cost refuses it as soon as it binds. The covariance the overlay stores (importance
+    draws weighted by that cost) keeps it inside -100%..+100%, and leaves a parameter the data bind well
+    (the bf16 GEMM efficiency) near its Gauss-Newton error. The overlay's block is what this fit writes."""
+    import numpy as np
+
+    from calibration.engine_overlays import fit_engine, overlay_text
+
+    fitted = fit_engine("h100-sxm", "vllm", heldout=False)
+    result = fitted.result
+    names = list(result.covariance_names)
+    latency, efficiency = names.index("latency:matmul:bf16"), names.index("compute:matmul:tensor_cores:bf16")
+    curvature, posterior = np.asarray(result.log_covariance), result.posterior_relative_covariance
+    assert posterior is not None
+    assert math.sqrt(curvature[latency, latency]) > 1.5 and math.sqrt(posterior[latency, latency]) < 1.0
+    assert math.sqrt(posterior[efficiency, efficiency]) == pytest.approx(math.sqrt(curvature[efficiency, efficiency]),
+                                                                         rel=0.5)
+    stored = load_hardware("h100-sxm-vllm").efficiency.fit
+    text = overlay_text(fitted)
+    assert stored is not None and all(f"    - {name}\n" in text for name in stored.names)

@@ -17,6 +17,7 @@ from perfmodel.uncertainty import (
     combine,
     conformal_band,
     conformal_quantile,
+    cross_conformal_band,
     interval,
     minimum_residuals,
     parameter_band,
@@ -46,6 +47,41 @@ def test_conformal_band_covers_its_confidence_on_exchangeable_data():
         low, high = conformal_band(row[:n], 0.8)
         hits += low <= row[n] <= high
     assert abs(hits / trials - 0.8) < 0.02
+
+
+def test_cross_conformal_band_hand_worked():
+    # Two sources: a = 0, 1, 2, 3, 4 (median 2), b = 10, 11, 12, 13, 14 (median 12). Each row against the
+    # other source's median: a's rows give 12 -/+ |r - 12| (lows 0..4, highs 20..24), b's give 2 -/+ |r - 2|
+    # (lows -10..-6, highs 10..14). n = 10 at 80%: the floor(0.2 x 11) = 2nd smallest low (-9) and the
+    # ceil(0.8 x 11) = 9th smallest high (23).
+    residuals = [0, 1, 2, 3, 4, 10, 11, 12, 13, 14]
+    sources = ["a"] * 5 + ["b"] * 5
+    assert cross_conformal_band(residuals, sources, 0.8) == pytest.approx((-9.0, 23.0))
+    assert cross_conformal_band(residuals, ["a"] * 10, 0.8) is None  # one source: nothing to compare with
+    assert cross_conformal_band(residuals[:8], sources[:8], 0.8) is None  # fewer than 9
+    with pytest.raises(ValueError):
+        cross_conformal_band(residuals, sources[:3], 0.8)
+
+
+def test_cross_conformal_covers_a_new_source_where_pooled_rows_do_not():
+    """Residuals with a per-source offset (between-source sd 1, within 0.2), three sources of six rows (like
+    TPU's table): the pooled rows' band sees the spread of the three offsets it has and under-covers a row
+    of a new source (about 58%); the band that compares each source with the others covers it at about
+    its confidence (about 77% here; CV+ guarantees at least 1 - 2 alpha, and nears 1 - alpha as sources grow)."""
+    rng = np.random.default_rng(5)
+    trials, sources, rows = 1500, 3, 6
+    pooled_hits = cross_hits = 0
+    labels = [str(index // rows) for index in range(sources * rows)]
+    for _ in range(trials):
+        offsets = rng.normal(size=sources + 1)
+        values = np.repeat(offsets[:sources], rows) + rng.normal(scale=0.2, size=sources * rows)
+        new = offsets[sources] + rng.normal(scale=0.2)
+        low, high = conformal_band(values, 0.8)
+        pooled_hits += low <= new <= high
+        low, high = cross_conformal_band(values, labels, 0.8)
+        cross_hits += low <= new <= high
+    assert pooled_hits / trials < 0.65
+    assert 0.72 < cross_hits / trials < 0.9
 
 
 def test_interval_orientation():
@@ -228,7 +264,7 @@ def test_sweep_interval_columns(capsys):
     assert main(["sweep", "--on", "h100-sxm", "--grid", "batch=1,8", "--json", "--confidence", "0.9",
                  "--chunk-points", "1"]) == 0  # two chunks: the records stream after the table's basis
     table = json.loads(capsys.readouterr().out)
-    assert table["confidence"] == 0.9 and "split-conformal" in table["basis"] and "gpu scenario" in table["basis"]
+    assert table["confidence"] == 0.9 and "cross-conformal" in table["basis"] and "gpu scenario" in table["basis"]
     assert [record["batch"] for record in table["rows"]] == [1, 8]
     for record in table["rows"]:
         assert record["total_s_low"] < record["total_s"] < record["total_s_high"]
@@ -358,3 +394,118 @@ def test_serve_disagg_prints_intervals_for_both_deployments(capsys):
     assert main([*SERVE, "--rate", "2/s", "--disagg", "1P1D"]) == 0
     text = capsys.readouterr().out
     assert "80% interval disaggregated: TTFT p50" in text and "80% interval aggregated: TTFT p50" in text
+
+
+def _overlay_with_fit(tmp_path, edit=None):
+    """The shipped H100 achievable overlay (which stores its fit's covariance) copied, ``edit`` applied."""
+    from perfmodel.hardware.loader import load_hardware
+
+    text = open(str(load_hardware("h100-sxm-achievable").origin)).read()
+    assert "\n  fit:\n" in text
+    path = tmp_path / "h100-copy.yaml"
+    path.write_text((edit or (lambda value: value))(text).replace("name: h100-sxm-achievable", "name: h100-copy"))
+    return path
+
+
+def test_an_overlay_stores_its_fit_covariance_and_the_loader_checks_it(tmp_path):
+    from perfmodel.hardware.loader import load_hardware, validate_spec_file
+
+    hardware = load_hardware(_overlay_with_fit(tmp_path))
+    fit = hardware.efficiency.fit
+    assert fit is not None and fit.measurements > 0 and len(fit.relative_covariance) == len(fit.names)
+    # A kind-level entry copied from the only dtype fitted for it moves with that dtype: equal variances,
+    # correlation one (the fitter writes A C A^T of what it writes, not of what it fitted).
+    index = {name: position for position, name in enumerate(fit.names)}
+    copy, fitted = index["compute:attention"], index["compute:attention:tensor_cores:fp16"]
+    covariance = fit.relative_covariance
+    assert covariance[copy][copy] == covariance[fitted][fitted] == covariance[copy][fitted] > 0
+
+    def problems(edit):
+        return [problem.message for problem in validate_spec_file(_overlay_with_fit(tmp_path, edit))]
+
+    misnamed = problems(lambda text: text.replace("    - memory:l2\n", "    - memory:l3\n"))
+    assert len(misnamed) == 1 and "fit parameter 'memory:l3' names no value" in misnamed[0]
+    rows = [line for line in _overlay_with_fit(tmp_path).read_text().splitlines() if line.startswith("    - [")]
+    second = rows[1].split(", ")
+    asymmetric = problems(lambda text: text.replace(rows[1], ", ".join(["    - [0.5", *second[1:]]), 1))
+    assert len(asymmetric) == 1 and "symmetric" in asymmetric[0]
+    short = problems(lambda text: text.replace(rows[-1] + "\n", ""))
+    assert len(short) == 1 and f"{len(rows)} x {len(rows)} matrix" in short[0]
+
+
+def test_llm_interval_combines_the_fit_covariance_with_the_model_form_band(capsys):
+    """Where the overlay stores its fit's covariance, ``llm`` propagates it (parameter sets drawn from it,
+    each evaluated) and widens the model-form band by it; the basis says which, and the datasheet's
+    interval says it is model-form only."""
+    from perfmodel.cli import main
+
+    command = ["llm", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--engine", "none", "--batch", "8", "--json"]
+    assert main(command) == 0
+    found = json.loads(capsys.readouterr().out)["intervals"]
+    assert "parameter uncertainty from h100-sxm-achievable's fit covariance" in found["basis"]
+    assert main([*command, "--ideal"]) == 0
+    ideal = json.loads(capsys.readouterr().out)["intervals"]
+    assert "model-form error only (datasheet parameters)" in ideal["basis"]
+
+
+def test_parameter_spread_widens_the_band_it_is_combined_with():
+    from perfmodel.cli.confidence import sample_runs, scenario_intervals
+    from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.llm import Parallelism, Scenario, llm_predict
+    from perfmodel.llm.catalog import load_architecture
+
+    hardware = load_for_prediction("h100-sxm", engine="vllm")
+    architecture = load_architecture("llama-3.1-8b")
+    scenario = Scenario(batch=64, prompt_tokens=2048, generated_tokens=128)
+    result = llm_predict(architecture, hardware, scenario, Parallelism(tp=1))
+    runs, basis = sample_runs(hardware, "scenario", 0.8,
+                              lambda sampled: llm_predict(architecture, sampled, scenario, Parallelism(tp=1)))
+    assert len(runs) == 32 and len({run.ttft_s for run in runs}) > 1  # the prefill's GEMMs move with the fit
+    alone = scenario_intervals(hardware, result, 0.8)["ttft_s"]
+    both = scenario_intervals(hardware, result, 0.8, runs, basis)["ttft_s"]
+    assert "model-form error only" in alone.basis and basis in both.basis
+    assert both.low < alone.low < result.ttft_s < alone.high < both.high
+
+
+def test_roofline_breakdown_chart_carries_each_systems_total_interval(monkeypatch, tmp_path, capsys):
+    """``roofline --kind breakdown`` draws each system's total time with its interval (the scenario rows'
+    band for a many-op graph); a system without evidence (MI300X: no reproduced measurement) gets none."""
+    pytest.importorskip("matplotlib")
+    import perfmodel.plotting as plotting
+    from perfmodel.cli import main
+    from perfmodel.intervals import band_for
+
+    drawn = []
+    monkeypatch.setattr(plotting, "save_figure", lambda ax, path: drawn.append(ax))
+    assert main(["roofline", "elementwise_chain", "--on", "h100-sxm-achievable,mi300x", "--kind", "breakdown",
+                 "-o", str(tmp_path / "breakdown.png")]) == 0
+    capsys.readouterr()
+    (ax,) = drawn
+    (bars,) = _errorbars(ax)
+    assert "total: 80% interval" in _legend_texts(ax)
+    (segment,) = bars.lines[2][0].get_segments()  # the H100's bar only
+    from perfmodel.hardware.loader import load_hardware
+    from perfmodel.roofline import evaluate
+    from perfmodel.workload.io import load_graph
+
+    h100 = load_hardware("h100-sxm-achievable")
+    graph = load_graph("elementwise_chain")
+    band = band_for(h100, "kernel" if len(graph.ops) == 1 else "scenario", 0.8)
+    total_ms = evaluate(graph, h100).total_s * 1e3
+    assert segment[:, 1] == pytest.approx([total_ms * math.exp(-band.high), total_ms * math.exp(-band.low)])
+    plotting.pyplot().close(ax.figure)
+
+
+def test_an_interval_wholly_on_one_side_of_its_value_is_drawn_as_it_is():
+    """The datasheet's predicted times are all optimistic: the band lies below zero and the interval of a
+    time wholly above the prediction; the error bar spans exactly low..high (it once failed to draw)."""
+    pytest.importorskip("matplotlib")
+    from perfmodel.plotting import _interval_bars, pyplot
+
+    found = [interval(2.0, Band(confidence=0.8, basis="biased", low=-0.4, high=-0.1, residuals=20), TIME)]
+    assert found[0].low > found[0].value
+    ax = pyplot().figure().add_subplot()
+    bars = _interval_bars(ax, [0], found)
+    (segment,) = bars.lines[2][0].get_segments()
+    assert segment[:, 1] == pytest.approx([found[0].low, found[0].high])
+    pyplot().close(ax.figure)

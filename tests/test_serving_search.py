@@ -1,6 +1,7 @@
 """Issue 31: the deployment search (serving.search), its Pareto front, and launch settings (serving.launch)."""
 
 import json
+import re
 from dataclasses import replace
 
 import numpy as np
@@ -122,6 +123,16 @@ def test_cli_search_and_export(capsys, tmp_path):
     assert main([*SEARCH, "--speculative", "none,eagle", "--export", "trtllm", "--pick", "1"]) == 0
     out = capsys.readouterr().out
     assert "Pareto front" in out and "trtllm-serve" in out
+    # Each row of the front's table carries its tokens/s per user and per chip intervals (80% columns).
+    lines = out.splitlines()
+    header = next(index for index, line in enumerate(lines) if line.startswith("#  deployment"))
+    assert lines[header].split().count("80%") == 2
+    rows = []
+    for line in lines[header + 2:]:
+        if not line[:1].isdigit():
+            break
+        rows.append(line)
+    assert rows and all(len(re.findall(r"\d - \d", row)) == 2 for row in rows), rows
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -205,7 +205,9 @@ def _llm(args) -> int:
               f"per chip, {hardware.name} holds {format_quantity(result.capacity_bytes, 'bytes', binary=True)}; "
               "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)
     data = result.to_dict()
-    found = intervals.scenario_intervals(hardware, result, args.confidence)
+    runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, lambda sampled: llm_predict(
+        architecture, sampled, scenario, parallelism, mode=args.mode, graphs=graphs))
+    found = intervals.scenario_intervals(hardware, result, args.confidence, runs, basis)
     data["intervals"] = intervals.to_json(found)
     data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
     if args.concurrency:
@@ -283,13 +285,19 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
     for said in ([note] if note else []) + engine_caveats(architecture, hardware):
         print(f"perfmodel: note: {said}", file=sys.stderr)
     batches, prompts, gens = (np.asarray(column) for column in zip(*scenarios, strict=True))
-    swept = llm_predict(architecture, hardware, Scenario(
-        batch=batches, prompt_tokens=prompts, generated_tokens=gens, weight_dtype=args.weights,
-        kv_dtype=args.kv or args.activations, activation_dtype=args.activations,
-        expert_weight_dtype=args.expert_weights), parallelism, mode=args.mode,
-        graphs=graphs)  # one evaluation per phase for every scenario (the condensed graphs take arrays)
+    every = Scenario(batch=batches, prompt_tokens=prompts, generated_tokens=gens, weight_dtype=args.weights,
+                     kv_dtype=args.kv or args.activations, activation_dtype=args.activations,
+                     expert_weight_dtype=args.expert_weights)
+
+    def predict(on):  # one evaluation per phase for every scenario (the condensed graphs take arrays)
+        return llm_predict(architecture, on, every, parallelism, mode=args.mode, graphs=graphs)
+
+    swept = predict(hardware)
     results = [swept.at(index) for index in range(len(scenarios))]
-    found = [intervals.scenario_intervals(hardware, result, args.confidence) for result in results]
+    # Each sampled parameter set is one more array evaluation of every scenario at once.
+    runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, predict)
+    found = [intervals.scenario_intervals(hardware, result, args.confidence, [run.at(index) for run in runs], basis)
+             for index, result in enumerate(results)]
     if args.json:
         print(json_text([{**result.to_dict(), "intervals": intervals.to_json(bands)}
                          for result, bands in zip(results, found, strict=True)], indent=1))

@@ -74,12 +74,19 @@ def _predict(args) -> int:
     graph = load_graph(args.workload)
     overrides = parse_overrides(args.set)
     specs = [load_for_prediction(name, overrides=overrides or None, ideal=args.ideal) for name in args.on]
+    def total_s(on) -> float:
+        return evaluate(graph, on, mode=args.mode, overlap=args.overlap, fuse=True if args.compiled else None).total_s
+
     evaluations = [evaluate(graph, hardware, mode=args.mode, overlap=args.overlap, fuse=True if args.compiled else None)
                    for hardware in specs]
     # A one-op graph is a kernel; a larger one is checked against whole-model passes (the scenario rows).
     kind = "kernel" if len(graph.ops) == 1 else "scenario"
-    found = [intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")})
-             for hardware, evaluation in zip(specs, evaluations, strict=True)]
+    found = []
+    for hardware, evaluation in zip(specs, evaluations, strict=True):
+        runs, basis = intervals.sample_runs(hardware, kind, args.confidence, total_s)  # the fit's parameter sets
+        sampled = intervals.Sampled(figures={"total_s": runs}, basis=basis) if runs else None
+        found.append(intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")},
+                                         sampled))
     if args.json:
         data = [{**evaluation.to_dict(), "intervals": intervals.to_json(bands)}
                 for evaluation, bands in zip(evaluations, found, strict=True)]

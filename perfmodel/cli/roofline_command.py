@@ -6,6 +6,7 @@ import csv
 import math
 from pathlib import Path
 
+from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import WORKLOAD_DTYPES, add_mode_argument, spec_names
 from perfmodel.errors import PerfmodelError
 from perfmodel.yaml_source import check_output_path, csv_failures, open_for_reading
@@ -23,6 +24,7 @@ def register(commands) -> None:
     roofline.add_argument("--dtype", help="dtype of the compute roof (default: the workload's)")
     add_mode_argument(roofline)
     roofline.add_argument("-o", "--output", type=Path, required=True, help="chart file: .png, .svg or .pdf")
+    intervals.add_confidence_argument(roofline)
     roofline.set_defaults(handler=_roofline, dtype_hint=WORKLOAD_DTYPES)
 
 
@@ -72,7 +74,11 @@ def _roofline(args) -> int:
     specs = [load_hardware(name) for name in args.on]
     evaluations = [evaluate(graph, hardware, mode=args.mode) for hardware in specs]
     if args.kind == "breakdown":
-        plotting.save_figure(plotting.plot_time_breakdown(evaluations), args.output)
+        # Each system's total with its interval (a one-op graph is a kernel, as predict prices it).
+        kind = "kernel" if len(graph.ops) == 1 else "scenario"
+        totals = [intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")})["total_s"]
+                  for hardware, evaluation in zip(specs, evaluations, strict=True)]
+        plotting.save_figure(plotting.plot_time_breakdown(evaluations, total_intervals=totals), args.output)
         print(f"wrote {args.output}")
         return 0
     builders = {"classic": classic_roofline, "hierarchical": hierarchical_roofline, "scheduling": scheduling_roofline}

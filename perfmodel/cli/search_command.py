@@ -191,16 +191,19 @@ def _print(result, args, chosen, launch, bands) -> None:
     rows = []
     for configuration in shown:
         per_dollar = configuration.tokens_per_dollar
+        per_user, per_chip = bands[result.front.index(configuration)]
         rows.append([result.front.index(configuration) + 1, configuration.label, configuration.chips,
-                     f"{configuration.tokens_per_s_per_user:.1f}", f"{configuration.tokens_per_s_per_chip:.1f}",
+                     f"{configuration.tokens_per_s_per_user:.1f}", intervals.text(per_user, _rate),
+                     f"{configuration.tokens_per_s_per_chip:.1f}", intervals.text(per_chip, _rate),
                      "-" if per_dollar is None else f"{per_dollar:,.0f}",
                      f"{configuration.tokens_per_s_per_watt:.3f}", _s(configuration.ttft_s),
                      _s(configuration.tpot_s), "yes" if configuration.meets_slo else "no",
                      "<- chosen" if configuration is chosen else ""])
     print(f"Pareto front ({len(result.front)} points{'' if len(shown) == len(result.front) else f', {len(shown)} shown'}; "
           "estimates at full load):")
-    print(format_table(["#", "deployment", "chips", "tok/s/user", "tok/s/chip", "tok/$", "tok/s/W", "TTFT",
-                        "TPOT", "in SLO", ""], rows))
+    level = intervals.heading(args.confidence).split()[0]
+    print(format_table(["#", "deployment", "chips", "tok/s/user", level, "tok/s/chip", level, "tok/$", "tok/s/W",
+                        "TTFT", "TPOT", "in SLO", ""], rows))
     if result.simulated:
         print("simulated at 80% of the estimated request rate (Poisson):")
         sims = [[s.configuration.label, f"{s.rate_per_s:.3g}/s", _s(s.result.ttft.p99), _s(s.result.tpot.p99),

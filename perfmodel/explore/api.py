@@ -200,7 +200,7 @@ def llm(inputs: Mapping[str, Any]) -> dict:
     throughput, memory per chip, the bound of each phase and its time by bound; the headline figures
     with their intervals at ``confidence`` (``perfmodel llm --confidence``: ``intervals`` holds the
     confidence, the basis and each figure's low and high, None where there is no evidence)."""
-    from perfmodel.cli.confidence import scenario_intervals, to_json
+    from perfmodel.cli.confidence import sample_runs, scenario_intervals, to_json
     from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture
 
@@ -220,8 +220,11 @@ def llm(inputs: Mapping[str, Any]) -> dict:
         hardware = load_system(system, str(inputs.get("parameters", "achievable")),
                                overrides if position == 0 else None)
         result = llm_predict(architecture, hardware, scenario, parallelism)
+        # The fit's parameter sets, as perfmodel llm draws and evaluates them.
+        runs, basis = sample_runs(hardware, "scenario", confidence,
+                                  lambda sampled: llm_predict(architecture, sampled, scenario, parallelism))
         results.append({"system": system, **result.to_dict(), "memory_total_bytes": float(result.memory_bytes.total),
-                        "intervals": to_json(scenario_intervals(hardware, result, confidence))})
+                        "intervals": to_json(scenario_intervals(hardware, result, confidence, runs, basis))})
     return {"model": architecture.name, "confidence": confidence, "results": results}
 
 

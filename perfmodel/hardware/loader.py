@@ -36,7 +36,7 @@ from perfmodel.yaml_source import YamlDocument, join_path, read_yaml
 if TYPE_CHECKING:  # the schema (pydantic) is imported where a spec is validated: a stored spec needs none of it
     from pydantic import ValidationError
 
-    from perfmodel.hardware.schema import HardwareSpec
+    from perfmodel.hardware.schema import FitSpec, HardwareSpec
 
 WHAT_IF_SOURCE = "what-if"
 WHAT_IF_SCALED_SOURCE = "what-if-scaled"
@@ -618,6 +618,15 @@ def _collect_field_sources(prefix: str, spec: Any, out: dict[str, str]) -> None:
         out[f"{prefix}.{path}"] = spec.source_of(path)
 
 
+def _fit_covariance(fit: FitSpec | None) -> model.FitCovariance | None:
+    """``efficiency.fit`` (``schema.FitSpec``, checked there) as the model's record."""
+    if fit is None:
+        return None
+    return model.FitCovariance(names=tuple(fit.parameters), measurements=fit.measurements,
+                               relative_covariance=tuple(tuple(float(value) for value in row)
+                                                         for row in fit.relative_covariance))
+
+
 def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
     """Convert a validated spec into the core record."""
     field_sources: dict[str, str] = {}
@@ -668,7 +677,7 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
                                       memory_latency_s=dict(spec.efficiency.memory_latency),
                                       link_efficiency=dict(spec.efficiency.link),
                                       collective_latency_s=dict(spec.efficiency.collective_latency),
-                                      kind=spec.efficiency.kind)
+                                      kind=spec.efficiency.kind, fit=_fit_covariance(spec.efficiency.fit))
     sources = {key: model.Source(url=value.url, kind=value.kind, note=value.note)
                for key, value in spec.sources.items()}
     alternatives = tuple(

@@ -228,6 +228,29 @@ class Scheduling:
         return self.modes[self.default_mode if name is None else name]
 
 
+# A fitted parameter's name in a fit's covariance (``FitCovariance.names``), ``section:key``: the section
+# prefix -> the ``Parameters`` table it is written to (``latency`` is the compute start-up latency).
+FIT_SECTIONS = {"compute": "compute_efficiency", "memory": "memory_efficiency", "latency": "compute_latency_s",
+                "memory_latency": "memory_latency_s", "link": "link_efficiency",
+                "collective_latency": "collective_latency_s"}
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitCovariance:
+    """The covariance of a fitted parameter set's written values (``efficiency.fit`` in YAML): ``names``
+    (``compute:matmul:tensor_cores:bf16``, ``memory:l2``, ``latency:matmul``: see ``FIT_SECTIONS``) and
+    the covariance of their relative changes (``value / written - 1``) under the fit's posterior, in
+    ``names``' order (relative, not log: a latency the data leave free downwards but bind upwards is
+    -100%..+100%, which a log law cannot say; see ``calibration.fit.posterior_covariance``). Values
+    derived from one fitted parameter (a kind-level entry, a class written for each of its kinds) are
+    perfectly correlated with it, so the matrix is positive semi-definite, not definite.
+    ``measurements``: how many the fit used."""
+
+    names: tuple[str, ...]
+    relative_covariance: tuple[tuple[float, ...], ...]
+    measurements: int
+
+
 @dataclass(frozen=True, kw_only=True)
 class Parameters:
     """Efficiencies and overhead scales applied to the datasheet figures (1.0 = ideal datasheet).
@@ -263,6 +286,9 @@ class Parameters:
     # "ideal" (datasheet), "achievable" (fitted to published microbenchmarks), "estimated" (an achievable
     # overlay taken from a sibling device's fit), "calibrated" (fitted to measured runs)
     kind: str = "ideal"
+    # The fit's covariance of the values above, where the fitter stored it (perfmodel.uncertainty samples
+    # parameter sets from it); None: no parameter uncertainty is known (the datasheet, an estimate).
+    fit: FitCovariance | None = None
 
     @property
     def label(self) -> str:

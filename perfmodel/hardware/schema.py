@@ -29,6 +29,7 @@ from pydantic import (
 from perfmodel.dtypes import DTYPES
 from perfmodel.hardware.execution_models import EXECUTION_MODELS
 from perfmodel.hardware.model import (
+    FIT_SECTIONS,
     EngineKind,
     Family,
     LevelKind,
@@ -320,6 +321,35 @@ def _efficiency(value: float) -> float:
 PositiveFloat = Annotated[float, Field(strict=False), AfterValidator(_efficiency)]
 
 
+class FitSpec(Strict):
+    """A fit's covariance of the relative changes of the values it wrote (``efficiency.fit``; see
+    ``perfmodel.hardware.model.FitCovariance``)."""
+
+    measurements: Annotated[int, Field(gt=0)]
+    parameters: list[Text] = Field(min_length=1)
+    relative_covariance: list[list[float]] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _square_symmetric(self) -> FitSpec:
+        size = len(self.parameters)
+        if len(set(self.parameters)) != size:
+            raise ValueError("parameters must not repeat a name")
+        if len(self.relative_covariance) != size or any(len(row) != size for row in self.relative_covariance):
+            raise ValueError(f"relative_covariance must be a {size} x {size} matrix (one row and column per parameter, "
+                             "in the order of 'parameters')")
+        for i, row in enumerate(self.relative_covariance):
+            if not all(math.isfinite(value) for value in row):
+                raise ValueError(f"relative_covariance row {i + 1} ({self.parameters[i]}) has a value that is not finite")
+            if row[i] < 0:
+                raise ValueError(f"relative_covariance's diagonal entry for {self.parameters[i]} is a variance: at least 0, "
+                                 f"got {row[i]!r}")
+            for j in range(i):
+                if not math.isclose(row[j], self.relative_covariance[j][i], rel_tol=1e-3, abs_tol=1e-12):
+                    raise ValueError(f"relative_covariance must be symmetric: entry ({i + 1}, {j + 1}) is {row[j]!r}, "
+                                     f"({j + 1}, {i + 1}) is {self.relative_covariance[j][i]!r}")
+        return self
+
+
 class EfficiencySpec(Sourced):
     """Fitted efficiencies (dimensionless multipliers of the datasheet peaks and bandwidths)."""
 
@@ -334,6 +364,24 @@ class EfficiencySpec(Sourced):
     memory_latency: dict[str, Overhead] = {}
     link: dict[str, PositiveFloat] = {}
     collective_latency: dict[str, Overhead] = {}
+    fit: FitSpec | None = None  # the fit's covariance of the values above, where the fitter stored it
+
+    @model_validator(mode="after")
+    def _fit_names_written(self) -> EfficiencySpec:
+        """Each of ``fit.parameters`` names a value written above (``section:key``, ``FIT_SECTIONS``)."""
+        if self.fit is None:
+            return self
+        tables = {"compute": self.compute, "memory": self.memory, "latency": self.compute_latency,
+                  "memory_latency": self.memory_latency, "link": self.link,
+                  "collective_latency": self.collective_latency}
+        assert set(tables) == set(FIT_SECTIONS)
+        for name in self.fit.parameters:
+            section, _, key = name.partition(":")
+            if section not in tables or key not in tables[section]:
+                raise ValueError(f"fit parameter {name!r} names no value of this efficiency block: expected "
+                                 f"SECTION:KEY with SECTION one of {', '.join(tables)} and KEY an entry of it "
+                                 "(regenerate the overlay with its fitter)")
+        return self
 
 
 class OtherValue(Strict):
