@@ -45,6 +45,9 @@ MAX_RUN_S = 5.0            # a re-measurement for more blocks never asks for mor
 # read of a is not counted, as in STREAM). Its three arrays together span at least TRIAD_LLC_MULTIPLE times the
 # detected last-level cache (all instances), so almost every byte comes from DRAM.
 TRIAD_BYTES_PER_ELEMENT = 12
+# What the triad moves with regular stores: the write-allocate read of ``a`` too. A kernel that only reads can
+# therefore stream up to 16/12 of the triad's counted bandwidth.
+TRIAD_BYTES_MOVED_PER_ELEMENT = 16
 TRIAD_LLC_MULTIPLE = 4
 TRIAD_MIN_ELEMENTS = 2**22  # 48 MiB in all when the OS reports no cache
 TRIAD_URL = "repo:calibration/timing.py"
