@@ -16,6 +16,13 @@ thread and on all of them: on a machine of at most two vCPUs (a laptop running o
 runner) one thread unless more is measurably faster; on a larger one all of them unless they are
 measurably slower. :func:`cpu_spec` returns the detected spec of exactly that many cores
 (``perfmodel specs detect``), so a prediction is for the cores that were measured.
+
+No operating-system interface reports a DRAM bandwidth, so ``perfmodel specs detect`` assumes a per-core
+share; the machine can measure it instead. :func:`dram_triad` is the labs' one bandwidth probe: a STREAM
+triad (``a = b + 3 c``, fp32) over arrays several times the detected last-level cache, on the threads the lab
+measures with. Passed to :func:`cpu_spec`, a steady probe becomes the spec's DRAM bandwidth, recorded in its
+sources as a measurement (what, when, how many blocks, the IQR); a noisy one is not used, the assumed
+per-core figure stays, and the note says so.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import os
 import statistics
 import tempfile
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from pathlib import Path
 
 NOISY_IQR_FRACTION = 0.20  # an IQR above this share of the median: noisy
@@ -33,6 +41,19 @@ MIN_BLOCKS = 5             # fewer blocks than this: no usable IQR
 SMALL_MACHINE_CPUS = 2     # at most this many vCPUs: one thread unless more is measurably faster
 FALLBACK_CPU_SPEC = "epyc-zen4-2vcpu-fitted"  # the shipped fitted spec, when detection gives none
 MAX_RUN_S = 5.0            # a re-measurement for more blocks never asks for more than this
+# The DRAM probe: STREAM's triad counts 12 bytes per fp32 element (read b and c, write a; the write-allocate
+# read of a is not counted, as in STREAM). Its three arrays together span at least TRIAD_LLC_MULTIPLE times the
+# detected last-level cache (all instances), so almost every byte comes from DRAM.
+TRIAD_BYTES_PER_ELEMENT = 12
+# What the triad moves with regular stores: the write-allocate read of ``a`` too. A kernel that only reads can
+# therefore stream up to 16/12 of the triad's counted bandwidth.
+TRIAD_BYTES_MOVED_PER_ELEMENT = 16
+TRIAD_LLC_MULTIPLE = 4
+TRIAD_MIN_ELEMENTS = 2**22  # 48 MiB in all when the OS reports no cache
+TRIAD_URL = "repo:calibration/timing.py"
+# A noisy triad is measured again, up to this many times in all, and the steadiest kept: on a shared machine
+# another program's burst spoils one measurement of a second, not the machine's bandwidth.
+TRIAD_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -202,26 +223,130 @@ def pick_threads(*, cpus: int | None = None, probe_n: int = 384, min_run_s: floa
     return ThreadChoice(threads=threads, cpus=cpus, one=one, many=many, reason=reason)
 
 
-def cpu_spec(threads: int | None = None):
+@dataclass(frozen=True, kw_only=True)
+class DramProbe:
+    """One STREAM-triad measurement (:func:`dram_triad`): its timing, its array length, and when it ran."""
+
+    timing: Timing
+    elements: int      # per array
+    llc_bytes: int     # the detected last-level cache it was sized against
+    when_utc: str      # ISO 8601, to the second
+    attempts: int = 1  # measurements taken: a noisy one is retaken (:data:`TRIAD_ATTEMPTS`), the steadiest kept
+
+    @property
+    def bytes_per_run(self) -> int:
+        return TRIAD_BYTES_PER_ELEMENT * self.elements
+
+    @property
+    def bandwidth_bytes_per_s(self) -> float:
+        return self.bytes_per_run / self.timing.median_s
+
+    @property
+    def bandwidth_quartiles(self) -> tuple[float, float]:
+        """(low, high): the bandwidth at the slow and at the fast quartile of the blocks."""
+        q1, q3 = self.timing.quartiles_s
+        return self.bytes_per_run / q3, self.bytes_per_run / q1
+
+    @property
+    def noisy(self) -> bool:
+        return self.timing.noisy
+
+    def spec_bandwidth(self):
+        """The measurement as a spec's DRAM bandwidth (``perfmodel.hardware.detect.MeasuredBandwidth``), or
+        None when the probe is noisy: then the spec keeps the assumed per-core figure."""
+        from perfmodel.hardware.detect import MeasuredBandwidth
+
+        if self.noisy:
+            return None
+        return MeasuredBandwidth(bytes_per_s=self.bandwidth_bytes_per_s, url=TRIAD_URL, note=self.describe())
+
+    def describe(self) -> str:
+        """What was measured, when, and how steadily (the spec source's note)."""
+        t = self.timing
+        total = 3 * 4 * self.elements
+        cache = (f"{total / self.llc_bytes:.1f}x the detected {self.llc_bytes / 2**20:.0f} MiB last-level cache"
+                 if self.llc_bytes else "no cache reported")
+        return (f"STREAM triad a = b + 3c, fp32, 3 arrays of {self.elements:,} elements ({total / 2**20:.0f} MiB, "
+                f"{cache}), {TRIAD_BYTES_PER_ELEMENT} bytes counted per element; torch.utils.benchmark "
+                f"blocked_autorange on {t.threads} thread{'s' * (t.threads != 1)} at {self.when_utc}: "
+                f"{self.bandwidth_bytes_per_s / 1e9:.1f} GB/s ({t.summary()})"
+                + (f"; the steadiest of {self.attempts} attempts" if self.attempts > 1 else ""))
+
+
+def triad_elements(llc_bytes: int) -> int:
+    """Elements per array so that the triad's three fp32 arrays span :data:`TRIAD_LLC_MULTIPLE` x ``llc_bytes``
+    (rounded up to a multiple of 2**20; at least :data:`TRIAD_MIN_ELEMENTS`)."""
+    wanted = TRIAD_LLC_MULTIPLE * llc_bytes / (3 * 4)
+    return max(TRIAD_MIN_ELEMENTS, math.ceil(wanted / 2**20) * 2**20)
+
+
+def dram_triad(*, threads: int, llc_bytes: int | None = None, min_run_s: float = 0.5,
+               attempts: int = TRIAD_ATTEMPTS) -> DramProbe:
+    """Measure this machine's DRAM bandwidth now: a STREAM triad (``torch.add(b, c, alpha=3.0, out=a)``)
+    over arrays sized by :func:`triad_elements` against ``llc_bytes`` (default: the detected last-level
+    cache), timed by :func:`measure` on ``threads`` threads; a noisy measurement is taken again, up to
+    ``attempts`` in all, and the steadiest (lowest IQR / median) is kept. The arrays are freed on return."""
+    import torch
+
+    from perfmodel.hardware.detect import last_level_cache_bytes, read_cpu_facts
+
+    llc = last_level_cache_bytes(read_cpu_facts()) if llc_bytes is None else llc_bytes
+    n = triad_elements(llc)
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    env = {"torch": torch, **{name: torch.full((n,), value) for name, value in (("a", 0.0), ("b", 1.0), ("c", 2.0))}}
+    def once() -> Timing:
+        return measure("torch.add(b, c, alpha=3.0, out=a)", globals=env, threads=threads, label="DRAM triad",
+                       min_run_s=min_run_s)
+
+    taken = [once()]
+    while taken[-1].noisy and len(taken) < attempts:
+        taken.append(once())
+    steadiest = min(taken, key=lambda t: (t.noisy, t.spread))
+    return DramProbe(timing=dataclasses.replace(steadiest, measurement=None), elements=n, llc_bytes=llc,
+                     when_utc=when, attempts=len(taken))
+
+
+def cpu_spec(threads: int | None = None, *, dram: DramProbe | None = None):
     """(spec, note): this CPU's spec from ``perfmodel specs detect`` for ``threads`` cores (all of them if None),
     built in a temporary directory (nothing written to the working directory); the shipped fitted spec
-    (:data:`FALLBACK_CPU_SPEC`) with a note saying why if the detected one does not load."""
-    import perfmodel
-    from perfmodel.hardware.detect import detected_spec_yaml, read_cpu_facts
+    (:data:`FALLBACK_CPU_SPEC`) with a note saying why if the detected one does not load.
 
-    try:
-        facts = read_cpu_facts()
-        cores = facts.cores if threads is None else min(threads, facts.cores)
-        if cores != facts.cores:
-            facts = dataclasses.replace(facts, cores=cores)
-        name = "local-cpu" if threads is None else f"local-cpu-{cores}-core"
-        with tempfile.TemporaryDirectory() as folder:  # the spec file lives only inside this block
-            path = Path(folder) / f"{name}.yaml"
-            path.write_text(detected_spec_yaml(facts, name=name))
-            spec = perfmodel.load_hardware(path)
-        return spec, (f"perfmodel specs detect: {facts.model_name}, {facts.cores} cores at "
-                      f"{facts.clock_hz / 1e9:.2f} GHz")
-    except Exception as error:  # a CPU the detector cannot describe: use the shipped fitted spec
+    ``dram``, a :func:`dram_triad` probe on the same number of threads, replaces the assumed DRAM bandwidth
+    with the measured one (a ``measured`` source in the spec) unless it is noisy; the note says which."""
+    import perfmodel
+    from perfmodel.hardware.detect import DRAM_BYTES_PER_S_PER_CORE, detected_spec_yaml, read_cpu_facts
+
+    def fallback(error: Exception):  # a CPU the detector cannot describe: use the shipped fitted spec
         return perfmodel.load_hardware(FALLBACK_CPU_SPEC), (
             f"NOTE: perfmodel specs detect gave no loadable spec ({type(error).__name__}: {error}); "
             f"using the shipped fitted spec {FALLBACK_CPU_SPEC} instead")
+
+    try:
+        facts = read_cpu_facts()
+    except Exception as error:
+        return fallback(error)
+    cores = facts.cores if threads is None else min(threads, facts.cores)
+    if dram is not None and dram.timing.threads != cores:  # a caller's mistake, not the CPU's: say so
+        raise ValueError(f"the DRAM probe ran on {dram.timing.threads} thread(s) but the spec is for {cores} "
+                         f"core(s); probe with dram_triad(threads={cores})")
+    facts = dataclasses.replace(facts, cores=cores)
+    bandwidth = dram.spec_bandwidth() if dram is not None else None
+    name = "local-cpu" if threads is None else f"local-cpu-{cores}-core"
+    try:
+        with tempfile.TemporaryDirectory() as folder:  # the spec file lives only inside this block
+            path = Path(folder) / f"{name}.yaml"
+            path.write_text(detected_spec_yaml(facts, name=name, dram=bandwidth))
+            spec = perfmodel.load_hardware(path)
+    except Exception as error:
+        return fallback(error)
+    per_core = DRAM_BYTES_PER_S_PER_CORE / 1e9
+    assumed = f"{per_core:g} GB/s per core x {cores} = {cores * per_core:g} GB/s"
+    if dram is None:
+        dram_note = f"DRAM bandwidth assumed ({assumed}; no probe run)"
+    elif bandwidth is not None:
+        dram_note = f"DRAM bandwidth measured now: {dram.describe()}"
+    else:
+        dram_note = (f"NOTE: the DRAM probe is noisy, so the spec keeps the assumed DRAM bandwidth ({assumed}), "
+                     f"not a measurement: {dram.describe()}")
+    return spec, (f"perfmodel specs detect: {facts.model_name}, {facts.cores} cores at "
+                  f"{facts.clock_hz / 1e9:.2f} GHz; {dram_note}")

@@ -119,3 +119,105 @@ def test_the_load_generator_keeps_two_cpus_busy_and_stops():
     with background_load(2) as spinners:
         assert len(spinners) == 2 and all(spinner.poll() is None for spinner in spinners)
     assert all(spinner.poll() is not None for spinner in spinners)
+
+
+# --- the DRAM probe: the bandwidth no OS interface reports, measured (issue 37, lab 1's roof) -------------------
+
+FAKE_CPU = dict(model_name="Test CPU", vendor="AuthenticAMD", clock_hz=3.0e9, flags=frozenset({"avx2"}),
+                caches=((1, "Data", 32 * 1024, 2), (3, "Unified", 32 * 2**20, 1)), memory_bytes=16 * 2**30)
+
+
+@pytest.fixture
+def two_core_cpu(monkeypatch):
+    """Detection returns a fixed 2-core CPU, so the spec does not depend on the machine running the test."""
+    import perfmodel.hardware.detect as detect
+
+    monkeypatch.setattr(detect, "read_cpu_facts", lambda: detect.CpuFacts(cores=2, **FAKE_CPU))
+
+
+def probe(median_s, *, spread=0.02, blocks=10, threads=1, elements=2**24):
+    t = steady("DRAM triad", median_s, blocks=blocks, spread=spread)
+    return timing.DramProbe(timing=timing.Timing(label=t.label, times_s=t.times_s, runs_per_block=1, threads=threads),
+                            elements=elements, llc_bytes=32 * 2**20, when_utc="2026-01-02T03:04:05Z")
+
+
+def test_the_triad_spans_four_times_the_last_level_cache():
+    from perfmodel.hardware.detect import CpuFacts, last_level_cache_bytes
+
+    assert last_level_cache_bytes(CpuFacts(cores=2, **FAKE_CPU)) == 32 * 2**20
+    for llc in (0, 2**20, 32 * 2**20, 300 * 2**20):
+        n = timing.triad_elements(llc)
+        assert 3 * 4 * n >= timing.TRIAD_LLC_MULTIPLE * llc and n >= timing.TRIAD_MIN_ELEMENTS and n % 2**20 == 0
+    assert timing.triad_elements(0) == timing.TRIAD_MIN_ELEMENTS
+
+
+def test_a_probe_reports_what_when_how_many_blocks_and_its_iqr():
+    p = probe(10e-3)
+    assert p.bandwidth_bytes_per_s == pytest.approx(12 * 2**24 / 10e-3)
+    low, high = p.bandwidth_quartiles
+    assert low < p.bandwidth_bytes_per_s < high
+    text = p.describe()
+    for part in ("STREAM triad a = b + 3c", "16,777,216 elements", "192 MiB", "6.0x the detected 32 MiB",
+                 "on 1 thread at 2026-01-02T03:04:05Z", f"{p.bandwidth_bytes_per_s / 1e9:.1f} GB/s", "over 10 blocks",
+                 "IQR 1%"):
+        assert part in text, (part, text)
+
+
+def test_a_steady_probe_becomes_the_specs_measured_dram_bandwidth(two_core_cpu):
+    from perfmodel.hardware.detect import DRAM_MEASUREMENT_SOURCE
+
+    p = probe(8e-3, threads=2)
+    spec, note = timing.cpu_spec(dram=p)
+    dram = spec.outermost_on_device
+    assert dram.bandwidth_bytes_per_s == pytest.approx(p.bandwidth_bytes_per_s, rel=1e-3)
+    source = spec.source_of(f"memory.{dram.name}.bandwidth")
+    assert spec.field_sources[f"memory.{dram.name}.bandwidth"] == DRAM_MEASUREMENT_SOURCE
+    assert source.kind == "measured" and source.url == "repo:calibration/timing.py" and source.note == p.describe()
+    assert "DRAM bandwidth measured now" in note and "NOTE" not in note
+    assert "DRAM" not in spec.sources["bandwidth-estimate"].note  # nothing calls the measured figure assumed
+
+
+def test_a_noisy_probe_leaves_the_assumed_figure_and_says_so(two_core_cpu):
+    from perfmodel.hardware.detect import DRAM_BYTES_PER_S_PER_CORE, DRAM_MEASUREMENT_SOURCE
+
+    noisy = probe(8e-3, threads=2, spread=0.6)
+    assert noisy.noisy
+    spec, note = timing.cpu_spec(dram=noisy)
+    dram = spec.outermost_on_device
+    assert dram.bandwidth_bytes_per_s == pytest.approx(2 * DRAM_BYTES_PER_S_PER_CORE)
+    assert DRAM_MEASUREMENT_SOURCE not in spec.sources
+    assert spec.source_of(f"memory.{dram.name}.bandwidth").kind == "estimate"
+    assert "NOTE: the DRAM probe is noisy" in note and "assumed" in note and "WARNING" in note
+    _, bare = timing.cpu_spec()
+    assert "DRAM bandwidth assumed" in bare and "measured" not in bare
+
+
+def test_a_probe_on_other_threads_than_the_spec_is_refused(two_core_cpu):
+    with pytest.raises(ValueError, match=r"probe ran on 2 thread\(s\) but the spec is for 1 core"):
+        timing.cpu_spec(1, dram=probe(8e-3, threads=2))
+    spec, _ = timing.cpu_spec(1, dram=probe(8e-3, threads=1))
+    assert spec.name == "local-cpu-1-core"
+
+
+def test_dram_triad_measures_a_triad_beyond_the_cache():
+    p = timing.dram_triad(threads=1, llc_bytes=0, min_run_s=0.05)
+    assert p.elements == timing.TRIAD_MIN_ELEMENTS and p.timing.threads == 1 and p.timing.blocks >= 1
+    assert p.bandwidth_bytes_per_s > 0 and p.when_utc.endswith("Z") and p.timing.measurement is None
+
+
+def test_a_noisy_triad_is_retaken_and_the_steadiest_kept(monkeypatch):
+    calls = []
+
+    def fake_measure(stmt, *, globals, threads, label, min_run_s):
+        calls.append(stmt)
+        return steady(label, 4e-3, spread=[0.9, 0.5, 0.02][len(calls) - 1])
+    monkeypatch.setattr(timing, "measure", fake_measure)
+    p = timing.dram_triad(threads=1, llc_bytes=0)
+    assert len(calls) == 3 and p.attempts == 3 and not p.noisy and "the steadiest of 3 attempts" in p.describe()
+    calls.clear()
+    monkeypatch.setattr(timing, "measure", lambda stmt, **kw: calls.append(stmt) or steady("DRAM triad", 4e-3, spread=0.6))
+    p = timing.dram_triad(threads=1, llc_bytes=0, attempts=2)
+    assert len(calls) == 2 and p.noisy  # never steady: kept noisy, so cpu_spec keeps the assumed figure
+    calls.clear()
+    monkeypatch.setattr(timing, "measure", lambda stmt, **kw: calls.append(stmt) or steady("DRAM triad", 4e-3))
+    assert timing.dram_triad(threads=1, llc_bytes=0).attempts == 1 and len(calls) == 1

@@ -4,6 +4,10 @@ Core count, model name, clock, ISA features (AVX2, AVX-512, AVX512_BF16, AMX) an
 read from ``/proc/cpuinfo`` and ``/sys/devices/system/cpu``; peaks and bandwidths cannot be read
 from the OS, so they are estimates whose derivation is written into the spec's sources. Fit them
 with ``perfmodel calibrate`` against ``perfmodel bench`` measurements.
+
+The DRAM bandwidth is the one estimate a caller may replace with a measurement made on this machine
+(:class:`MeasuredBandwidth`: the labs' STREAM-triad probe, ``calibration.timing.dram_triad``); the spec
+then records it as a ``measured`` source. ``perfmodel specs detect`` itself stays OS-only: it times nothing.
 """
 
 from __future__ import annotations
@@ -26,8 +30,9 @@ FP32_LANES_128_BIT = 4
 # Cache bandwidths per core per cycle assumed for the estimate (typical of recent x86 cores).
 L1_BYTES_PER_CYCLE = 64
 OUTER_CACHE_BYTES_PER_CYCLE = 32
-# No OS interface reports DRAM bandwidth; a per-core sustainable share is assumed.
+# No OS interface reports DRAM bandwidth; without a measurement a per-core sustainable share is assumed.
 DRAM_BYTES_PER_S_PER_CORE = 12e9
+DRAM_MEASUREMENT_SOURCE = "dram-measurement"  # the sources key of a measured DRAM bandwidth
 DETECT_URL = "file:///proc/cpuinfo"
 WATTS_PER_CORE = 5.0
 
@@ -41,6 +46,15 @@ class CpuFacts:
     flags: frozenset[str]
     caches: tuple[tuple[int, str, int, int], ...]  # (level, type, bytes per instance, instances)
     memory_bytes: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredBandwidth:
+    """A DRAM bandwidth measured on this machine, and where and how (the spec's ``measured`` source)."""
+
+    bytes_per_s: float
+    url: str   # repo:PATH of the code that measured it
+    note: str  # what was measured, when, over how many blocks, with what IQR
 
 
 def _read(path: Path) -> str:
@@ -90,6 +104,11 @@ def read_cpu_facts(root: Path = Path("/")) -> CpuFacts:
                     memory_bytes=memory_bytes)
 
 
+def last_level_cache_bytes(facts: CpuFacts) -> int:
+    """The largest cache level's total capacity over its instances (0 when the OS reports no caches)."""
+    return max((size * instances for _level, _kind, size, instances in facts.caches), default=0)
+
+
 def fp32_flops_per_cycle(facts: CpuFacts) -> int:
     """Per core: AMD Zen 4 executes AVX-512 on 256-bit pipes, so only Intel gets 16 native lanes."""
     if "avx512f" in facts.flags and facts.vendor == "GenuineIntel":
@@ -105,8 +124,9 @@ def _quantity(value: float, unit: str) -> str:
     return f"{value:.4g} {unit}"
 
 
-def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
-    """A spec mapping (ready to dump as YAML) for the CPU described by ``facts``."""
+def detected_spec(facts: CpuFacts, name: str = "local-cpu", dram: MeasuredBandwidth | None = None) -> dict:
+    """A spec mapping (ready to dump as YAML) for the CPU described by ``facts``; its DRAM bandwidth is
+    ``dram``'s measurement when one is given, else the assumed per-core share."""
     clock = facts.clock_hz or 2.0e9
     per_cycle = fp32_flops_per_cycle(facts)
     fp32 = facts.cores * clock * per_cycle
@@ -123,7 +143,8 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
                                   "with AVX512_BF16/AMX; fp64 half of fp32"},
         "bandwidth-estimate": {"url": DETECT_URL, "kind": "estimate",
                                "note": f"L1 {L1_BYTES_PER_CYCLE} B/cycle/core, outer caches {OUTER_CACHE_BYTES_PER_CYCLE} "
-                                       f"B/cycle/core, DRAM {DRAM_BYTES_PER_S_PER_CORE / 1e9:g} GB/s per core (assumed)"},
+                                       "B/cycle/core" + ("" if dram else f", DRAM {DRAM_BYTES_PER_S_PER_CORE / 1e9:g} "
+                                                                       "GB/s per core (assumed)")},
         "power-estimate": {"url": DETECT_URL, "kind": "estimate",
                            "note": f"~{WATTS_PER_CORE:g} W per core; the OS does not report a TDP"},
         "dispatch-estimate": {"url": "repo:benchmarks/cpu_probe.py", "kind": "estimate",
@@ -134,6 +155,8 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
                                      "median 2.06 us over ops on a Zen 4 VM (benchmarks/host_dispatch.py); measure "
                                      "this machine with that benchmark"},
     }
+    if dram:
+        sources[DRAM_MEASUREMENT_SOURCE] = {"url": dram.url, "kind": "measured", "note": dram.note}
     memory: dict[str, dict] = {}
     for level, _kind, size, instances in facts.caches:
         per_cycle_bytes = L1_BYTES_PER_CYCLE if level == 1 else OUTER_CACHE_BYTES_PER_CYCLE
@@ -144,8 +167,9 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
     memory["dram"] = {
         "kind": "dram", "managed": "hardware",
         "capacity": f"{max(facts.memory_bytes, 2**30) / 2**30:.4g} GiB",
-        "bandwidth": _quantity(facts.cores * DRAM_BYTES_PER_S_PER_CORE / 1e9, "GB/s"),
-        "source": "detected", "field_sources": {"bandwidth": "bandwidth-estimate"}}
+        "bandwidth": _quantity((dram.bytes_per_s if dram else facts.cores * DRAM_BYTES_PER_S_PER_CORE) / 1e9, "GB/s"),
+        "source": "detected",
+        "field_sources": {"bandwidth": DRAM_MEASUREMENT_SOURCE if dram else "bandwidth-estimate"}}
     return {
         "schema_version": 1, "name": name, "family": "cpu",
         "vendor": {"AuthenticAMD": "AMD", "GenuineIntel": "Intel"}.get(facts.vendor, facts.vendor),
@@ -164,6 +188,6 @@ def detected_spec(facts: CpuFacts, name: str = "local-cpu") -> dict:
     }
 
 
-def detected_spec_yaml(facts: CpuFacts, name: str = "local-cpu") -> str:
+def detected_spec_yaml(facts: CpuFacts, name: str = "local-cpu", dram: MeasuredBandwidth | None = None) -> str:
     header = "# Written by 'perfmodel specs detect'; values marked 'estimate' should be calibrated.\n"
-    return header + yaml.safe_dump(detected_spec(facts, name), sort_keys=False, width=120)
+    return header + yaml.safe_dump(detected_spec(facts, name, dram), sort_keys=False, width=120)
