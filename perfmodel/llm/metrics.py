@@ -184,7 +184,9 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     a, tp, pp = architecture, parallelism.tp, parallelism.pp
     stage_parameters = a.stage_parameters(pp)
     per_sequence = a.kv_cache_bytes(scenario.prompt_tokens + scenario.generated_tokens, kv_bytes, a.stage_layers(pp))
-    kv = per_sequence * a.kv_tp_share(tp) * np.asarray(scenario.batch)
+    # a hybrid's linear layers keep a fixed state per sequence instead (Architecture.state_bytes)
+    state = a.state_bytes(kv_bytes, a.stage_layers(pp)) * a.state_tp_share(tp)
+    kv = (per_sequence * a.kv_tp_share(tp) + state) * np.asarray(scenario.batch)
     prompt_tokens = np.asarray(scenario.batch) * scenario.prompt_tokens
     widest = a.hidden + _widest_mlp(a) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes

@@ -24,12 +24,14 @@ from perfmodel.llm.architecture import (
     WHOLE_CONTEXT,
     Architecture,
     LatentAttention,
+    RecurrentMixer,
     _activation,
 )
 
-MODULE_KINDS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+MODULE_KINDS = ("embedding", "attention", "linear_attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
 _LAYER = re.compile(r"^(?:model\.layers|transformer\.h|model\.language_model\.layers)\.(\d+)\.(.+)$")
 _ATTENTION = ("self_attn.", "attn.")
+_LINEAR = ("linear_attn.", "mamba.")  # a hybrid's recurrent mixer: gated delta net (Qwen3-Next), Mamba-2
 _MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
 _LAYER_NORMS = re.compile(r"^(input_layernorm|post_attention_layernorm|pre_feedforward_layernorm|"
                           r"post_feedforward_layernorm|ln_1|ln_2)\.(weight|bias)$")
@@ -97,6 +99,8 @@ def kind_of(name: str) -> tuple[int | None, str]:
     match = _LAYER.match(name)
     if match:
         layer, rest = int(match.group(1)), match.group(2)
+        if rest.startswith(_LINEAR):
+            return layer, "linear_attention"
         if rest.startswith(_ATTENTION):
             return layer, "attention"
         if _LAYER_NORMS.match(rest):
@@ -105,7 +109,7 @@ def kind_of(name: str) -> tuple[int | None, str]:
             inner = rest.split(".", 1)[1]
             if inner.startswith("experts."):
                 return layer, "experts"
-            if inner.startswith(("shared_experts.", "shared_expert.")):
+            if inner.startswith(("shared_experts.", "shared_expert.", "shared_expert_gate.")):
                 return layer, "shared_experts"
             if inner.startswith(("gate.", "router.")):
                 return layer, "router"
@@ -171,8 +175,10 @@ def _attention_fields(params: Mapping[str, tuple[int, ...]], heads: int, hidden:
     if q is None and fused is None:
         raise PerfmodelError(f"attention without q_proj or qkv_proj ({', '.join(attention) or 'no parameters'}): "
                              "not a structure perfmodel prices (linear attention and state-space layers are not modeled)")
+    out = _find(attention, "o_proj.weight")
+    gate = q is not None and out is not None and q[0] == 2 * out[1]  # the query and its output gate, interleaved
     if q is not None and k is not None:
-        q_width, kv_width = q[0], k[0]
+        q_width, kv_width = (q[0] // 2 if gate else q[0]), k[0]
     else:
         assert fused is not None
         out = _find(attention, "o_proj.weight")
@@ -182,8 +188,42 @@ def _attention_fields(params: Mapping[str, tuple[int, ...]], heads: int, hidden:
     if q_width % heads or kv_width % head_dim:
         raise PerfmodelError(f"query width {q_width} and KV width {kv_width} are not whole heads of "
                              f"{heads} heads (num_attention_heads)")
-    return {**common, "head_dim": head_dim, "kv_heads": kv_width // head_dim,
+    return {**common, "head_dim": head_dim, "kv_heads": kv_width // head_dim, "attention_gate": gate,
             "qkv_bias": _has(attention, r"\.(q_proj|qkv_proj)\.bias$")}
+
+
+def _config_size(hf_config: Any, *names: str) -> int:
+    """A width the class's shapes hold only as a product (heads x head dim): read by hand from the config."""
+    for field_name in names:
+        value = getattr(hf_config, field_name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    raise PerfmodelError(f"the config gives no {' / '.join(names)}: the recurrent mixer's heads cannot be read")
+
+
+def _mixer_fields(params: Mapping[str, tuple[int, ...]], hf_config: Any) -> RecurrentMixer:
+    """The recurrent mixer of one linear layer, from its shapes (heads from A_log, the value width from
+    out_proj, the conv's channels and taps from conv1d); the key heads (GDN) or groups (Mamba-2) by hand."""
+    mixer = {name.split(".", 1)[1]: shape for name, shape in params.items() if name.startswith(_LINEAR)}
+    a_log, out, conv = mixer.get("A_log"), mixer.get("out_proj.weight"), mixer.get("conv1d.weight")
+    if a_log is None or out is None or conv is None:
+        raise PerfmodelError(f"a linear-attention layer with {', '.join(mixer)}: perfmodel prices gated delta net "
+                             "(in_proj_qkvz, in_proj_ba, conv1d, A_log, norm, out_proj) and Mamba-2 (in_proj, conv1d, "
+                             "A_log, D, norm, out_proj) mixers")
+    heads, value_width, (channels, _, taps) = a_log[0], out[1], conv
+    if "in_proj_qkvz.weight" in mixer:
+        kind, key_heads = "gated_delta_net", _config_size(hf_config, "linear_num_key_heads")
+    elif "in_proj.weight" in mixer and "D" in mixer:
+        kind, key_heads = "mamba2", _config_size(hf_config, "mamba_n_groups", "n_groups")
+    else:
+        raise PerfmodelError(f"a linear-attention layer with {', '.join(mixer)}: neither a gated delta net nor a "
+                             "Mamba-2 mixer; refused rather than guessed")
+    key_width = (channels - value_width) // 2
+    if value_width % heads or key_width % key_heads:
+        raise PerfmodelError(f"the {kind} mixer's widths ({value_width} values, {key_width} keys) are not whole heads "
+                             f"of {heads} value heads and {key_heads} key heads")
+    return RecurrentMixer(kind=kind, heads=heads, key_heads=key_heads, key_dim=key_width // key_heads,
+                          value_dim=value_width // heads, conv_kernel=taps, conv_bias="conv1d.bias" in mixer)
 
 
 def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int, bool]:
@@ -208,10 +248,11 @@ def _expert_fields(params: Mapping[str, tuple[int, ...]], hidden: int) -> dict[s
                              "expert tensors (transformers' MoE layers)")
     width = down[2] if down[1] == hidden else down[1]
     shared = _find(params, "shared_experts.gate_proj.weight", "shared_expert.gate_proj.weight")
+    shared_gate = _find(params, "shared_expert_gate.weight")
     router = {name: shape for name, shape in params.items() if re.search(r"\.(gate|router)\.", name)}
     return {"experts": gate_up[0], "expert_intermediate": width, "shared_intermediate": 0 if shared is None else shared[0],
             "router_bias": any(name.endswith("bias") for name in router),
-            "expert_bias": "gate_up_proj_bias" in experts}
+            "expert_bias": "gate_up_proj_bias" in experts, "shared_expert_gate": shared_gate is not None}
 
 
 def _one(values: list[Any], label: str) -> Any:
@@ -231,7 +272,7 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
         return (int(window),) * layers
     windows = []
     for kind in types:
-        if kind == "full_attention":
+        if kind in ("full_attention", "linear_attention"):  # a linear layer keeps a state: its window is moot
             windows.append(WHOLE_CONTEXT)
         elif kind in _WINDOW_FIELD and getattr(hf_config, _WINDOW_FIELD[kind], None):
             windows.append(int(getattr(hf_config, _WINDOW_FIELD[kind])))
@@ -269,7 +310,16 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     vocab, hidden = embedding
     layers = _layers(shapes)
     heads = int(getattr(hf_config, "num_attention_heads", 0) or getattr(hf_config, "n_head", 0))
-    attention = _one([_attention_fields(params, heads, hidden) for params in layers.values()], "attention")
+    linear = tuple(any(key.startswith(_LINEAR) for key in params) for params in layers.values())
+    attention = _one([_attention_fields(params, heads, hidden) for params, flag in zip(layers.values(), linear,
+                                                                                       strict=True) if not flag],
+                     "attention")
+    hybrid: dict[str, Any] = {}
+    if any(linear):
+        hybrid = {"mixer": _one([_mixer_fields(params, hf_config) for params, flag in zip(layers.values(), linear,
+                                                                                          strict=True) if flag],
+                                "linear-attention mixer"),
+                  "linear_layers": linear}
     moe_flags = tuple(any(".experts." in key for key in params) for params in layers.values())
     experts: dict[str, Any] = {}
     if any(moe_flags):
@@ -303,7 +353,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         layer_windows=None if uniform else windows,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
         activation=_activation(act_config, "silu"), mtp_modules=_mtp_modules(hf_config),
-        **attention, **experts)
+        **attention, **experts, **hybrid)
     derived = architecture.parameters_by_kind()
     wrong = [f"{kind}: the class has {class_counts[kind]:,}, perfmodel's reading {derived[kind]:,}"
              for kind in MODULE_KINDS if class_counts[kind] != derived[kind]]
