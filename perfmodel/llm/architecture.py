@@ -29,6 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
+from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 
 GATED_MLP_MATRICES = 3  # gate, up, down
@@ -168,6 +169,9 @@ class Architecture:
     shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared expert's output (Qwen2/3-MoE-style)
     mixer: RecurrentMixer | None = None  # the token mixer of the hybrid's linear layers
     linear_layers: tuple[bool, ...] | None = None  # per layer: the recurrent mixer instead of attention
+    # The recurrent state's dtype when the config fixes it (Qwen3.5's ``mamba_ssm_dtype``, Nemotron-H's
+    # ``mamba_ssm_cache_dtype``: float32); None: the KV cache's (vLLM's ``mamba_ssm_cache_dtype`` "auto").
+    state_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if (self.mixer is None) != (self.linear_layers is None):
@@ -385,10 +389,16 @@ class Architecture:
         linear = len(layers) - self.attention_layers_in(layers)
         return linear * (self.mixer.state_elements + self.mixer.conv_state_elements)
 
-    def state_bytes(self, state_bytes_per_element: float, layers: range | None = None) -> float:
-        """Bytes of state one sequence keeps in ``layers``, at the cache's element size (vLLM's default
-        ``mamba_ssm_cache_dtype`` "auto" keeps the state in the model's dtype)."""
-        return self.state_elements_per_sequence(layers) * state_bytes_per_element
+    def state_bytes(self, kv_bytes_per_element: float, layers: range | None = None) -> float:
+        """Bytes of state one sequence keeps in ``layers``: the conv state at the KV cache's element size,
+        the recurrent state at ``state_dtype``'s (the KV cache's when None: vLLM's default
+        ``mamba_ssm_cache_dtype`` "auto" keeps it in the model's dtype)."""
+        if self.mixer is None:
+            return 0.0
+        layers = range(self.layers) if layers is None else layers
+        linear = len(layers) - self.attention_layers_in(layers)
+        state = kv_bytes_per_element if self.state_dtype is None else DTYPES[self.state_dtype].bytes_per_element
+        return linear * (self.mixer.state_elements * state + self.mixer.conv_state_elements * kv_bytes_per_element)
 
     def state_tp_share(self, tp: int) -> float:
         """The share of a linear layer's state one of ``tp`` chips holds: its heads (``check`` requires
@@ -412,7 +422,7 @@ class Architecture:
         return max(self.kv_heads // tp, 1) / self.kv_heads
 
 
-HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers")
+HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers", "state_dtype")
 _DEFAULTS = {field.name: field.default for field in fields(Architecture)}
 
 
@@ -548,7 +558,8 @@ STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_sh
 
 # Multimodal configs whose text model (``text_config``) serves the tokens: its model_type in transformers.
 # The vision encoder is not priced.
-MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
+                          "qwen3_5_moe": "qwen3_5_moe_text"}
 
 
 def is_native_block(config: Mapping) -> bool:

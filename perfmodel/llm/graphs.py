@@ -374,7 +374,7 @@ def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape
                      "elements": tokens * channels})
     ops = [_linear("layers.linear_attn.in_proj", tokens, a.hidden, projected, s, layers), conv]
     if decode:
-        state = _t((shape.batch, heads, m.key_dim, m.value_dim), s.kv_dtype, "kv_cache")
+        state = _t((shape.batch, heads, m.key_dim, m.value_dim), a.state_dtype or s.kv_dtype, "kv_cache")
         ops.append(Op(name="layers.linear_attn.recurrent_step", kind="elementwise", count=layers,
                       provenance="fused_recurrent", inputs=(state, mixed), outputs=(state, _t((tokens, value_width), act)),
                       attrs={"flops_per_element": RECURRENT_STEP_FLOPS[m.kind],

@@ -33,11 +33,14 @@ _LAYER = re.compile(r"^(?:model\.layers|transformer\.h|model\.language_model\.la
 _ATTENTION = ("self_attn.", "attn.")
 _LINEAR = ("linear_attn.", "mamba.")  # a hybrid's recurrent mixer: gated delta net (Qwen3-Next), Mamba-2
 _MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
+# Granite-4.0's MLP beside its routed experts (GraniteMoeHybridMLP: input_linear makes gate and up, output_linear
+# is down): the shared expert of a MoE layer, the dense MLP of a layer without experts.
+_SHARED_MLP = "shared_mlp."
 _LAYER_NORMS = re.compile(r"^(input_layernorm|post_attention_layernorm|pre_feedforward_layernorm|"
-                          r"post_feedforward_layernorm|ln_1|ln_2)\.(weight|bias)$")
+                          r"post_feedforward_layernorm|pre_ff_layernorm|ln_1|ln_2)\.(weight|bias)$")
 _OUTSIDE = {"model.embed_tokens.weight": "embedding", "transformer.wte.weight": "embedding",
             "lm_head.weight": "lm_head", "lm_head.bias": "lm_head", "model.norm.weight": "norms",
-            "model.norm.bias": "norms", "transformer.ln_f.weight": "norms", "transformer.ln_f.bias": "norms"}
+            "model.norm.bias": "norms", "model.final_layernorm.weight": "norms", "transformer.ln_f.weight": "norms", "transformer.ln_f.bias": "norms"}
 # Windows each attention kind of ``layer_types`` sees. Chunked attention (Llama 4: each query sees the
 # keys of its own chunk, at most attention_chunk_size) is priced as a window of the chunk: the most
 # keys a query sees and the most a layer caches.
@@ -101,6 +104,8 @@ def kind_of(name: str) -> tuple[int | None, str]:
         layer, rest = int(match.group(1)), match.group(2)
         if rest.startswith(_LINEAR):
             return layer, "linear_attention"
+        if rest.startswith(_SHARED_MLP) and rest.split(".")[1] in ("input_linear", "output_linear"):
+            return layer, "shared_experts"  # (the dense MLP of a layer without experts: class_parameters_by_kind)
         if rest.startswith(_ATTENTION):
             return layer, "attention"
         if _LAYER_NORMS.match(rest):
@@ -121,11 +126,13 @@ def kind_of(name: str) -> tuple[int | None, str]:
 
 def class_parameters_by_kind(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
     counts = dict.fromkeys(MODULE_KINDS, 0)
+    moe_layers = {kind_of(name)[0] for name in shapes if ".experts." in name}
     for name, shape in shapes.items():
         numel = 1
         for size in shape:
             numel *= size
-        counts[kind_of(name)[1]] += numel
+        layer, kind = kind_of(name)
+        counts["mlp" if kind == "shared_experts" and _SHARED_MLP in name and layer not in moe_layers else kind] += numel
     return counts
 
 
@@ -201,6 +208,23 @@ def _config_size(hf_config: Any, *names: str) -> int:
     raise PerfmodelError(f"the config gives no {' / '.join(names)}: the recurrent mixer's heads cannot be read")
 
 
+def _state_dtype(hf_config: Any) -> str | None:
+    """The recurrent state's dtype when the config fixes it (``mamba_ssm_dtype`` / ``mamba_ssm_cache_dtype``,
+    read by hand: no parameter holds it); None: the KV cache's."""
+    from perfmodel.dtypes import ALIASES, DTYPES
+
+    for field_name in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
+        value = getattr(hf_config, field_name, None)
+        if value is None or value == "auto":
+            continue
+        name = ALIASES.get(str(value).removeprefix("torch."), str(value))
+        if name not in DTYPES:
+            raise PerfmodelError(f"config field {field_name!r}: {value!r} is not a dtype perfmodel knows (float32, "
+                                 "bfloat16, float16)")
+        return name
+    return None
+
+
 def _mixer_fields(params: Mapping[str, tuple[int, ...]], hf_config: Any) -> RecurrentMixer:
     """The recurrent mixer of one linear layer, from its shapes (heads from A_log, the value width from
     out_proj, the conv's channels and taps from conv1d); the key heads (GDN) or groups (Mamba-2) by hand."""
@@ -211,9 +235,9 @@ def _mixer_fields(params: Mapping[str, tuple[int, ...]], hf_config: Any) -> Recu
                              "(in_proj_qkvz, in_proj_ba, conv1d, A_log, norm, out_proj) and Mamba-2 (in_proj, conv1d, "
                              "A_log, D, norm, out_proj) mixers")
     heads, value_width, (channels, _, taps) = a_log[0], out[1], conv
-    if "in_proj_qkvz.weight" in mixer:
+    if "in_proj_qkvz.weight" in mixer or "in_proj_qkv.weight" in mixer:  # fused (Qwen3-Next) or split (Qwen3.5)
         kind, key_heads = "gated_delta_net", _config_size(hf_config, "linear_num_key_heads")
-    elif "in_proj.weight" in mixer and "D" in mixer:
+    elif "in_proj.weight" in mixer and "D" in mixer and "x_proj.weight" not in mixer:  # (Mamba-1 has x_proj, dt_proj)
         kind, key_heads = "mamba2", _config_size(hf_config, "mamba_n_groups", "n_groups")
     else:
         raise PerfmodelError(f"a linear-attention layer with {', '.join(mixer)}: neither a gated delta net nor a "
@@ -233,6 +257,8 @@ def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int,
         return part["gate_proj.weight"][0], True
     if "gate_up_proj.weight" in part:
         return part["gate_up_proj.weight"][0] // 2, True
+    if "input_linear.weight" in part:
+        return part["input_linear.weight"][0] // 2, True
     if "fc_in.weight" in part:
         return part["fc_in.weight"][0], False
     raise PerfmodelError(f"MLP {prefix.rstrip('.')} has {', '.join(part) or 'no parameters'}: not a gated "
@@ -248,9 +274,11 @@ def _expert_fields(params: Mapping[str, tuple[int, ...]], hidden: int) -> dict[s
                              "expert tensors (transformers' MoE layers)")
     width = down[2] if down[1] == hidden else down[1]
     shared = _find(params, "shared_experts.gate_proj.weight", "shared_expert.gate_proj.weight")
+    granite_shared = _find(params, _SHARED_MLP + "input_linear.weight")
+    shared_width = shared[0] if shared is not None else granite_shared[0] // 2 if granite_shared is not None else 0
     shared_gate = _find(params, "shared_expert_gate.weight")
     router = {name: shape for name, shape in params.items() if re.search(r"\.(gate|router)\.", name)}
-    return {"experts": gate_up[0], "expert_intermediate": width, "shared_intermediate": 0 if shared is None else shared[0],
+    return {"experts": gate_up[0], "expert_intermediate": width, "shared_intermediate": shared_width,
             "router_bias": any(name.endswith("bias") for name in router),
             "expert_bias": "gate_up_proj_bias" in experts, "shared_expert_gate": shared_gate is not None}
 
@@ -311,12 +339,20 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     layers = _layers(shapes)
     heads = int(getattr(hf_config, "num_attention_heads", 0) or getattr(hf_config, "n_head", 0))
     linear = tuple(any(key.startswith(_LINEAR) for key in params) for params in layers.values())
+    both = [index for index, params in layers.items()
+            if any(key.startswith(_LINEAR) for key in params) and any(key.startswith(_ATTENTION) for key in params)]
+    if both:
+        raise PerfmodelError(f"layer {both[0]} has both attention and a recurrent mixer side by side (a parallel hybrid, "
+                             "Falcon-H1): perfmodel prices hybrids whose layers use one or the other")
+    if all(linear):
+        raise PerfmodelError("every layer is a linear-attention / state-space layer: perfmodel prices hybrids whose "
+                             "other layers are attention, not pure state-space models")
     attention = _one([_attention_fields(params, heads, hidden) for params, flag in zip(layers.values(), linear,
                                                                                        strict=True) if not flag],
                      "attention")
     hybrid: dict[str, Any] = {}
     if any(linear):
-        hybrid = {"mixer": _one([_mixer_fields(params, hf_config) for params, flag in zip(layers.values(), linear,
+        hybrid = {"state_dtype": _state_dtype(hf_config), "mixer": _one([_mixer_fields(params, hf_config) for params, flag in zip(layers.values(), linear,
                                                                                           strict=True) if flag],
                                 "linear-attention mixer"),
                   "linear_layers": linear}
@@ -325,7 +361,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     if any(moe_flags):
         experts = _one([_expert_fields(params, hidden) for params, moe in zip(layers.values(), moe_flags, strict=True)
                         if moe], "experts")
-    dense = [_mlp_width(params, next(p for p in _MLP if any(k.startswith(p) for k in params)))
+    dense = [_mlp_width(params, next(p for p in (*_MLP, _SHARED_MLP) if any(k.startswith(p) for k in params)))
              for params, moe in zip(layers.values(), moe_flags, strict=True) if not moe]
     intermediate, gated = _one(dense, "dense MLP") if dense else (experts["expert_intermediate"], True)
     if experts.get("expert_intermediate") == intermediate:  # one width for every MLP (Mixtral): no second field
