@@ -33,7 +33,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
-from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
+from perfmodel.llm.graphs import Parallelism, Scenario, check, layer_groups, pipeline_send, stage_graph
 from perfmodel.roofline.arrays import (
     ArrayEvaluation,
     at_first_axis,
@@ -318,7 +318,8 @@ def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scena
                                      stream_items=scenario.batch * prompt)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
-    if graphs is stage_graph:
+    # (a stage of a hybrid's linear layers alone reads no context, so an array context would not sweep it)
+    if graphs is stage_graph and layer_groups(architecture, parallelism.pp).attention:
         # The three decode contexts as one graph whose context is an array (the condensed graphs take
         # array dimensions): one evaluation, three points.
         decode_graph = graphs(architecture, scenario, parallelism, phase="decode", context=np.asarray(contexts))
