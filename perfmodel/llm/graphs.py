@@ -377,7 +377,7 @@ def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape
         state = _t((shape.batch, heads, m.key_dim, m.value_dim), a.state_dtype or s.kv_dtype, "kv_cache")
         ops.append(Op(name="layers.linear_attn.recurrent_step", kind="elementwise", count=layers,
                       provenance="fused_recurrent", inputs=(state, mixed), outputs=(state, _t((tokens, value_width), act)),
-                      attrs={"flops_per_element": RECURRENT_STEP_FLOPS[m.kind],
+                      attrs={"flops_per_element": RECURRENT_STEP_FLOPS[m.kind], "dtype": act,
                              "elements": shape.batch * heads * m.key_dim * m.value_dim}))
     else:
         chunk = SCAN_CHUNK[m.kind]

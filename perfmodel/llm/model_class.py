@@ -28,7 +28,8 @@ from perfmodel.llm.architecture import (
     _activation,
 )
 
-MODULE_KINDS = ("embedding", "attention", "linear_attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+MODULE_KINDS = ("embedding", "attention", "linear_attention", "mlp", "experts", "shared_experts", "router", "norms",
+                "lm_head")
 _LAYER = re.compile(r"^(?:model\.layers|transformer\.h|model\.language_model\.layers)\.(\d+)\.(.+)$")
 _ATTENTION = ("self_attn.", "attn.")
 _LINEAR = ("linear_attn.", "mamba.")  # a hybrid's recurrent mixer: gated delta net (Qwen3-Next), Mamba-2
@@ -40,7 +41,8 @@ _LAYER_NORMS = re.compile(r"^(input_layernorm|post_attention_layernorm|pre_feedf
                           r"post_feedforward_layernorm|pre_ff_layernorm|ln_1|ln_2)\.(weight|bias)$")
 _OUTSIDE = {"model.embed_tokens.weight": "embedding", "transformer.wte.weight": "embedding",
             "lm_head.weight": "lm_head", "lm_head.bias": "lm_head", "model.norm.weight": "norms",
-            "model.norm.bias": "norms", "model.final_layernorm.weight": "norms", "transformer.ln_f.weight": "norms", "transformer.ln_f.bias": "norms"}
+            "model.norm.bias": "norms", "model.final_layernorm.weight": "norms", "transformer.ln_f.weight": "norms",
+            "transformer.ln_f.bias": "norms"}
 # Windows each attention kind of ``layer_types`` sees. Chunked attention (Llama 4: each query sees the
 # keys of its own chunk, at most attention_chunk_size) is priced as a window of the chunk: the most
 # keys a query sees and the most a layer caches.
@@ -347,15 +349,13 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     if all(linear):
         raise PerfmodelError("every layer is a linear-attention / state-space layer: perfmodel prices hybrids whose "
                              "other layers are attention, not pure state-space models")
-    attention = _one([_attention_fields(params, heads, hidden) for params, flag in zip(layers.values(), linear,
-                                                                                       strict=True) if not flag],
-                     "attention")
+    mixers = [params for params, flag in zip(layers.values(), linear, strict=True) if flag]
+    attention = _one([_attention_fields(params, heads, hidden)
+                      for params, flag in zip(layers.values(), linear, strict=True) if not flag], "attention")
     hybrid: dict[str, Any] = {}
-    if any(linear):
-        hybrid = {"state_dtype": _state_dtype(hf_config), "mixer": _one([_mixer_fields(params, hf_config) for params, flag in zip(layers.values(), linear,
-                                                                                          strict=True) if flag],
-                                "linear-attention mixer"),
-                  "linear_layers": linear}
+    if mixers:
+        hybrid = {"state_dtype": _state_dtype(hf_config), "linear_layers": linear,
+                  "mixer": _one([_mixer_fields(params, hf_config) for params in mixers], "linear-attention mixer")}
     moe_flags = tuple(any(".experts." in key for key in params) for params in layers.values())
     experts: dict[str, Any] = {}
     if any(moe_flags):
