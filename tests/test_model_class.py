@@ -238,7 +238,7 @@ def test_pipeline_stage_is_the_heaviest_slice():
 
 
 @pytest.mark.parametrize("config, needle", [
-    ({"model_type": "qwen2_moe", "num_hidden_layers": 2}, "shared_expert_gate"),
+    ({"model_type": "lfm2", "num_hidden_layers": 2}, "feed_forward.w1"),
     ({"model_type": "no_such_model"}, "not a model class the installed transformers"),
     ({"model_type": "mamba2", "num_hidden_layers": 2}, "does not price"),
 ])
@@ -432,7 +432,7 @@ def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib)
 
 # More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
 # meta model's count, kind by kind) or refused naming the module or kind that does not fit.
-MORE_FAMILIES = ("qwen2", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2", "gemma2",
+MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2", "gemma2",
                  "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
 
 
