@@ -686,3 +686,15 @@ def test_eager_capture_refuses_hybrids():
     from perfmodel.llm.eager import supports
 
     assert "condensed graph" in supports(load_config(QWEN3_NEXT))
+
+
+def test_mamba2_groups_fewer_than_tp_are_replicated():
+    """Granite-4.0-H-Small's Mamba-2 layers have one group (B and C shared by 128 heads of 64 x 128 state): on 8
+    chips each holds 16 heads' state and its own copy of the group's B and C conv channels (vLLM's MambaMixer2)."""
+    a = load_architecture("granite-4.0-h-small")
+    assert (a.mixer.kind, a.mixer.heads, a.mixer.key_heads, a.mixer.key_dim, a.mixer.value_dim) == \
+        ("mamba2", 128, 1, 128, 64)
+    per_chip = 36 * (128 * 64 * 128 // 8 * 2 + (2 * 1 * 128 + 8192 // 8) * 4 * 2)
+    assert a.state_bytes(2, tp=8) == per_chip
+    memory = memory_per_chip(a, Scenario(batch=4, prompt_tokens=1000, generated_tokens=24), Parallelism(tp=8))
+    assert memory.kv_cache == 4 * (4 * 2 * 8 // 8 * 128 * 2 * 1024 + per_chip)  # 4 attention layers, 1 KV head a chip

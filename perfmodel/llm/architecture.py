@@ -118,6 +118,18 @@ class RecurrentMixer:
         of the state)."""
         return self.conv_channels * self.conv_kernel
 
+    def local_key_heads(self, tp: int) -> int:
+        """Key heads (groups) on one of ``tp`` chips: split while tp <= key heads, replicated beyond (vLLM's
+        MambaMixer2 duplicates the groups so that every chip holds those of its heads)."""
+        return max(self.key_heads // tp, 1)
+
+    def local_conv_channels(self, tp: int) -> int:
+        return 2 * self.local_key_heads(tp) * self.key_dim + self.value_width // tp
+
+    def state_elements_per_chip(self, tp: int) -> tuple[int, int]:
+        """(recurrent, conv) state elements of one sequence in one layer on one of ``tp`` chips."""
+        return self.state_elements // tp, self.local_conv_channels(tp) * self.conv_kernel
+
     def parameters(self, hidden: int) -> int:
         """GDN: in_proj_qkvz (q, k, v, and the output gate z as wide as v), in_proj_ba (b, a per head),
         conv1d, dt_bias and A_log per head, the gated norm (value_dim), out_proj. Mamba-2: in_proj (z, x,
@@ -389,21 +401,18 @@ class Architecture:
         linear = len(layers) - self.attention_layers_in(layers)
         return linear * (self.mixer.state_elements + self.mixer.conv_state_elements)
 
-    def state_bytes(self, kv_bytes_per_element: float, layers: range | None = None) -> float:
-        """Bytes of state one sequence keeps in ``layers``: the conv state at the KV cache's element size,
-        the recurrent state at ``state_dtype``'s (the KV cache's when None: vLLM's default
-        ``mamba_ssm_cache_dtype`` "auto" keeps it in the model's dtype)."""
+    def state_bytes(self, kv_bytes_per_element: float, layers: range | None = None, tp: int = 1) -> float:
+        """Bytes of state one sequence keeps in ``layers`` on one of ``tp`` chips (the heads split, the key
+        heads/groups split or replicated, ``RecurrentMixer.local_key_heads``): the conv state at the KV
+        cache's element size, the recurrent state at ``state_dtype``'s (the KV cache's when None: vLLM's
+        default ``mamba_ssm_cache_dtype`` "auto" keeps it in the model's dtype)."""
         if self.mixer is None:
             return 0.0
         layers = range(self.layers) if layers is None else layers
         linear = len(layers) - self.attention_layers_in(layers)
         state = kv_bytes_per_element if self.state_dtype is None else DTYPES[self.state_dtype].bytes_per_element
-        return linear * (self.mixer.state_elements * state + self.mixer.conv_state_elements * kv_bytes_per_element)
-
-    def state_tp_share(self, tp: int) -> float:
-        """The share of a linear layer's state one of ``tp`` chips holds: its heads (``check`` requires
-        tp to divide them)."""
-        return 1.0 / tp
+        recurrent, conv = self.mixer.state_elements_per_chip(tp)
+        return linear * (recurrent * state + conv * kv_bytes_per_element)
 
     def kv_cache_bytes(self, context, kv_bytes_per_element: float, layers: range | None = None):
         """Bytes one sequence of ``context`` tokens keeps in ``layers`` (default: all), each layer's

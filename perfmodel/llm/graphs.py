@@ -103,9 +103,10 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
     elif architecture.kv_heads % tp and tp % architecture.kv_heads:
         problems.append(f"tp={tp} neither divides nor is a multiple of {architecture.kv_heads} KV heads")
     mixer = architecture.mixer
-    if mixer is not None and min(tp, pp, ep, dp) >= 1 and (mixer.heads % tp or mixer.key_heads % tp):
-        problems.append(f"tp={tp} does not divide the {mixer.kind} layers' {mixer.heads} heads and {mixer.key_heads} "
-                        f"key heads (groups)")
+    if mixer is not None and min(tp, pp, ep, dp) >= 1 and (mixer.heads % tp or (mixer.key_heads % tp
+                                                                              and tp % mixer.key_heads)):
+        problems.append(f"tp={tp} must divide the {mixer.kind} layers' {mixer.heads} heads, and divide or be a "
+                        f"multiple of their {mixer.key_heads} key heads (groups)")
     if pp > architecture.layers:
         problems.append(f"pp={pp} is more than the {architecture.layers} layers")
     if min(tp, pp, ep, dp) >= 1:  # every shard must keep some of the MLP and of the vocabulary
@@ -342,7 +343,8 @@ def _bmm(name: str, batch, m, n, k, dtype: str, count: int, *, state_out: bool =
 
 
 def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, groups: LayerGroups) -> list[Op]:
-    """A hybrid's linear layers (``RecurrentMixer``), heads split by tp (vLLM shards them as attention heads).
+    """A hybrid's linear layers (``RecurrentMixer``), heads split by tp (vLLM shards them as attention heads;
+    key heads / groups fewer than tp are replicated, ``RecurrentMixer.local_key_heads``).
 
     The input projection (q, k, v, the output gate z and the per-head b, a of a gated delta net; z, x, B,
     C, dt of Mamba-2), the depthwise causal conv over the q/k/v (x/B/C) channels, the token mixing, the
@@ -361,8 +363,8 @@ def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape
       states C h (C x P x N)."""
     m, act = a.mixer, s.activation_dtype
     assert m is not None
-    heads, key_heads, layers, tokens = m.heads // p.tp, m.key_heads // p.tp, groups.linear, shape.tokens
-    key_width, value_width, channels = key_heads * m.key_dim, heads * m.value_dim, m.conv_channels // p.tp
+    heads, key_heads, layers, tokens = m.heads // p.tp, m.local_key_heads(p.tp), groups.linear, shape.tokens
+    key_width, value_width, channels = key_heads * m.key_dim, heads * m.value_dim, m.local_conv_channels(p.tp)
     gdn = m.kind == "gated_delta_net"
     projected = 2 * key_width + 2 * value_width + (2 * heads if gdn else heads)
     conv_state = _t((shape.batch, channels, m.conv_kernel), s.kv_dtype, "kv_cache")

@@ -185,7 +185,7 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     stage_parameters = a.stage_parameters(pp)
     per_sequence = a.kv_cache_bytes(scenario.prompt_tokens + scenario.generated_tokens, kv_bytes, a.stage_layers(pp))
     # a hybrid's linear layers keep a fixed state per sequence instead (Architecture.state_bytes)
-    state = a.state_bytes(kv_bytes, a.stage_layers(pp)) * a.state_tp_share(tp)
+    state = a.state_bytes(kv_bytes, a.stage_layers(pp), tp)
     kv = (per_sequence * a.kv_tp_share(tp) + state) * np.asarray(scenario.batch)
     prompt_tokens = np.asarray(scenario.batch) * scenario.prompt_tokens
     widest = a.hidden + _widest_mlp(a) / tp

@@ -96,7 +96,7 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     kv_element = DTYPES[scenario.kv_dtype].bytes_per_element
     # A hybrid's linear layers keep one fixed state per running sequence (vLLM holds one state slot per
     # request): max_batch of them come off the budget first.
-    states = max_batch * a.state_bytes(kv_element, a.stage_layers(parallelism.pp)) * a.state_tp_share(parallelism.tp)
+    states = max_batch * a.state_bytes(kv_element, a.stage_layers(parallelism.pp), parallelism.tp)
     budget = capacity - weights - activations - workspace - states
     # Blocks hold whole-context tokens: a model whose layers differ in window is charged the full
     # context in every attention layer (a paged cache without a hybrid allocator; conservative).
