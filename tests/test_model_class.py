@@ -432,7 +432,8 @@ def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib)
 
 # More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
 # meta model's count, kind by kind) or refused naming the module or kind that does not fit.
-MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2", "gemma2",
+MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2",
+                 "gemma2",
                  "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
 
 
