@@ -699,3 +699,11 @@ def test_mamba2_groups_fewer_than_tp_are_replicated():
     assert a.state_bytes(2, tp=8) == per_chip
     memory = memory_per_chip(a, Scenario(batch=4, prompt_tokens=1000, generated_tokens=24), Parallelism(tp=8))
     assert memory.kv_cache == 4 * (4 * 2 * 8 // 8 * 128 * 2 * 1024 + per_chip)  # 4 attention layers, 1 KV head a chip
+
+
+def test_disaggregated_transfer_carries_the_state():
+    """A prefill worker hands the decode worker the attention layers' KV and the linear layers' state."""
+    from perfmodel.serving.disaggregated import kv_transfer_bytes
+
+    expected = 12 * 2 * 2 * 256 * 2 * 1000 + 36 * (32 * 128 * 128 + 8192 * 4) * 2
+    assert float(kv_transfer_bytes(load_architecture(QWEN3_NEXT), 1000, "bf16")) == expected

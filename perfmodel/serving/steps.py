@@ -24,7 +24,9 @@
   spec has one, ``costs.residency``), the
   activation buffers of a full step's prefill and the logits of a full batch
   (``llm.metrics.memory_per_chip``), divided into blocks of ``block_size`` tokens of
-  ``Architecture.kv_bytes_per_token`` (the fullest stage's layers and this chip's KV heads).
+  ``Architecture.kv_bytes_per_token`` (the fullest stage's layers and this chip's KV heads). A hybrid's
+  linear layers keep a fixed state per sequence instead (``Architecture.state_bytes``): ``max_batch``
+  states come off the budget first, and the blocks hold the attention layers' KV only.
 """
 
 from __future__ import annotations
