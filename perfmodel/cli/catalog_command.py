@@ -33,7 +33,7 @@ def _models(args) -> int:
                      "kv_bytes_per_token_bf16": a.kv_bytes_per_token(2), "max_positions": a.max_positions,
                      "sliding_window": a.sliding_window, "mtp_modules": a.mtp_modules,
                      "mtp_parameters": a.mtp_parameters, "attention_layers": a.attention_layer_count,
-                     "linear_layers": a.layers - a.attention_layer_count,
+                     "linear_layers": a.linear_layers_in(range(a.layers)),
                      "linear_mixer": None if a.mixer is None else a.mixer.kind,
                      "state_bytes_per_sequence_bf16": a.state_bytes(2)})
     if args.json:

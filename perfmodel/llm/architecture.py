@@ -184,18 +184,23 @@ class Architecture:
     # The recurrent state's dtype when the config fixes it (Qwen3.5's ``mamba_ssm_dtype``, Nemotron-H's
     # ``mamba_ssm_cache_dtype``: float32); None: the KV cache's (vLLM's ``mamba_ssm_cache_dtype`` "auto").
     state_dtype: str | None = None
+    # Nemotron-H's blocks hold one part each (a Mamba-2 mixer, an attention, a MoE or an MLP): per layer, no
+    # token mixer / no MLP; None: every layer has both.
+    mixerless_layers: tuple[bool, ...] | None = None
+    mlpless_layers: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
         if (self.mixer is None) != (self.linear_layers is None):
             raise PerfmodelError(f"{self.name}: a recurrent mixer and the layers that use it go together")
         for label, flags in (("moe_layers", self.moe_layers), ("layer_windows", self.layer_windows),
-                             ("linear_layers", self.linear_layers)):
+                             ("linear_layers", self.linear_layers), ("mixerless_layers", self.mixerless_layers),
+                             ("mlpless_layers", self.mlpless_layers)):
             if flags is not None and len(flags) != self.layers:
                 raise PerfmodelError(f"{self.name}: {label} lists {len(flags)} layers, the model has {self.layers}")
 
     # -- per layer ----------------------------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
-        if self.experts <= 1:
+        if self.experts <= 1 or not self.has_mlp(layer):
             return False
         return True if self.moe_layers is None else self.moe_layers[layer]
 
@@ -203,8 +208,19 @@ class Architecture:
         """``layer`` mixes tokens with the recurrent mixer (a fixed state), not attention (a KV cache)."""
         return self.linear_layers is not None and self.linear_layers[layer]
 
+    def has_mixer(self, layer: int) -> bool:
+        """``layer`` mixes tokens (attention or a recurrent mixer); not one of Nemotron-H's MLP/MoE blocks."""
+        return self.mixerless_layers is None or not self.mixerless_layers[layer]
+
+    def has_mlp(self, layer: int) -> bool:
+        """``layer`` has an MLP or MoE; not one of Nemotron-H's attention/Mamba-2 blocks."""
+        return self.mlpless_layers is None or not self.mlpless_layers[layer]
+
     def attention_layers_in(self, layers: range) -> int:
-        return sum(not self.is_linear_layer(layer) for layer in layers)
+        return sum(not self.is_linear_layer(layer) and self.has_mixer(layer) for layer in layers)
+
+    def linear_layers_in(self, layers: range) -> int:
+        return sum(self.is_linear_layer(layer) for layer in layers)
 
     @property
     def attention_layer_count(self) -> int:
@@ -290,8 +306,10 @@ class Architecture:
         moe = self.norm_parameters + self.experts * self.expert_parameters + self.shared_expert_parameters \
             + self.router_parameters
         dense = self.norm_parameters + self.dense_mlp_parameters
-        return tuple((moe if self.is_moe_layer(layer) else dense)
-                     + (self.mixer_parameters if self.is_linear_layer(layer) else self.attention_parameters)
+        return tuple(self.norm_parameters
+                     + ((moe if self.is_moe_layer(layer) else dense) - self.norm_parameters if self.has_mlp(layer) else 0)
+                     + (self.mixer_parameters if self.is_linear_layer(layer) else
+                        self.attention_parameters if self.has_mixer(layer) else 0)
                      for layer in range(self.layers))
 
     def parameters_of_layer(self, layer: int) -> int:
@@ -312,10 +330,10 @@ class Architecture:
         experts (routed), shared_experts, router,
         norms (the layers' and the final one) and lm_head (0 when tied)."""
         moe = self.moe_layer_count
-        dense = self.layers - moe
+        dense = sum(self.has_mlp(layer) for layer in range(self.layers)) - moe
         final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
         head = 0 if self.tied_embeddings else self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0)
-        linear = self.layers - self.attention_layer_count
+        linear = self.linear_layers_in(range(self.layers))
         return {"embedding": self.vocab * self.hidden,
                 "attention": self.attention_layer_count * self.attention_parameters,
                 "linear_attention": linear * self.mixer_parameters,
@@ -398,8 +416,7 @@ class Architecture:
         if self.mixer is None:
             return 0
         layers = range(self.layers) if layers is None else layers
-        linear = len(layers) - self.attention_layers_in(layers)
-        return linear * (self.mixer.state_elements + self.mixer.conv_state_elements)
+        return self.linear_layers_in(layers) * (self.mixer.state_elements + self.mixer.conv_state_elements)
 
     def state_bytes(self, kv_bytes_per_element: float, layers: range | None = None, tp: int = 1) -> float:
         """Bytes of state one sequence keeps in ``layers`` on one of ``tp`` chips (the heads split, the key
@@ -409,7 +426,7 @@ class Architecture:
         if self.mixer is None:
             return 0.0
         layers = range(self.layers) if layers is None else layers
-        linear = len(layers) - self.attention_layers_in(layers)
+        linear = self.linear_layers_in(layers)
         state = kv_bytes_per_element if self.state_dtype is None else DTYPES[self.state_dtype].bytes_per_element
         recurrent, conv = self.mixer.state_elements_per_chip(tp)
         return linear * (recurrent * state + conv * kv_bytes_per_element)
@@ -421,7 +438,8 @@ class Architecture:
         per_token = self.kv_elements_per_token() * kv_bytes_per_element
         if self.uniform_window:
             return self.attention_layers_in(layers) * per_token * self.cached_tokens(context)
-        return per_token * sum(self.cached_tokens(context, layer) for layer in layers if not self.is_linear_layer(layer))
+        return per_token * sum(self.cached_tokens(context, layer) for layer in layers
+                               if not self.is_linear_layer(layer) and self.has_mixer(layer))
 
     def kv_tp_share(self, tp: int) -> float:
         """The share of a layer's cache one of ``tp`` chips holds: its KV heads (a KV head is
@@ -431,14 +449,15 @@ class Architecture:
         return max(self.kv_heads // tp, 1) / self.kv_heads
 
 
-HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers", "state_dtype")
+HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers", "state_dtype", "mixerless_layers",
+                 "mlpless_layers")
 _DEFAULTS = {field.name: field.default for field in fields(Architecture)}
 
 
 def architecture_record(architecture: Architecture) -> dict:
     """The fields of ``architecture`` as JSON-ready values (the stored form of a derived record)."""
     record = asdict(architecture)
-    for key in ("moe_layers", "layer_windows", "linear_layers"):
+    for key in ("moe_layers", "layer_windows", "linear_layers", "mixerless_layers", "mlpless_layers"):
         if record[key] is not None:
             record[key] = list(record[key])
     for key in HYBRID_FIELDS:  # the records of models without them stay as they were
@@ -454,7 +473,7 @@ def architecture_from_record(record: Mapping) -> Architecture:
     if unknown:
         raise PerfmodelError(f"an architecture record has unknown fields {', '.join(unknown)}")
     values = dict(record)
-    for key in ("moe_layers", "layer_windows", "linear_layers"):
+    for key in ("moe_layers", "layer_windows", "linear_layers", "mixerless_layers", "mlpless_layers"):
         if values.get(key) is not None:
             values[key] = tuple(values[key])
     if values.get("latent") is not None:

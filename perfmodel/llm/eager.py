@@ -84,7 +84,7 @@ EXPERT_MATMULS = ("layers.moe.experts.gate_up", "layers.moe.experts.down")
 
 # Hybrid families (llm.model_class reads their recurrent mixers); their torch-fallback scans would be captured
 # as thousands of small ops no engine runs, so they stay on the condensed graph.
-HYBRID_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "bamba")
+HYBRID_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "bamba", "nemotron_h")
 
 
 def text_config(config: Mapping[str, Any]) -> dict[str, Any]:

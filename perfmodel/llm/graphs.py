@@ -211,17 +211,29 @@ class LayerGroups:
     moe: int
     dense: int
     linear: int = 0  # layers whose token mixer is a recurrent one (a hybrid's linear-attention / SSM layers)
+    mixerless: int = 0  # Nemotron-H's MLP/MoE blocks: no token mixer (nor its norm and residual)
+    mlpless: int = 0  # Nemotron-H's attention/Mamba-2 blocks: no MLP (nor its norm and residual)
 
     @property
     def attention(self) -> int:
-        return self.layers - self.linear
+        return self.layers - self.linear - self.mixerless
+
+    @property
+    def mixing(self) -> int:
+        """Layers with a token mixer (attention or recurrent): each has its pre-norm, residual and all-reduce."""
+        return self.layers - self.mixerless
+
+    @property
+    def mlps(self) -> int:
+        return self.layers - self.mlpless
 
 
 def layer_groups(architecture: Architecture, pp: int) -> LayerGroups:
     """The layer kinds of the heaviest pipeline stage (``Architecture.stage_layers``). A uniform model
     counts ``ceil(layers / pp)`` layers of its one kind (the fullest stage)."""
     a = architecture
-    if a.moe_layers is None and a.uniform_window and a.linear_layers is None:
+    if a.moe_layers is None and a.uniform_window and a.linear_layers is None and a.mixerless_layers is None \
+            and a.mlpless_layers is None:
         count = math.ceil(a.layers / pp)
         window = a.window(0)
         moe = count if a.experts > 1 else 0
@@ -229,11 +241,13 @@ def layer_groups(architecture: Architecture, pp: int) -> LayerGroups:
     stage = a.stage_layers(pp)
     windows: dict[int | None, int] = {}
     for layer in stage:
-        if not a.is_linear_layer(layer):
+        if not a.is_linear_layer(layer) and a.has_mixer(layer):
             windows[a.window(layer)] = windows.get(a.window(layer), 0) + 1
     moe = sum(a.is_moe_layer(layer) for layer in stage)
-    linear = len(stage) - a.attention_layers_in(stage)
-    return LayerGroups(layers=len(stage), windows=windows, moe=moe, dense=len(stage) - moe, linear=linear)
+    mixerless = sum(not a.has_mixer(layer) for layer in stage)
+    mlpless = sum(not a.has_mlp(layer) for layer in stage)
+    return LayerGroups(layers=len(stage), windows=windows, moe=moe, dense=len(stage) - moe - mlpless,
+                       linear=a.linear_layers_in(stage), mixerless=mixerless, mlpless=mlpless)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -481,21 +495,22 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
            inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
            outputs=(_t((tokens, hidden), act),)),
-        _elementwise("layers.input_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms"),
+        _elementwise("layers.input_norm", rows_per_chip, hidden, act, groups.mixing, kind="norm", norm="rms"),
     ]
     if groups.attention:
         ops += _latent_attention(a, s, p, shape, groups) if a.latent is not None else _attention(a, s, p, shape, groups)
     if groups.linear:
         ops += _recurrent_mixer(a, s, p, shape, groups)
     if sharded:
-        ops.insert(2, _collective("layers.attn.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
-        ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
+        ops.insert(2, _collective("layers.attn.all_gather", "all_gather", residual_bytes, p.tp, act, groups.mixing))
+        ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act,
+                               groups.mixing))
     elif p.tp > 1:
-        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
-    ops += [_elementwise("layers.attn.residual", rows_per_chip, hidden, act, layers, inputs=2),
-            _elementwise("layers.post_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms")]
+        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing))
+    ops += [_elementwise("layers.attn.residual", rows_per_chip, hidden, act, groups.mixing, inputs=2),
+            _elementwise("layers.post_norm", rows_per_chip, hidden, act, groups.mlps, kind="norm", norm="rms")]
     if sharded:
-        ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, groups.mlps))
     if groups.moe:
         ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, groups.moe))
     if groups.moe and moe_capacity_factor is not None:
@@ -522,15 +537,16 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if groups.dense:
         ops += _dense_mlp(a, s, "layers.mlp", tokens, a.intermediate // p.tp, groups.dense)
     if sharded:
-        ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, groups.mlps))
     elif p.tp > 1:
-        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mlps))
     rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
-    ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, layers, inputs=2),
+    ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, groups.mlps, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
             _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
     if training:  # softmax cross-entropy over the vocabulary shard (fused kernels upcast inside)
         ops.append(_elementwise("loss", rows, a.vocab // p.tp, act, 1, kind="softmax"))
+    ops = [op for op in ops if op.count]  # (a stage of Nemotron-H blocks may lack every mixer or every MLP)
     names = [op.name for op in ops]
     # ``check`` validated the architecture, scenario and parallelism these ops are built from.
     return Graph.prechecked(f"{a.name}.{phase}", ops, list(zip(names, names[1:], strict=False)))

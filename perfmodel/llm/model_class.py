@@ -93,8 +93,41 @@ def transformers_version() -> str:
 
 
 def parameter_shapes(model: Any) -> dict[str, tuple[int, ...]]:
-    """Every distinct parameter (a tied head appears once, as the embedding) and its shape."""
-    return {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
+    """Every distinct parameter (a tied head appears once, as the embedding) and its shape, under the names
+    of the common layout (``_common_names``)."""
+    return _common_names({name: tuple(parameter.shape) for name, parameter in model.named_parameters()})
+
+
+_BLOCK = re.compile(r"^model\.layers\.(\d+)\.(mixer\.|norm\.weight$)")
+_BLOCK_OUTSIDE = {"model.embeddings.weight": "model.embed_tokens.weight", "model.norm_f.weight": "model.norm.weight"}
+
+
+def _common_names(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Nemotron-H's blocks (``model.layers.N.mixer.*`` and one ``norm``: a block is a Mamba-2 mixer, an
+    attention, a MoE or an MLP alone) renamed into the common layout by what the mixer holds (A_log: a
+    Mamba-2 mixer; q_proj: attention; anything else: the MLP or MoE), its norm as the pre-norm of that
+    part; every other model's names unchanged. Only names change: each parameter keeps its shape."""
+    if not any(_BLOCK.match(name) for name in shapes):
+        return shapes
+    mixers: dict[str, list[str]] = defaultdict(list)
+    for name in shapes:
+        match = _BLOCK.match(name)
+        if match and match.group(2) == "mixer.":
+            mixers[match.group(1)].append(name.split(".mixer.", 1)[1])
+    renamed = {}
+    for name, shape in shapes.items():
+        match = _BLOCK.match(name)
+        if not match:
+            renamed[_BLOCK_OUTSIDE.get(name, name)] = shape
+            continue
+        layer, inner = match.group(1), mixers[match.group(1)]
+        part = "mamba" if "A_log" in inner else "self_attn" if "q_proj.weight" in inner else "mlp"
+        if match.group(2) == "mixer.":
+            renamed[f"model.layers.{layer}.{part}.{name.split('.mixer.', 1)[1]}"] = shape
+        else:
+            norm = "post_attention_layernorm" if part == "mlp" else "input_layernorm"
+            renamed[f"model.layers.{layer}.{norm}.weight"] = shape
+    return renamed
 
 
 def kind_of(name: str) -> tuple[int | None, str]:
@@ -261,6 +294,8 @@ def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int,
         return part["gate_up_proj.weight"][0] // 2, True
     if "input_linear.weight" in part:
         return part["input_linear.weight"][0] // 2, True
+    if "up_proj.weight" in part:  # a plain MLP named up/down (Nemotron-H's relu2 MLP)
+        return part["up_proj.weight"][0], False
     if "fc_in.weight" in part:
         return part["fc_in.weight"][0], False
     raise PerfmodelError(f"MLP {prefix.rstrip('.')} has {', '.join(part) or 'no parameters'}: not a gated "
@@ -270,19 +305,22 @@ def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int,
 def _expert_fields(params: Mapping[str, tuple[int, ...]], hidden: int) -> dict[str, Any]:
     experts = {name.split("experts.", 1)[1]: shape for name, shape in params.items()
                if ".experts." in name and "shared_expert" not in name}
-    gate_up, down = experts.get("gate_up_proj"), experts.get("down_proj")
+    gate_up, down = experts.get("gate_up_proj", experts.get("up_proj")), experts.get("down_proj")
     if gate_up is None or down is None or len(gate_up) != 3 or len(down) != 3:
         raise PerfmodelError(f"experts with {', '.join(experts)}: perfmodel prices fused gate_up_proj/down_proj "
                              "expert tensors (transformers' MoE layers)")
     width = down[2] if down[1] == hidden else down[1]
     shared = _find(params, "shared_experts.gate_proj.weight", "shared_expert.gate_proj.weight")
+    if shared is None and "gate_up_proj" not in experts:  # plain (ungated) experts, a plain shared expert (Nemotron-H)
+        shared = _find(params, "shared_experts.up_proj.weight")
     granite_shared = _find(params, _SHARED_MLP + "input_linear.weight")
     shared_width = shared[0] if shared is not None else granite_shared[0] // 2 if granite_shared is not None else 0
     shared_gate = _find(params, "shared_expert_gate.weight")
     router = {name: shape for name, shape in params.items() if re.search(r"\.(gate|router)\.", name)}
     return {"experts": gate_up[0], "expert_intermediate": width, "shared_intermediate": shared_width,
             "router_bias": any(name.endswith("bias") for name in router),
-            "expert_bias": "gate_up_proj_bias" in experts, "shared_expert_gate": shared_gate is not None}
+            "expert_bias": "gate_up_proj_bias" in experts, "shared_expert_gate": shared_gate is not None,
+            "expert_gated": "gate_up_proj" in experts}
 
 
 def _one(values: list[Any], label: str) -> Any:
@@ -302,7 +340,7 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
         return (int(window),) * layers
     windows = []
     for kind in types:
-        if kind in ("full_attention", "linear_attention"):  # a linear layer keeps a state: its window is moot
+        if kind in ("full_attention", "linear_attention", "moe", "mlp"):  # (a state, or no attention: no window)
             windows.append(WHOLE_CONTEXT)
         elif kind in _WINDOW_FIELD and getattr(hf_config, _WINDOW_FIELD[kind], None):
             windows.append(int(getattr(hf_config, _WINDOW_FIELD[kind])))
@@ -350,8 +388,11 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         raise PerfmodelError("every layer is a linear-attention / state-space layer: perfmodel prices hybrids whose "
                              "other layers are attention, not pure state-space models")
     mixers = [params for params, flag in zip(layers.values(), linear, strict=True) if flag]
-    attention = _one([_attention_fields(params, heads, hidden)
-                      for params, flag in zip(layers.values(), linear, strict=True) if not flag], "attention")
+    # Nemotron-H's blocks hold one part each: a layer may have no token mixer, or no MLP.
+    mixerless = tuple(not any(key.startswith((*_LINEAR, *_ATTENTION)) for key in params) for params in layers.values())
+    mlpless = tuple(not any(key.startswith((*_MLP, _SHARED_MLP)) for key in params) for params in layers.values())
+    attention = _one([_attention_fields(params, heads, hidden) for params, flag, none in
+                      zip(layers.values(), linear, mixerless, strict=True) if not flag and not none], "attention")
     hybrid: dict[str, Any] = {}
     if mixers:
         hybrid = {"state_dtype": _state_dtype(hf_config), "linear_layers": linear,
@@ -362,8 +403,12 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         experts = _one([_expert_fields(params, hidden) for params, moe in zip(layers.values(), moe_flags, strict=True)
                         if moe], "experts")
     dense = [_mlp_width(params, next(p for p in (*_MLP, _SHARED_MLP) if any(k.startswith(p) for k in params)))
-             for params, moe in zip(layers.values(), moe_flags, strict=True) if not moe]
-    intermediate, gated = _one(dense, "dense MLP") if dense else (experts["expert_intermediate"], True)
+             for params, moe, none in zip(layers.values(), moe_flags, mlpless, strict=True) if not moe and not none]
+    expert_gated = experts.pop("expert_gated", True)
+    intermediate, gated = _one(dense, "dense MLP") if dense else (experts["expert_intermediate"], expert_gated)
+    if experts and gated != expert_gated:
+        raise PerfmodelError("the dense MLPs and the experts differ in gating (gate/up/down vs up/down): perfmodel "
+                             "prices one MLP form per model")
     if experts.get("expert_intermediate") == intermediate:  # one width for every MLP (Mixtral): no second field
         experts["expert_intermediate"] = None
     norm_names = [[key for key in params if _LAYER_NORMS.match(key)] for params in layers.values()]
@@ -378,8 +423,8 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     if not isinstance(positions, int) or positions < 1:
         raise PerfmodelError(f"the config's max_position_embeddings is {positions!r}: perfmodel checks every scenario's "
                              "length against it; give the model's context length")
-    act_config = {"hidden_act": getattr(hf_config, "hidden_act", None) or getattr(hf_config, "activation_function",
-                                                                                  None)}
+    act_config = {"hidden_act": getattr(hf_config, "mlp_hidden_act", None) or getattr(hf_config, "hidden_act", None)
+                  or getattr(hf_config, "activation_function", None)}
     architecture = Architecture(
         name=name, hidden=hidden, layers=len(layers), heads=heads, intermediate=intermediate, vocab=vocab,
         max_positions=int(positions), tied_embeddings="lm_head.weight" not in shapes, gated_mlp=gated,
@@ -389,6 +434,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         layer_windows=None if uniform else windows,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
         activation=_activation(act_config, "silu"), mtp_modules=_mtp_modules(hf_config),
+        mixerless_layers=mixerless if any(mixerless) else None, mlpless_layers=mlpless if any(mlpless) else None,
         **attention, **experts, **hybrid)
     derived = architecture.parameters_by_kind()
     wrong = [f"{kind}: the class has {class_counts[kind]:,}, perfmodel's reading {derived[kind]:,}"
