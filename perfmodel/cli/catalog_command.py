@@ -35,6 +35,7 @@ def _models(args) -> int:
                      "mtp_parameters": a.mtp_parameters, "attention_layers": a.attention_layer_count,
                      "linear_layers": a.linear_layers_in(range(a.layers)),
                      "linear_mixer": None if a.mixer is None else a.mixer.kind,
+                     "mixerless_layers": sum(not a.has_mixer(layer) for layer in range(a.layers)),
                      "state_bytes_per_sequence_bf16": a.state_bytes(2)})
     if args.json:
         print(json_text(rows, indent=1))
@@ -67,11 +68,13 @@ def attention_kind(a) -> str:
 
 
 def _layers(row) -> str:
-    """The layer count, and for a hybrid its mix: attention + linear-attention (gated delta net) / Mamba-2 layers."""
+    """The layer count, and for a hybrid its mix: attention + linear-attention (gated delta net) / Mamba-2 layers
+    (+ Nemotron-H's blocks that hold an MLP or MoE alone)."""
     if not row["linear_layers"]:
         return str(row["layers"])
     mixer = {"gated_delta_net": "gated delta net", "mamba2": "Mamba-2"}.get(row["linear_mixer"], row["linear_mixer"])
-    return f"{row['layers']} ({row['attention_layers']} attention + {row['linear_layers']} {mixer})"
+    blocks = f" + {row['mixerless_layers']} MLP/MoE alone" if row["mixerless_layers"] else ""
+    return f"{row['layers']} ({row['attention_layers']} attention + {row['linear_layers']} {mixer}{blocks})"
 
 
 def _experts(row) -> str:
