@@ -44,6 +44,16 @@ FAMILY_CONFIGS = {
     "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2},
     "llama": {"model_type": "llama", "num_hidden_layers": 2},
     "gptj": {"model_type": "gptj", "n_layer": 2},
+    # hybrids: gated delta net (fused and split projections) or Mamba-2 layers beside attention layers
+    "qwen3_next": {"model_type": "qwen3_next", "num_hidden_layers": 4},
+    "qwen3_5_moe_text": {"model_type": "qwen3_5_moe_text", "num_hidden_layers": 4},
+    "qwen3_5_text": {"model_type": "qwen3_5_text", "num_hidden_layers": 4},
+    "granitemoehybrid": {"model_type": "granitemoehybrid", "num_hidden_layers": 4,
+                         "layer_types": ["mamba", "mamba", "mamba", "attention"]},
+    "granitemoehybrid (dense)": {"model_type": "granitemoehybrid", "num_hidden_layers": 2,
+                                 "layer_types": ["mamba", "attention"], "num_local_experts": 0},
+    "bamba": {"model_type": "bamba", "num_hidden_layers": 4, "attn_layer_indices": [3]},
+    "nemotron_h": {"model_type": "nemotron_h", "num_hidden_layers": 6, "hybrid_override_pattern": "MEM*E-"},
 }
 SHIPPED_CLASS_MODELS = [name for name in model_names() if not is_native_block(load_config(name))]
 
@@ -229,7 +239,7 @@ def test_pipeline_stage_is_the_heaviest_slice():
 
 
 @pytest.mark.parametrize("config, needle", [
-    ({"model_type": "qwen2_moe", "num_hidden_layers": 2}, "shared_expert_gate"),
+    ({"model_type": "lfm2", "num_hidden_layers": 2}, "feed_forward.w1"),
     ({"model_type": "no_such_model"}, "not a model class the installed transformers"),
     ({"model_type": "mamba2", "num_hidden_layers": 2}, "does not price"),
 ])
@@ -423,7 +433,8 @@ def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib)
 
 # More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
 # meta model's count, kind by kind) or refused naming the module or kind that does not fit.
-MORE_FAMILIES = ("qwen2", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2", "gemma2",
+MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2",
+                 "gemma2",
                  "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
 
 
@@ -437,13 +448,21 @@ def test_more_families_count_exactly(family):
 
 @pytest.mark.parametrize("family, needle", [
     ("olmo2", "attention: the class has"),  # its QK norms span the whole projection, not a head
-    ("qwen3_next", "linear_attn"),  # gated delta net layers: state instead of a KV cache, not modelled
-    ("jamba", "mamba"),
+    ("falcon_h1", "side by side"),  # attention and Mamba-2 in parallel in every layer
+    ("olmo_hybrid", "linear-attention layer with"),  # a gated delta net with separate q/k/v/a/b/g projections
     ("starcoder2", "c_fc"),
 ])
 def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
     with pytest.raises(PerfmodelError, match=needle):
         architecture_from_class({"model_type": family, "num_hidden_layers": 2}, family)
+
+
+def test_mamba1_hybrids_and_pure_state_space_models_are_refused():
+    """Jamba's Mamba-1 mixer (x_proj, dt_proj) is not Mamba-2's; a model with no attention layer is not a hybrid."""
+    with pytest.raises(PerfmodelError, match="x_proj"):
+        architecture_from_class({"model_type": "jamba", "num_hidden_layers": 8}, "jamba")
+    with pytest.raises(PerfmodelError, match="every layer is a linear-attention"):
+        architecture_from_class({"model_type": "granitemoehybrid", "num_hidden_layers": 2}, "granite")
 
 
 @pytest.mark.parametrize("flags, needle", [(["--expert-weights", "bogus"], "expert_weight_dtype 'bogus' is unknown"),
@@ -499,3 +518,222 @@ def test_the_issues_deployments_run_through_llm_serve_size_and_train(model, devi
             assert result["tpot_s"]["p50"] > 0
         else:
             assert result["step_s"] > 0
+
+
+# -- hybrids: linear-attention / Mamba-2 layers keep a state instead of a KV cache --------------------------------
+HYBRID_CACHE_CONFIGS = {
+    "qwen3_next": {"model_type": "qwen3_next", "num_hidden_layers": 4, "hidden_size": 64, "num_experts": 4,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16,
+                   "vocab_size": 128, "head_dim": 16, "num_attention_heads": 4, "num_key_value_heads": 2,
+                   "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+                   "linear_value_head_dim": 16},
+    "qwen3_5_moe_text": {"model_type": "qwen3_5_moe_text", "num_hidden_layers": 4, "hidden_size": 64,
+                         "num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                         "shared_expert_intermediate_size": 16, "vocab_size": 128, "head_dim": 16,
+                         "num_attention_heads": 4, "num_key_value_heads": 2, "linear_num_key_heads": 2,
+                         "linear_num_value_heads": 4, "linear_key_head_dim": 8, "linear_value_head_dim": 16,
+                         "mamba_ssm_dtype": "float32"},
+    "granitemoehybrid": {"model_type": "granitemoehybrid", "num_hidden_layers": 4, "hidden_size": 64,
+                         "layer_types": ["mamba", "mamba", "mamba", "attention"], "num_local_experts": 4,
+                         "num_experts_per_tok": 2, "intermediate_size": 16, "shared_intermediate_size": 32,
+                         "vocab_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2, "mamba_n_heads": 8,
+                         "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 2, "mamba_expand": 2},
+    "nemotron_h": {"model_type": "nemotron_h", "num_hidden_layers": 6, "hybrid_override_pattern": "M*MEM-",
+                   "hidden_size": 64, "n_routed_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 16,
+                   "moe_shared_expert_intermediate_size": 32, "intermediate_size": 48, "vocab_size": 128,
+                   "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 8,
+                   "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2, "mamba_ssm_cache_dtype": "float32"},
+    "bamba": {"model_type": "bamba", "num_hidden_layers": 4, "attn_layer_indices": [3], "hidden_size": 64,
+              "intermediate_size": 32, "vocab_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 2, "mamba_expand": 2},
+}
+
+
+def _dynamic_cache_holdings(config, batch, context):
+    """(recurrent + conv state elements per sequence, their bytes per sequence, KV elements per token) the
+    class's DynamicCache allocates after a forward over ``context`` tokens of ``batch`` sequences (meta)."""
+    hf_config, model = meta_model({**config, "dtype": "bfloat16"})
+    cache = transformers.DynamicCache(config=hf_config)
+    with torch.no_grad():
+        model(input_ids=torch.zeros((batch, context), dtype=torch.long, device="meta"), cache=cache, use_cache=True)
+    states = [tensor for layer in cache.layers for held in (getattr(layer, "conv_states", {}),
+                                                            getattr(layer, "recurrent_states", {}))
+              for tensor in held.values() if tensor is not None]
+    keys = [tensor for layer in cache.layers for tensor in (getattr(layer, "keys", None), getattr(layer, "values", None))
+            if tensor is not None and tensor.numel()]
+    return (sum(t.numel() for t in states) / batch, sum(t.numel() * t.element_size() for t in states) / batch,
+            sum(t.numel() for t in keys) / batch / context)
+
+
+@pytest.mark.parametrize("label", sorted(HYBRID_CACHE_CONFIGS))
+def test_hybrid_state_and_kv_equal_what_the_cache_class_allocates(label):
+    """Per hybrid family: the recurrent and conv state a sequence keeps is what transformers' cache allocates
+    (GDN: heads x key_dim x value_dim, Mamba-2: heads x head_dim x d_state, plus conv_kernel inputs of every conv
+    channel), whatever the context; only the attention layers keep KV. Bytes too where the config fixes the
+    state's dtype (Qwen3.5: float32; transformers' torch path keeps the state in float32 for every family)."""
+    config = HYBRID_CACHE_CONFIGS[label]
+    architecture = architecture_from_class(config, label)
+    for context in (8, 24):
+        elements, state_bytes, kv_per_token = _dynamic_cache_holdings(config, batch=2, context=context)
+        assert architecture.state_elements_per_sequence() == elements
+        assert architecture.kv_cache_bytes(context, 1) / context == kv_per_token
+        if architecture.state_dtype is not None:
+            assert architecture.state_bytes(2) == state_bytes
+    assert architecture.attention_layer_count == 1 and architecture.kv_bytes_per_token(2) == \
+        architecture.kv_elements_per_token() * 2
+
+
+QWEN3_NEXT = "qwen3-next-80b-a3b"
+
+
+def test_qwen3_next_state_and_kv_by_hand():
+    """Qwen3-Next-80B-A3B: 36 gated delta net layers of 32 value heads x 128 x 128 state and a 4-tap conv over
+    2 x 16 x 128 + 32 x 128 = 8192 channels; 12 gated-attention layers of 2 KV heads x 256."""
+    a = load_architecture(QWEN3_NEXT)
+    assert (a.layers, a.attention_layer_count, a.mixer.kind) == (48, 12, "gated_delta_net")
+    assert a.linear_layers == (True, True, True, False) * 12 and a.attention_gate and a.shared_expert_gate
+    assert a.state_elements_per_sequence() == 36 * (32 * 128 * 128 + 8192 * 4)
+    assert a.kv_bytes_per_token(2) == 12 * 2 * 2 * 256 * 2
+    assert a.kv_cache_bytes(1000, 2) == 12 * 2 * 2 * 256 * 2 * 1000
+
+
+def test_hybrid_memory_per_chip_holds_the_state_beside_the_kv():
+    """memory_per_chip's KV cache of a hybrid: the attention layers' KV (tp 8 over 2 KV heads: each chip holds one)
+    plus each sequence's state split over tp, by hand."""
+    a = load_architecture(QWEN3_NEXT)
+    scenario = Scenario(batch=16, prompt_tokens=4000, generated_tokens=96)
+    memory = memory_per_chip(a, scenario, Parallelism(tp=8))
+    kv = 12 * 2 * 2 * 256 * 2 * 4096 / 2  # K and V of 2 KV heads x 256, bf16, 4096 tokens; one KV head a chip
+    state = 36 * (32 * 128 * 128 + 8192 * 4) * 2 / 8
+    assert memory.kv_cache == pytest.approx(16 * (kv + state), rel=1e-12)
+
+
+def test_hybrid_decode_reads_and_writes_each_state_once_by_hand():
+    """A decode step's recurrent op moves every sequence's state of this chip's heads in and out once (bf16: 2
+    bytes), plus its q/k/v in and output out: 2 x batch x 4 heads x 128 x 128 x 2 bytes x 36 layers on tp 8."""
+    from perfmodel.roofline.arrays import evaluate_arrays
+
+    a, h100 = load_architecture(QWEN3_NEXT), load_hardware("h100-sxm")
+    batch = 64
+    graph = stage_graph(a, Scenario(batch=batch, prompt_tokens=4096, generated_tokens=8), Parallelism(tp=8),
+                        phase="decode", context=4100)
+    index = next(i for i, op in enumerate(graph.ops) if op.name == "layers.linear_attn.recurrent_step")
+    op = graph.ops[index]
+    assert op.count == 36
+    state = batch * 4 * 128 * 128 * 2
+    activations = batch * (1024 + 512) * 2  # the conv's q/k/v channels in (2 x 2 x 128 + 4 x 128), 4 x 128 out
+    hbm = evaluate_arrays(graph, h100).bytes_by_level[0, index]
+    assert hbm == pytest.approx(36 * (2 * state + activations), rel=1e-12)
+    assert op.attrs["elements"] * op.attrs["flops_per_element"] == batch * 4 * 128 * 128 * 7
+    # the attention op sees only the 12 attention layers
+    assert next(op for op in graph.ops if op.name == "layers.attn.sdpa").count == 12
+
+
+def test_hybrid_prefill_prices_the_chunked_scan_as_defined():
+    """Prefill's gated delta net is the chunked scan (chunks of 64): per chunk and value head K K^T and Q K^T
+    (64 x 64 x 128 each), the triangular solve (64 x 64 x 22), W and U (64 x 256 x 64), W S and Q S (64 x 128 x 128
+    each), the chunk state (128 x 128 x 64) and the intra-chunk output (64 x 128 x 64): FLOPs by hand."""
+    a = load_architecture(QWEN3_NEXT)
+    batch, prompt = 2, 1000
+    graph = stage_graph(a, Scenario(batch=batch, prompt_tokens=prompt, generated_tokens=1), Parallelism(tp=8),
+                        phase="prefill", context=prompt)
+    chunks, heads = 16, 4  # ceil(1000 / 64); 32 value heads over 8 chips
+    per_chunk = 2 * (2 * 64 * 64 * 128 + 64 * 64 * 22 + 64 * 256 * 64 + 2 * 64 * 128 * 128 + 128 * 128 * 64
+                     + 64 * 128 * 64)
+    scan = sum(2 * op.attrs["m"] * op.attrs["n"] * op.attrs["k"] * op.attrs["batch"] * op.count for op in graph.ops
+               if op.name.startswith("layers.linear_attn.chunk_"))
+    assert scan == 36 * batch * heads * chunks * per_chunk
+
+
+@pytest.mark.parametrize("name, published", [(QWEN3_NEXT, 80e9), ("granite-4.0-h-small", 32e9),
+                                             ("qwen3.5-35b-a3b", 35e9), ("nemotron-3-nano-30b-a3b", 31.6e9)])
+def test_shipped_hybrids_match_their_published_size(name, published):
+    """The class's count against the model cards' rounded totals (to half their last digit); the configs name their
+    source. Qwen3.5-35B-A3B's 35 B includes its vision encoder, which is not priced; Nemotron-3-Nano's model card
+    gives 31.6 B in all."""
+    config = load_config(name)
+    assert config["_source"].startswith("https://huggingface.co/")
+    count = load_architecture(name).parameter_count()
+    if published >= 50e9:
+        assert count == pytest.approx(published, rel=0.005)
+    else:
+        assert abs(count - published) <= (0.05e9 if published % 1e9 else 0.5e9)
+
+
+def test_qwen3_next_runs_through_llm_and_size_on_8_h100(capsys):
+    """Qwen3-Next-80B-A3B on 8 H100s: llm answers with the state in its memory; size finds a system."""
+    import json
+
+    from perfmodel.cli import main
+
+    assert main(["llm", "--model", QWEN3_NEXT, "--on", "h100-sxm", "--tp", "8", "--batch", "64", "--prompt", "4096",
+                 "--gen", "256", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["model"] == QWEN3_NEXT and result["tpot_s"] > 0
+    a = load_architecture(QWEN3_NEXT)
+    expected = 64 * (a.kv_cache_bytes(4352, 2) / 2 + a.state_bytes(2) / 8)
+    assert result["memory_bytes"]["kv_cache"] == pytest.approx(expected, rel=1e-12)
+    assert main(["size", "--model", QWEN3_NEXT, "--on", "h100-sxm", "--rate", "1/s", "--tpot-p50", "100ms",
+                 "--requests", "30", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["h100-sxm"]["best"]["chips"] >= 1
+
+
+def test_models_list_shows_the_layer_mix_and_state(capsys):
+    import json
+
+    from perfmodel.cli import main
+
+    assert main(["models", "list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    qwen = rows[QWEN3_NEXT]
+    assert (qwen["attention_layers"], qwen["linear_layers"], qwen["linear_mixer"]) == (12, 36, "gated_delta_net")
+    assert qwen["state_bytes_per_sequence_bf16"] == 36 * (32 * 128 * 128 + 8192 * 4) * 2
+    assert rows["granite-4.0-h-small"]["linear_mixer"] == "mamba2" and rows["llama-3.1-8b"]["linear_layers"] == 0
+    assert main(["models", "list"]) == 0
+    assert "48 (12 attention + 36 gated delta net)" in capsys.readouterr().out
+
+
+def test_eager_capture_refuses_hybrids():
+    from perfmodel.llm.eager import supports
+
+    assert "condensed graph" in supports(load_config(QWEN3_NEXT))
+
+
+def test_mamba2_groups_fewer_than_tp_are_replicated():
+    """Granite-4.0-H-Small's Mamba-2 layers have one group (B and C shared by 128 heads of 64 x 128 state): on 8
+    chips each holds 16 heads' state and its own copy of the group's B and C conv channels (vLLM's MambaMixer2)."""
+    a = load_architecture("granite-4.0-h-small")
+    assert (a.mixer.kind, a.mixer.heads, a.mixer.key_heads, a.mixer.key_dim, a.mixer.value_dim) == \
+        ("mamba2", 128, 1, 128, 64)
+    per_chip = 36 * (128 * 64 * 128 // 8 * 2 + (2 * 1 * 128 + 8192 // 8) * 4 * 2)
+    assert a.state_bytes(2, tp=8) == per_chip
+    memory = memory_per_chip(a, Scenario(batch=4, prompt_tokens=1000, generated_tokens=24), Parallelism(tp=8))
+    assert memory.kv_cache == 4 * (4 * 2 * 8 // 8 * 128 * 2 * 1024 + per_chip)  # 4 attention layers, 1 KV head a chip
+
+
+def test_disaggregated_transfer_carries_the_state():
+    """A prefill worker hands the decode worker the attention layers' KV and the linear layers' state."""
+    from perfmodel.serving.disaggregated import kv_transfer_bytes
+
+    expected = 12 * 2 * 2 * 256 * 2 * 1000 + 36 * (32 * 128 * 128 + 8192 * 4) * 2
+    assert float(kv_transfer_bytes(load_architecture(QWEN3_NEXT), 1000, "bf16")) == expected
+
+
+def test_nemotron_h_blocks_hold_one_part_each():
+    """Nemotron-3-Nano's 52 blocks (pattern MEMEM*E...): 23 Mamba-2 mixers, 6 attentions and 23 MoEs, each block one
+    norm and one residual; the decode graph counts each part on its own blocks, and a block without an MLP has no
+    MLP norm, residual or all-reduce."""
+    a = load_architecture("nemotron-3-nano-30b-a3b")
+    assert (a.layers, a.linear_layers_in(range(a.layers)), a.attention_layer_count, a.moe_layer_count) == \
+        (52, 23, 6, 23)
+    assert (a.activation, a.gated_mlp, a.experts, a.experts_per_token, a.state_dtype) == ("relu2", False, 128, 6, "fp32")
+    graph = stage_graph(a, Scenario(batch=4, prompt_tokens=100, generated_tokens=4), Parallelism(tp=2),
+                        phase="decode", context=104)
+    counts = {op.name: op.count for op in graph.ops}
+    assert counts["layers.input_norm"] == counts["layers.attn.all_reduce"] == counts["layers.attn.residual"] == 29
+    assert counts["layers.post_norm"] == counts["layers.mlp.all_reduce"] == counts["layers.mlp.residual"] == 23
+    assert (counts["layers.attn.sdpa"], counts["layers.linear_attn.recurrent_step"], counts["layers.moe.router"]) == \
+        (6, 23, 23)
+    assert "layers.mlp.down_proj" not in counts  # no dense MLP block in this pattern
+    # state per sequence: 64 heads x 64 x 128 in float32 and a 4-tap conv over 2 x 8 x 128 + 64 x 64 channels
+    assert a.state_bytes(2) == 23 * (64 * 64 * 128 * 4 + (2 * 8 * 128 + 64 * 64) * 4 * 2)

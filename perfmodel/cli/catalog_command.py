@@ -32,17 +32,25 @@ def _models(args) -> int:
                      "shared_experts_width": a.shared_intermediate, "moe_layers": a.moe_layer_count,
                      "kv_bytes_per_token_bf16": a.kv_bytes_per_token(2), "max_positions": a.max_positions,
                      "sliding_window": a.sliding_window, "mtp_modules": a.mtp_modules,
-                     "mtp_parameters": a.mtp_parameters})
+                     "mtp_parameters": a.mtp_parameters, "attention_layers": a.attention_layer_count,
+                     "linear_layers": a.linear_layers_in(range(a.layers)),
+                     "linear_mixer": None if a.mixer is None else a.mixer.kind,
+                     "mixerless_layers": sum(not a.has_mixer(layer) for layer in range(a.layers)),
+                     "state_bytes_per_sequence_bf16": a.state_bytes(2)})
     if args.json:
         print(json_text(rows, indent=1))
         return 0
     print(format_table(["model", "parameters (active)", "layers", "hidden", "attention", "heads / kv", "experts",
-                        "KV/token bf16", "context"],
+                        "KV/token bf16", "state/sequence", "context"],
                        [[row["name"], f"{row['parameters'] / 1e9:.2f} B ({row['active_parameters'] / 1e9:.2f} B)",
-                         row["layers"], row["hidden"], row["attention"], f"{row['heads']} / {row['kv_heads']}",
-                         _experts(row), f"{row['kv_bytes_per_token_bf16'] / 1024:.1f} KiB", row["max_positions"]]
+                         _layers(row), row["hidden"], row["attention"], f"{row['heads']} / {row['kv_heads']}",
+                         _experts(row), f"{row['kv_bytes_per_token_bf16'] / 1024:.1f} KiB",
+                         f"{row['state_bytes_per_sequence_bf16'] / 2**20:.1f} MiB" if row["linear_layers"] else "-",
+                         row["max_positions"]]
                         for row in rows]))
-    print("KV/token: every layer holding the whole context (windowed layers hold at most their window).")
+    print("KV/token: every attention layer holding the whole context (windowed layers hold at most their window). "
+          "state/sequence: a hybrid's linear-attention / Mamba-2 layers' recurrent and conv state, fixed whatever the "
+          "context (bf16, or the dtype the config fixes for the recurrent state).")
     for row in rows:
         if row["mtp_modules"]:
             print(f"{row['name']}: {row['mtp_modules']} multi-token-prediction module(s) of "
@@ -57,6 +65,16 @@ def attention_kind(a) -> str:
     if windows == [0]:
         return kind
     return f"{kind}, " + "/".join(f"window {w}" if w else "full" for w in windows)
+
+
+def _layers(row) -> str:
+    """The layer count, and for a hybrid its mix: attention + linear-attention (gated delta net) / Mamba-2 layers
+    (+ Nemotron-H's blocks that hold an MLP or MoE alone)."""
+    if not row["linear_layers"]:
+        return str(row["layers"])
+    mixer = {"gated_delta_net": "gated delta net", "mamba2": "Mamba-2"}.get(row["linear_mixer"], row["linear_mixer"])
+    blocks = f" + {row['mixerless_layers']} MLP/MoE alone" if row["mixerless_layers"] else ""
+    return f"{row['layers']} ({row['attention_layers']} attention + {row['linear_layers']} {mixer}{blocks})"
 
 
 def _experts(row) -> str:

@@ -29,6 +29,7 @@ from typing import Mapping
 
 import numpy as np
 
+from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 
 GATED_MLP_MATRICES = 3  # gate, up, down
@@ -68,6 +69,80 @@ class LatentAttention:
         return query + kv + heads * self.v_head_dim * hidden + (hidden if output_bias else 0)
 
 
+# The recurrent token mixers priced instead of attention in a hybrid's linear layers.
+RECURRENT_KINDS = ("gated_delta_net", "mamba2")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecurrentMixer:
+    """A linear-attention or state-space token mixer: a fixed-size state per sequence instead of a KV cache.
+
+    * ``gated_delta_net`` (Yang, Kautz, Hatamizadeh, "Gated Delta Networks", arXiv 2412.06464; Qwen3-Next's
+      ``Qwen3NextGatedDeltaNet``): ``key_heads`` query/key heads of ``key_dim``, ``heads`` value heads of
+      ``value_dim``; each value head keeps a ``key_dim x value_dim`` matrix state
+      ``S_t = a_t S_{t-1} (I - b_t k_t k_t^T) + b_t v_t k_t^T``, read out as ``o_t = S_t^T q_t``.
+    * ``mamba2`` (Dao & Gu, "Transformers are SSMs", arXiv 2405.21060, the SSD layer; transformers'
+      ``BambaMixer`` / ``GraniteMoeHybridMambaLayer``): ``heads`` heads of ``value_dim`` (``mamba_d_head``),
+      ``key_heads`` groups sharing B and C of ``key_dim`` (``mamba_d_state``); each head keeps a
+      ``value_dim x key_dim`` state ``h_t = exp(dt A) h_{t-1} + dt x_t B_t^T``, read out as ``y_t = h_t C_t``.
+
+    Both first run a depthwise causal convolution of ``conv_kernel`` taps over ``conv_channels`` channels
+    (q, k, v / x, B, C), whose last inputs are kept as the conv state."""
+
+    kind: str
+    heads: int
+    key_heads: int
+    key_dim: int
+    value_dim: int
+    conv_kernel: int
+    conv_bias: bool = False
+
+    @property
+    def value_width(self) -> int:
+        return self.heads * self.value_dim
+
+    @property
+    def conv_channels(self) -> int:
+        """q and k (or B and C) of every key head/group, and v (or x) of every head."""
+        return 2 * self.key_heads * self.key_dim + self.value_width
+
+    @property
+    def state_elements(self) -> int:
+        """One sequence's recurrent state in one layer: a key_dim x value_dim matrix per head."""
+        return self.heads * self.key_dim * self.value_dim
+
+    @property
+    def conv_state_elements(self) -> int:
+        """One sequence's conv state in one layer: transformers' ``LinearAttentionLayer`` keeps the last
+        ``conv_kernel`` inputs of every channel (vLLM keeps ``conv_kernel - 1``; the difference is under 2%
+        of the state)."""
+        return self.conv_channels * self.conv_kernel
+
+    def local_key_heads(self, tp: int) -> int:
+        """Key heads (groups) on one of ``tp`` chips: split while tp <= key heads, replicated beyond (vLLM's
+        MambaMixer2 duplicates the groups so that every chip holds those of its heads)."""
+        return max(self.key_heads // tp, 1)
+
+    def local_conv_channels(self, tp: int) -> int:
+        return 2 * self.local_key_heads(tp) * self.key_dim + self.value_width // tp
+
+    def state_elements_per_chip(self, tp: int) -> tuple[int, int]:
+        """(recurrent, conv) state elements of one sequence in one layer on one of ``tp`` chips."""
+        return self.state_elements // tp, self.local_conv_channels(tp) * self.conv_kernel
+
+    def parameters(self, hidden: int) -> int:
+        """GDN: in_proj_qkvz (q, k, v, and the output gate z as wide as v), in_proj_ba (b, a per head),
+        conv1d, dt_bias and A_log per head, the gated norm (value_dim), out_proj. Mamba-2: in_proj (z, x,
+        B, C, dt), conv1d (+ bias), dt_bias, A_log and D per head, the gated norm (the whole x width),
+        out_proj."""
+        conv = self.conv_channels * self.conv_kernel + (self.conv_channels if self.conv_bias else 0)
+        if self.kind == "gated_delta_net":
+            projections = hidden * (2 * self.key_heads * self.key_dim + 2 * self.value_width) + hidden * 2 * self.heads
+            return projections + conv + 2 * self.heads + self.value_dim + self.value_width * hidden
+        projections = hidden * (2 * self.value_width + 2 * self.key_heads * self.key_dim + self.heads)
+        return projections + conv + 3 * self.heads + self.value_width + self.value_width * hidden
+
+
 @dataclass(frozen=True, kw_only=True)
 class Architecture:
     name: str
@@ -100,17 +175,56 @@ class Architecture:
     output_bias: bool = False  # a bias on the attention's output projection (gpt-oss)
     attention_sinks: bool = False  # one learned logit per head in the softmax's denominator (gpt-oss)
     mtp_modules: int = 0  # multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers); not in the class
+    # Qwen3-Next's gated attention (Qiu et al., "Gated Attention for Large Language Models", arXiv 2505.06708):
+    # q_proj also makes a sigmoid gate as wide as the query that scales the attention's output per element.
+    attention_gate: bool = False
+    shared_expert_gate: bool = False  # a sigmoid gate (hidden -> 1) on the shared expert's output (Qwen2/3-MoE-style)
+    mixer: RecurrentMixer | None = None  # the token mixer of the hybrid's linear layers
+    linear_layers: tuple[bool, ...] | None = None  # per layer: the recurrent mixer instead of attention
+    # The recurrent state's dtype when the config fixes it (Qwen3.5's ``mamba_ssm_dtype``, Nemotron-H's
+    # ``mamba_ssm_cache_dtype``: float32); None: the KV cache's (vLLM's ``mamba_ssm_cache_dtype`` "auto").
+    state_dtype: str | None = None
+    # Nemotron-H's blocks hold one part each (a Mamba-2 mixer, an attention, a MoE or an MLP): per layer, no
+    # token mixer / no MLP; None: every layer has both.
+    mixerless_layers: tuple[bool, ...] | None = None
+    mlpless_layers: tuple[bool, ...] | None = None
 
     def __post_init__(self) -> None:
-        for label, flags in (("moe_layers", self.moe_layers), ("layer_windows", self.layer_windows)):
+        if (self.mixer is None) != (self.linear_layers is None):
+            raise PerfmodelError(f"{self.name}: a recurrent mixer and the layers that use it go together")
+        for label, flags in (("moe_layers", self.moe_layers), ("layer_windows", self.layer_windows),
+                             ("linear_layers", self.linear_layers), ("mixerless_layers", self.mixerless_layers),
+                             ("mlpless_layers", self.mlpless_layers)):
             if flags is not None and len(flags) != self.layers:
                 raise PerfmodelError(f"{self.name}: {label} lists {len(flags)} layers, the model has {self.layers}")
 
     # -- per layer ----------------------------------------------------------------------------------
     def is_moe_layer(self, layer: int) -> bool:
-        if self.experts <= 1:
+        if self.experts <= 1 or not self.has_mlp(layer):
             return False
         return True if self.moe_layers is None else self.moe_layers[layer]
+
+    def is_linear_layer(self, layer: int) -> bool:
+        """``layer`` mixes tokens with the recurrent mixer (a fixed state), not attention (a KV cache)."""
+        return self.linear_layers is not None and self.linear_layers[layer]
+
+    def has_mixer(self, layer: int) -> bool:
+        """``layer`` mixes tokens (attention or a recurrent mixer); not one of Nemotron-H's MLP/MoE blocks."""
+        return self.mixerless_layers is None or not self.mixerless_layers[layer]
+
+    def has_mlp(self, layer: int) -> bool:
+        """``layer`` has an MLP or MoE; not one of Nemotron-H's attention/Mamba-2 blocks."""
+        return self.mlpless_layers is None or not self.mlpless_layers[layer]
+
+    def attention_layers_in(self, layers: range) -> int:
+        return sum(not self.is_linear_layer(layer) and self.has_mixer(layer) for layer in layers)
+
+    def linear_layers_in(self, layers: range) -> int:
+        return sum(self.is_linear_layer(layer) for layer in layers)
+
+    @property
+    def attention_layer_count(self) -> int:
+        return self.attention_layers_in(range(self.layers))
 
     def window(self, layer: int) -> int | None:
         """Keys a query of ``layer`` sees; None: the whole context."""
@@ -150,7 +264,13 @@ class Architecture:
         if self.latent is not None:
             return self.latent.parameters(self.hidden, self.heads, self.output_bias) + sinks + norms
         biases = (self.q_width + 2 * self.kv_width if self.qkv_bias else 0) + (self.hidden if self.output_bias else 0)
-        return self.hidden * self.q_width * 2 + self.hidden * self.kv_width * 2 + biases + sinks + norms
+        gate = self.hidden * self.q_width + (self.q_width if self.qkv_bias else 0) if self.attention_gate else 0
+        return self.hidden * self.q_width * 2 + self.hidden * self.kv_width * 2 + biases + sinks + norms + gate
+
+    @property
+    def mixer_parameters(self) -> int:
+        """One linear layer's recurrent mixer (0 without one)."""
+        return 0 if self.mixer is None else self.mixer.parameters(self.hidden)
 
     def _mlp_parameters(self, width: int) -> int:
         matrices = GATED_MLP_MATRICES if self.gated_mlp else PLAIN_MLP_MATRICES
@@ -168,7 +288,9 @@ class Architecture:
 
     @property
     def shared_expert_parameters(self) -> int:
-        return self._mlp_parameters(self.shared_intermediate) if self.shared_intermediate else 0
+        if not self.shared_intermediate:
+            return 0
+        return self._mlp_parameters(self.shared_intermediate) + (self.hidden if self.shared_expert_gate else 0)
 
     @property
     def router_parameters(self) -> int:
@@ -181,10 +303,14 @@ class Architecture:
 
     @cached_property
     def _per_layer_parameters(self) -> tuple[int, ...]:
-        moe = self.attention_parameters + self.norm_parameters + self.experts * self.expert_parameters \
-            + self.shared_expert_parameters + self.router_parameters
-        dense = self.attention_parameters + self.norm_parameters + self.dense_mlp_parameters
-        return tuple(moe if self.is_moe_layer(layer) else dense for layer in range(self.layers))
+        moe = self.norm_parameters + self.experts * self.expert_parameters + self.shared_expert_parameters \
+            + self.router_parameters
+        dense = self.norm_parameters + self.dense_mlp_parameters
+        return tuple(self.norm_parameters
+                     + ((moe if self.is_moe_layer(layer) else dense) - self.norm_parameters if self.has_mlp(layer) else 0)
+                     + (self.mixer_parameters if self.is_linear_layer(layer) else
+                        self.attention_parameters if self.has_mixer(layer) else 0)
+                     for layer in range(self.layers))
 
     def parameters_of_layer(self, layer: int) -> int:
         return self._per_layer_parameters[layer]
@@ -200,13 +326,17 @@ class Architecture:
 
     def parameters_by_kind(self) -> dict[str, int]:
         """Parameters by module kind, the same kinds ``perfmodel.llm.model_class`` reads off a model
-        class: embedding, attention, mlp (dense layers), experts (routed), shared_experts, router,
+        class: embedding, attention, linear_attention (a hybrid's recurrent mixers), mlp (dense layers),
+        experts (routed), shared_experts, router,
         norms (the layers' and the final one) and lm_head (0 when tied)."""
         moe = self.moe_layer_count
-        dense = self.layers - moe
+        dense = sum(self.has_mlp(layer) for layer in range(self.layers)) - moe
         final_norm = self.hidden * (2 if self.layer_norm_bias else 1)
         head = 0 if self.tied_embeddings else self.vocab * self.hidden + (self.vocab if self.lm_head_bias else 0)
-        return {"embedding": self.vocab * self.hidden, "attention": self.layers * self.attention_parameters,
+        linear = self.linear_layers_in(range(self.layers))
+        return {"embedding": self.vocab * self.hidden,
+                "attention": self.attention_layer_count * self.attention_parameters,
+                "linear_attention": linear * self.mixer_parameters,
                 "mlp": dense * self.dense_mlp_parameters, "experts": moe * self.experts * self.expert_parameters,
                 "shared_experts": moe * self.shared_expert_parameters, "router": moe * self.router_parameters,
                 "norms": self.layers * self.norm_parameters + final_norm, "lm_head": head}
@@ -276,8 +406,30 @@ class Architecture:
         return self.latent.cached_width if self.latent is not None else 2 * self.kv_heads * self.head_dim
 
     def kv_bytes_per_token(self, kv_bytes_per_element: float) -> float:
-        """Bytes one token keeps over all layers when every layer keeps the whole context."""
-        return self.layers * self.kv_elements_per_token() * kv_bytes_per_element
+        """Bytes one token keeps over all attention layers when every one keeps the whole context (a
+        hybrid's linear layers keep a state instead: ``state_bytes``)."""
+        return self.attention_layer_count * self.kv_elements_per_token() * kv_bytes_per_element
+
+    def state_elements_per_sequence(self, layers: range | None = None) -> int:
+        """Elements of recurrent and conv state one sequence keeps in ``layers`` (default: all): a fixed
+        size, whatever the context (0 without linear layers)."""
+        if self.mixer is None:
+            return 0
+        layers = range(self.layers) if layers is None else layers
+        return self.linear_layers_in(layers) * (self.mixer.state_elements + self.mixer.conv_state_elements)
+
+    def state_bytes(self, kv_bytes_per_element: float, layers: range | None = None, tp: int = 1) -> float:
+        """Bytes of state one sequence keeps in ``layers`` on one of ``tp`` chips (the heads split, the key
+        heads/groups split or replicated, ``RecurrentMixer.local_key_heads``): the conv state at the KV
+        cache's element size, the recurrent state at ``state_dtype``'s (the KV cache's when None: vLLM's
+        default ``mamba_ssm_cache_dtype`` "auto" keeps it in the model's dtype)."""
+        if self.mixer is None:
+            return 0.0
+        layers = range(self.layers) if layers is None else layers
+        linear = self.linear_layers_in(layers)
+        state = kv_bytes_per_element if self.state_dtype is None else DTYPES[self.state_dtype].bytes_per_element
+        recurrent, conv = self.mixer.state_elements_per_chip(tp)
+        return linear * (recurrent * state + conv * kv_bytes_per_element)
 
     def kv_cache_bytes(self, context, kv_bytes_per_element: float, layers: range | None = None):
         """Bytes one sequence of ``context`` tokens keeps in ``layers`` (default: all), each layer's
@@ -285,8 +437,9 @@ class Architecture:
         layers = range(self.layers) if layers is None else layers
         per_token = self.kv_elements_per_token() * kv_bytes_per_element
         if self.uniform_window:
-            return len(layers) * per_token * self.cached_tokens(context)
-        return per_token * sum(self.cached_tokens(context, layer) for layer in layers)
+            return self.attention_layers_in(layers) * per_token * self.cached_tokens(context)
+        return per_token * sum(self.cached_tokens(context, layer) for layer in layers
+                               if not self.is_linear_layer(layer) and self.has_mixer(layer))
 
     def kv_tp_share(self, tp: int) -> float:
         """The share of a layer's cache one of ``tp`` chips holds: its KV heads (a KV head is
@@ -296,12 +449,20 @@ class Architecture:
         return max(self.kv_heads // tp, 1) / self.kv_heads
 
 
+HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers", "state_dtype", "mixerless_layers",
+                 "mlpless_layers")
+_DEFAULTS = {field.name: field.default for field in fields(Architecture)}
+
+
 def architecture_record(architecture: Architecture) -> dict:
     """The fields of ``architecture`` as JSON-ready values (the stored form of a derived record)."""
     record = asdict(architecture)
-    for key in ("moe_layers", "layer_windows"):
+    for key in ("moe_layers", "layer_windows", "linear_layers", "mixerless_layers", "mlpless_layers"):
         if record[key] is not None:
             record[key] = list(record[key])
+    for key in HYBRID_FIELDS:  # the records of models without them stay as they were
+        if record[key] == _DEFAULTS[key]:
+            del record[key]
     return record
 
 
@@ -312,11 +473,13 @@ def architecture_from_record(record: Mapping) -> Architecture:
     if unknown:
         raise PerfmodelError(f"an architecture record has unknown fields {', '.join(unknown)}")
     values = dict(record)
-    for key in ("moe_layers", "layer_windows"):
+    for key in ("moe_layers", "layer_windows", "linear_layers", "mixerless_layers", "mlpless_layers"):
         if values.get(key) is not None:
             values[key] = tuple(values[key])
     if values.get("latent") is not None:
         values["latent"] = LatentAttention(**values["latent"])
+    if values.get("mixer") is not None:
+        values["mixer"] = RecurrentMixer(**values["mixer"])
     return Architecture(**values)
 
 
@@ -423,7 +586,8 @@ STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_sh
 
 # Multimodal configs whose text model (``text_config``) serves the tokens: its model_type in transformers.
 # The vision encoder is not priced.
-MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text"}
+MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
+                          "qwen3_5_moe": "qwen3_5_moe_text"}
 
 
 def is_native_block(config: Mapping) -> bool:

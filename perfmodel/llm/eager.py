@@ -82,6 +82,11 @@ GROUPED_MATMULS = ("aten._grouped_mm", "transformers.grouped_mm_fallback")
 EXPERT_MATMULS = ("layers.moe.experts.gate_up", "layers.moe.experts.down")
 
 
+# Hybrid families (llm.model_class reads their recurrent mixers); their torch-fallback scans would be captured
+# as thousands of small ops no engine runs, so they stay on the condensed graph.
+HYBRID_MODEL_TYPES = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text", "granitemoehybrid", "bamba", "nemotron_h")
+
+
 def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The decoder's config: a multimodal wrapper's (Llama 4, Gemma 3) ``text_config`` under its text model
     type (what serves the tokens, as ``llm.model_class`` reads the architecture), else the config itself."""
@@ -95,6 +100,9 @@ def supports(config: Mapping[str, Any]) -> str | None:
     if isinstance(config.get("text_config"), Mapping) and config.get("model_type") not in MULTIMODAL_TEXT_MODELS:
         return "a multimodal config's text model (text_config) is not captured"
     config = text_config(config)
+    if config.get("model_type") in HYBRID_MODEL_TYPES:
+        return ("a hybrid's linear-attention / Mamba-2 layers are priced on the condensed graph (their state traffic "
+                "and chunked scans); the eager capture does not model them")
     # (vocab_size may be the class's default: Gemma 3's text_config leaves it out)
     if not all(key in config for key in ("hidden_size", "num_attention_heads", "intermediate_size", "num_hidden_layers")):
         return "only decoder configs in the Llama layout (hidden_size, num_attention_heads...) are captured"

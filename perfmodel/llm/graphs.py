@@ -108,6 +108,11 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
         problems.append(f"tp={tp} does not divide {architecture.heads} attention heads")
     elif architecture.kv_heads % tp and tp % architecture.kv_heads:
         problems.append(f"tp={tp} neither divides nor is a multiple of {architecture.kv_heads} KV heads")
+    mixer = architecture.mixer
+    if mixer is not None and min(tp, pp, ep, dp) >= 1 and (mixer.heads % tp or (mixer.key_heads % tp
+                                                                              and tp % mixer.key_heads)):
+        problems.append(f"tp={tp} must divide the {mixer.kind} layers' {mixer.heads} heads, and divide or be a "
+                        f"multiple of their {mixer.key_heads} key heads (groups)")
     if pp > architecture.layers:
         problems.append(f"pp={pp} is more than the {architecture.layers} layers")
     if min(tp, pp, ep, dp) >= 1:  # every shard must keep some of the MLP and of the vocabulary
@@ -208,16 +213,33 @@ class LayerGroups:
     seen, None: the whole context) -> layers, and MoE / dense MLP layers."""
 
     layers: int
-    windows: dict[int | None, int]
+    windows: dict[int | None, int]  # the attention layers only
     moe: int
     dense: int
+    linear: int = 0  # layers whose token mixer is a recurrent one (a hybrid's linear-attention / SSM layers)
+    mixerless: int = 0  # Nemotron-H's MLP/MoE blocks: no token mixer (nor its norm and residual)
+    mlpless: int = 0  # Nemotron-H's attention/Mamba-2 blocks: no MLP (nor its norm and residual)
+
+    @property
+    def attention(self) -> int:
+        return self.layers - self.linear - self.mixerless
+
+    @property
+    def mixing(self) -> int:
+        """Layers with a token mixer (attention or recurrent): each has its pre-norm, residual and all-reduce."""
+        return self.layers - self.mixerless
+
+    @property
+    def mlps(self) -> int:
+        return self.layers - self.mlpless
 
 
 def layer_groups(architecture: Architecture, pp: int) -> LayerGroups:
     """The layer kinds of the heaviest pipeline stage (``Architecture.stage_layers``). A uniform model
     counts ``ceil(layers / pp)`` layers of its one kind (the fullest stage)."""
     a = architecture
-    if a.moe_layers is None and a.uniform_window:
+    if a.moe_layers is None and a.uniform_window and a.linear_layers is None and a.mixerless_layers is None \
+            and a.mlpless_layers is None:
         count = math.ceil(a.layers / pp)
         window = a.window(0)
         moe = count if a.experts > 1 else 0
@@ -225,9 +247,13 @@ def layer_groups(architecture: Architecture, pp: int) -> LayerGroups:
     stage = a.stage_layers(pp)
     windows: dict[int | None, int] = {}
     for layer in stage:
-        windows[a.window(layer)] = windows.get(a.window(layer), 0) + 1
+        if not a.is_linear_layer(layer) and a.has_mixer(layer):
+            windows[a.window(layer)] = windows.get(a.window(layer), 0) + 1
     moe = sum(a.is_moe_layer(layer) for layer in stage)
-    return LayerGroups(layers=len(stage), windows=windows, moe=moe, dense=len(stage) - moe)
+    mixerless = sum(not a.has_mixer(layer) for layer in stage)
+    mlpless = sum(not a.has_mlp(layer) for layer in stage)
+    return LayerGroups(layers=len(stage), windows=windows, moe=moe, dense=len(stage) - moe - mlpless,
+                       linear=a.linear_layers_in(stage), mixerless=mixerless, mlpless=mlpless)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,9 +320,11 @@ def _sdpa_ops(a: Architecture, s: Scenario, shape: _Shape, groups: LayerGroups, 
 
 
 def _attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, groups: LayerGroups) -> list[Op]:
-    """Per-head attention (MHA, GQA, MQA): q, k, v projections, the kernels, the output projection."""
-    heads, kv_heads, layers, tokens = a.heads // p.tp, max(a.kv_heads // p.tp, 1), shape.layers, shape.tokens
-    ops = [_linear("layers.attn.q_proj", tokens, a.hidden, heads * a.head_dim, s, layers),
+    """Per-head attention (MHA, GQA, MQA): q, k, v projections, the kernels, the output projection (a
+    gated attention's q_proj also makes the output gate, applied to the kernel's output)."""
+    heads, kv_heads, layers, tokens = a.heads // p.tp, max(a.kv_heads // p.tp, 1), groups.attention, shape.tokens
+    gate = 2 if a.attention_gate else 1
+    ops = [_linear("layers.attn.q_proj", tokens, a.hidden, gate * heads * a.head_dim, s, layers),
            _linear("layers.attn.k_proj", tokens, a.hidden, kv_heads * a.head_dim, s, layers),
            _linear("layers.attn.v_proj", tokens, a.hidden, kv_heads * a.head_dim, s, layers)]
     if a.qk_norm:  # RMSNorm over each query and key head (Qwen3, Gemma 3)
@@ -307,7 +335,92 @@ def _attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, grou
         ops.append(_collective("layers.attn.context_ring", "all_gather", kv_bytes, shape.context_shards,
                                s.activation_dtype, layers))
     ops += _sdpa_ops(a, s, shape, groups, heads=heads, kv_heads=kv_heads, head_dim=a.head_dim)
+    if a.attention_gate:  # output x sigmoid(gate), element by element
+        ops.append(_elementwise("layers.attn.output_gate", tokens, heads * a.head_dim, s.activation_dtype, layers,
+                                inputs=2, flops_per_element=activation_flops_per_element("sigmoid", gated=True)))
     ops.append(_linear("layers.attn.o_proj", tokens, heads * a.head_dim, a.hidden, s, layers))
+    return ops
+
+
+# FLOPs per state element of one recurrent step (decode), from the update rules:
+# gated delta net (arXiv 2412.06464 eq. 10: S_t = S_{t-1} a_t (I - b_t k_t k_t^T) + b_t v_t k_t^T, o_t = S_t q_t):
+# the decay (1), the retrieval k^T S (2), the rank-1 correction b k (v - k^T S)^T (2) and the read-out S q (2);
+# Mamba-2 (arXiv 2405.21060 eq. 1 with scalar A: h_t = exp(dt A) h_{t-1} + dt B_t x_t^T, y_t = C_t^T h_t):
+# the decay (1), the rank-1 input (2) and the read-out (2).
+RECURRENT_STEP_FLOPS = {"gated_delta_net": 7, "mamba2": 5}
+# The chunk length of the chunked (parallel) scans prefill runs: flash-linear-attention's chunk_gated_delta_rule
+# (fla/ops/gated_delta_rule/chunk.py, BT = 64) and Mamba-2's SSD kernels (mamba_ssm ssd_combined.py,
+# chunk_size 256 in the Mamba-2, Bamba and Granite-4.0-H configs; 64 in transformers' torch fallback).
+SCAN_CHUNK = {"gated_delta_net": 64, "mamba2": 256}
+
+
+def _bmm(name: str, batch, m, n, k, dtype: str, count: int, *, state_out: bool = False) -> Op:
+    """A batched product of two activations (a scan's chunk matrices): ``batch`` products of (m x k)(k x n)."""
+    out_role = "kv_cache" if state_out else "activation"
+    return Op(name=name, kind="matmul", count=count, provenance="triton.chunk_scan",
+              inputs=(_t((batch, m, k), dtype), _t((batch, k, n), dtype)), outputs=(_t((batch, m, n), dtype, out_role),),
+              attrs={"m": m, "n": n, "k": k, "batch": batch, "dtype": dtype})
+
+
+def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, groups: LayerGroups) -> list[Op]:
+    """A hybrid's linear layers (``RecurrentMixer``), heads split by tp (vLLM shards them as attention heads;
+    key heads / groups fewer than tp are replicated, ``RecurrentMixer.local_key_heads``).
+
+    The input projection (q, k, v, the output gate z and the per-head b, a of a gated delta net; z, x, B,
+    C, dt of Mamba-2), the depthwise causal conv over the q/k/v (x/B/C) channels, the token mixing, the
+    gated RMSNorm (norm(o) x silu(z)) and the output projection. Decode is one recurrent step: each
+    sequence's state (``heads x key_dim x value_dim``) and conv state are read and written once
+    (``RECURRENT_STEP_FLOPS``). Prefill runs the chunked scan: within a chunk of ``SCAN_CHUNK`` tokens the
+    products of its queries/keys (C B^T), across chunks the state passed chunk to chunk and written per
+    chunk (FLA's ``chunk_h``, SSD's chunk states):
+
+    * gated delta net (arXiv 2406.06484 section 3.3, the WY/UT form FLA runs): K K^T and Q K^T (C x C x dk),
+      the triangular solve (I + tril(b K K^T))^-1 (C^3/3 multiply-adds, priced as a C x C x C/3 product),
+      W = T bK and U = T bV (C x (dk + dv) x C), W S and Q S (C x dv x dk), the state update K^T (U - W S)
+      (dk x dv x C) and the intra-chunk output (C x dv x C);
+    * Mamba-2's SSD (arXiv 2405.21060 section 6, ``ssd_minimal_discrete``): C B^T per group (C x C x N), the
+      masked product with X per head (C x P x C), the chunk states B^T X (N x P x C), the output from the
+      states C h (C x P x N)."""
+    m, act = a.mixer, s.activation_dtype
+    assert m is not None
+    heads, key_heads, layers, tokens = m.heads // p.tp, m.local_key_heads(p.tp), groups.linear, shape.tokens
+    key_width, value_width, channels = key_heads * m.key_dim, heads * m.value_dim, m.local_conv_channels(p.tp)
+    gdn = m.kind == "gated_delta_net"
+    projected = 2 * key_width + 2 * value_width + (2 * heads if gdn else heads)
+    conv_state = _t((shape.batch, channels, m.conv_kernel), s.kv_dtype, "kv_cache")
+    mixed = _t((tokens, channels), act)
+    decode = shape.phase == "decode"
+    conv = Op(name="layers.linear_attn.conv1d", kind="elementwise", count=layers, provenance="causal_conv1d",
+              inputs=(mixed, conv_state) if decode else (mixed,), outputs=(mixed, conv_state),
+              attrs={"flops_per_element": 2 * m.conv_kernel + activation_flops_per_element("silu", gated=False),
+                     "elements": tokens * channels})
+    ops = [_linear("layers.linear_attn.in_proj", tokens, a.hidden, projected, s, layers), conv]
+    if decode:
+        state = _t((shape.batch, heads, m.key_dim, m.value_dim), a.state_dtype or s.kv_dtype, "kv_cache")
+        ops.append(Op(name="layers.linear_attn.recurrent_step", kind="elementwise", count=layers,
+                      provenance="fused_recurrent", inputs=(state, mixed), outputs=(state, _t((tokens, value_width), act)),
+                      attrs={"flops_per_element": RECURRENT_STEP_FLOPS[m.kind], "dtype": act,
+                             "elements": shape.batch * heads * m.key_dim * m.value_dim}))
+    else:
+        chunk = SCAN_CHUNK[m.kind]
+        chunks = whole(np.ceil(np.asarray(shape.seq) / chunk))
+        per_head = shape.batch * heads * chunks
+        kd, vd = m.key_dim, m.value_dim
+        if gdn:
+            ops += [_bmm("layers.linear_attn.chunk_scores", 2 * per_head, chunk, chunk, kd, act, layers),
+                    _bmm("layers.linear_attn.chunk_solve", per_head, chunk, chunk, math.ceil(chunk / 3), act, layers),
+                    _bmm("layers.linear_attn.chunk_wy", per_head, chunk, kd + vd, chunk, act, layers),
+                    _bmm("layers.linear_attn.chunk_state_read", 2 * per_head, chunk, vd, kd, act, layers),
+                    _bmm("layers.linear_attn.chunk_states", per_head, kd, vd, chunk, act, layers, state_out=True),
+                    _bmm("layers.linear_attn.chunk_output", per_head, chunk, vd, chunk, act, layers)]
+        else:
+            per_group = shape.batch * key_heads * chunks
+            ops += [_bmm("layers.linear_attn.chunk_scores", per_group, chunk, chunk, kd, act, layers),
+                    _bmm("layers.linear_attn.chunk_output", per_head, chunk, vd, chunk, act, layers),
+                    _bmm("layers.linear_attn.chunk_states", per_head, kd, vd, chunk, act, layers, state_out=True),
+                    _bmm("layers.linear_attn.chunk_state_read", per_head, chunk, vd, kd, act, layers)]
+    ops += [_elementwise("layers.linear_attn.gated_norm", tokens, value_width, act, layers, kind="norm", norm="rms"),
+            _linear("layers.linear_attn.out_proj", tokens, value_width, a.hidden, s, layers)]
     return ops
 
 
@@ -321,7 +434,7 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
     appendix C): queries become ``kv_lora_rank``-wide, the kernel is multi-query over the cached
     latent + rotary key (keys 576 wide for DeepSeek-V3, values its first 512: one read of the cache),
     and the output is projected back per head before ``o_proj``."""
-    m, act, tokens, layers = a.latent, s.activation_dtype, shape.tokens, shape.layers
+    m, act, tokens, layers = a.latent, s.activation_dtype, shape.tokens, groups.attention
     assert m is not None
     heads = a.heads // p.tp
     ops = []
@@ -388,18 +501,22 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
            inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
            outputs=(_t((tokens, hidden), act),)),
-        _elementwise("layers.input_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms"),
-        *(_latent_attention(a, s, p, shape, groups) if a.latent is not None else _attention(a, s, p, shape, groups)),
+        _elementwise("layers.input_norm", rows_per_chip, hidden, act, groups.mixing, kind="norm", norm="rms"),
     ]
+    if groups.attention:
+        ops += _latent_attention(a, s, p, shape, groups) if a.latent is not None else _attention(a, s, p, shape, groups)
+    if groups.linear:
+        ops += _recurrent_mixer(a, s, p, shape, groups)
     if sharded:
-        ops.insert(2, _collective("layers.attn.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
-        ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
+        ops.insert(2, _collective("layers.attn.all_gather", "all_gather", residual_bytes, p.tp, act, groups.mixing))
+        ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act,
+                               groups.mixing))
     elif p.tp > 1:
-        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
-    ops += [_elementwise("layers.attn.residual", rows_per_chip, hidden, act, layers, inputs=2),
-            _elementwise("layers.post_norm", rows_per_chip, hidden, act, layers, kind="norm", norm="rms")]
+        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing))
+    ops += [_elementwise("layers.attn.residual", rows_per_chip, hidden, act, groups.mixing, inputs=2),
+            _elementwise("layers.post_norm", rows_per_chip, hidden, act, groups.mlps, kind="norm", norm="rms")]
     if sharded:
-        ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, groups.mlps))
     if groups.moe:
         ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, groups.moe))
     if groups.moe and moe_capacity_factor is not None:
@@ -421,18 +538,21 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
                                    groups.moe, **wide))
         if a.shared_intermediate:  # every token also passes the shared experts (a dense gated MLP, tp-split)
             ops += _dense_mlp(a, s, "layers.moe.shared_experts", tokens, a.shared_intermediate // p.tp, groups.moe)
+            if a.shared_expert_gate:
+                ops.append(_linear("layers.moe.shared_expert_gate", tokens, hidden, 1, s, groups.moe))
     if groups.dense:
         ops += _dense_mlp(a, s, "layers.mlp", tokens, a.intermediate // p.tp, groups.dense)
     if sharded:
-        ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, groups.mlps))
     elif p.tp > 1:
-        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, layers))
+        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mlps))
     rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
-    ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, layers, inputs=2),
+    ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, groups.mlps, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
             _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
     if training:  # softmax cross-entropy over the vocabulary shard (fused kernels upcast inside)
         ops.append(_elementwise("loss", rows, a.vocab // p.tp, act, 1, kind="softmax"))
+    ops = [op for op in ops if op.count]  # (a stage of Nemotron-H blocks may lack every mixer or every MLP)
     names = [op.name for op in ops]
     # ``check`` validated the architecture, scenario and parallelism these ops are built from.
     return Graph.prechecked(f"{a.name}.{phase}", ops, list(zip(names, names[1:], strict=False)))

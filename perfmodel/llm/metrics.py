@@ -33,7 +33,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import Hardware
 from perfmodel.llm.architecture import Architecture
-from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
+from perfmodel.llm.graphs import Parallelism, Scenario, check, layer_groups, pipeline_send, stage_graph
 from perfmodel.roofline.arrays import (
     ArrayEvaluation,
     at_first_axis,
@@ -184,7 +184,9 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     a, tp, pp = architecture, parallelism.tp, parallelism.pp
     stage_parameters = a.stage_parameters(pp)
     per_sequence = a.kv_cache_bytes(scenario.prompt_tokens + scenario.generated_tokens, kv_bytes, a.stage_layers(pp))
-    kv = per_sequence * a.kv_tp_share(tp) * np.asarray(scenario.batch)
+    # a hybrid's linear layers keep a fixed state per sequence instead (Architecture.state_bytes)
+    state = a.state_bytes(kv_bytes, a.stage_layers(pp), tp)
+    kv = (per_sequence * a.kv_tp_share(tp) + state) * np.asarray(scenario.batch)
     prompt_tokens = np.asarray(scenario.batch) * scenario.prompt_tokens
     widest = a.hidden + _widest_mlp(a) / tp
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
@@ -319,7 +321,8 @@ def _predict_one(architecture: Architecture, hardware: Hardware, scenario: Scena
                                      stream_items=scenario.batch * prompt)
     ttft = float(phase_time(prefill_arrays, hardware, parallelism, send_prefill))
     contexts = (prompt + 1, prompt + max(gen // 2, 1), prompt + gen)
-    if graphs is stage_graph:
+    # (a stage of a hybrid's linear layers alone reads no context, so an array context would not sweep it)
+    if graphs is stage_graph and layer_groups(architecture, parallelism.pp).attention:
         # The three decode contexts as one graph whose context is an array (the condensed graphs take
         # array dimensions): one evaluation, three points.
         decode_graph = graphs(architecture, scenario, parallelism, phase="decode", context=np.asarray(contexts))

@@ -24,18 +24,25 @@ from perfmodel.llm.architecture import (
     WHOLE_CONTEXT,
     Architecture,
     LatentAttention,
+    RecurrentMixer,
     _activation,
 )
 
-MODULE_KINDS = ("embedding", "attention", "mlp", "experts", "shared_experts", "router", "norms", "lm_head")
+MODULE_KINDS = ("embedding", "attention", "linear_attention", "mlp", "experts", "shared_experts", "router", "norms",
+                "lm_head")
 _LAYER = re.compile(r"^(?:model\.layers|transformer\.h|model\.language_model\.layers)\.(\d+)\.(.+)$")
 _ATTENTION = ("self_attn.", "attn.")
+_LINEAR = ("linear_attn.", "mamba.")  # a hybrid's recurrent mixer: gated delta net (Qwen3-Next), Mamba-2
 _MLP = ("mlp.", "feed_forward.", "block_sparse_moe.")
+# Granite-4.0's MLP beside its routed experts (GraniteMoeHybridMLP: input_linear makes gate and up, output_linear
+# is down): the shared expert of a MoE layer, the dense MLP of a layer without experts.
+_SHARED_MLP = "shared_mlp."
 _LAYER_NORMS = re.compile(r"^(input_layernorm|post_attention_layernorm|pre_feedforward_layernorm|"
-                          r"post_feedforward_layernorm|ln_1|ln_2)\.(weight|bias)$")
+                          r"post_feedforward_layernorm|pre_ff_layernorm|ln_1|ln_2)\.(weight|bias)$")
 _OUTSIDE = {"model.embed_tokens.weight": "embedding", "transformer.wte.weight": "embedding",
             "lm_head.weight": "lm_head", "lm_head.bias": "lm_head", "model.norm.weight": "norms",
-            "model.norm.bias": "norms", "transformer.ln_f.weight": "norms", "transformer.ln_f.bias": "norms"}
+            "model.norm.bias": "norms", "model.final_layernorm.weight": "norms", "transformer.ln_f.weight": "norms",
+            "transformer.ln_f.bias": "norms"}
 # Windows each attention kind of ``layer_types`` sees. Chunked attention (Llama 4: each query sees the
 # keys of its own chunk, at most attention_chunk_size) is priced as a window of the chunk: the most
 # keys a query sees and the most a layer caches.
@@ -86,8 +93,41 @@ def transformers_version() -> str:
 
 
 def parameter_shapes(model: Any) -> dict[str, tuple[int, ...]]:
-    """Every distinct parameter (a tied head appears once, as the embedding) and its shape."""
-    return {name: tuple(parameter.shape) for name, parameter in model.named_parameters()}
+    """Every distinct parameter (a tied head appears once, as the embedding) and its shape, under the names
+    of the common layout (``_common_names``)."""
+    return _common_names({name: tuple(parameter.shape) for name, parameter in model.named_parameters()})
+
+
+_BLOCK = re.compile(r"^model\.layers\.(\d+)\.(mixer\.|norm\.weight$)")
+_BLOCK_OUTSIDE = {"model.embeddings.weight": "model.embed_tokens.weight", "model.norm_f.weight": "model.norm.weight"}
+
+
+def _common_names(shapes: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, ...]]:
+    """Nemotron-H's blocks (``model.layers.N.mixer.*`` and one ``norm``: a block is a Mamba-2 mixer, an
+    attention, a MoE or an MLP alone) renamed into the common layout by what the mixer holds (A_log: a
+    Mamba-2 mixer; q_proj: attention; anything else: the MLP or MoE), its norm as the pre-norm of that
+    part; every other model's names unchanged. Only names change: each parameter keeps its shape."""
+    if not any(_BLOCK.match(name) for name in shapes):
+        return shapes
+    mixers: dict[str, list[str]] = defaultdict(list)
+    for name in shapes:
+        match = _BLOCK.match(name)
+        if match and match.group(2) == "mixer.":
+            mixers[match.group(1)].append(name.split(".mixer.", 1)[1])
+    renamed = {}
+    for name, shape in shapes.items():
+        match = _BLOCK.match(name)
+        if not match:
+            renamed[_BLOCK_OUTSIDE.get(name, name)] = shape
+            continue
+        layer, inner = match.group(1), mixers[match.group(1)]
+        part = "mamba" if "A_log" in inner else "self_attn" if "q_proj.weight" in inner else "mlp"
+        if match.group(2) == "mixer.":
+            renamed[f"model.layers.{layer}.{part}.{name.split('.mixer.', 1)[1]}"] = shape
+        else:
+            norm = "post_attention_layernorm" if part == "mlp" else "input_layernorm"
+            renamed[f"model.layers.{layer}.{norm}.weight"] = shape
+    return renamed
 
 
 def kind_of(name: str) -> tuple[int | None, str]:
@@ -97,6 +137,10 @@ def kind_of(name: str) -> tuple[int | None, str]:
     match = _LAYER.match(name)
     if match:
         layer, rest = int(match.group(1)), match.group(2)
+        if rest.startswith(_LINEAR):
+            return layer, "linear_attention"
+        if rest.startswith(_SHARED_MLP) and rest.split(".")[1] in ("input_linear", "output_linear"):
+            return layer, "shared_experts"  # (the dense MLP of a layer without experts: class_parameters_by_kind)
         if rest.startswith(_ATTENTION):
             return layer, "attention"
         if _LAYER_NORMS.match(rest):
@@ -105,7 +149,7 @@ def kind_of(name: str) -> tuple[int | None, str]:
             inner = rest.split(".", 1)[1]
             if inner.startswith("experts."):
                 return layer, "experts"
-            if inner.startswith(("shared_experts.", "shared_expert.")):
+            if inner.startswith(("shared_experts.", "shared_expert.", "shared_expert_gate.")):
                 return layer, "shared_experts"
             if inner.startswith(("gate.", "router.")):
                 return layer, "router"
@@ -117,11 +161,13 @@ def kind_of(name: str) -> tuple[int | None, str]:
 
 def class_parameters_by_kind(shapes: Mapping[str, tuple[int, ...]]) -> dict[str, int]:
     counts = dict.fromkeys(MODULE_KINDS, 0)
+    moe_layers = {kind_of(name)[0] for name in shapes if ".experts." in name}
     for name, shape in shapes.items():
         numel = 1
         for size in shape:
             numel *= size
-        counts[kind_of(name)[1]] += numel
+        layer, kind = kind_of(name)
+        counts["mlp" if kind == "shared_experts" and _SHARED_MLP in name and layer not in moe_layers else kind] += numel
     return counts
 
 
@@ -171,8 +217,10 @@ def _attention_fields(params: Mapping[str, tuple[int, ...]], heads: int, hidden:
     if q is None and fused is None:
         raise PerfmodelError(f"attention without q_proj or qkv_proj ({', '.join(attention) or 'no parameters'}): "
                              "not a structure perfmodel prices (linear attention and state-space layers are not modeled)")
+    out = _find(attention, "o_proj.weight")
+    gate = q is not None and out is not None and q[0] == 2 * out[1]  # the query and its output gate, interleaved
     if q is not None and k is not None:
-        q_width, kv_width = q[0], k[0]
+        q_width, kv_width = (q[0] // 2 if gate else q[0]), k[0]
     else:
         assert fused is not None
         out = _find(attention, "o_proj.weight")
@@ -182,8 +230,59 @@ def _attention_fields(params: Mapping[str, tuple[int, ...]], heads: int, hidden:
     if q_width % heads or kv_width % head_dim:
         raise PerfmodelError(f"query width {q_width} and KV width {kv_width} are not whole heads of "
                              f"{heads} heads (num_attention_heads)")
-    return {**common, "head_dim": head_dim, "kv_heads": kv_width // head_dim,
+    return {**common, "head_dim": head_dim, "kv_heads": kv_width // head_dim, "attention_gate": gate,
             "qkv_bias": _has(attention, r"\.(q_proj|qkv_proj)\.bias$")}
+
+
+def _config_size(hf_config: Any, *names: str) -> int:
+    """A width the class's shapes hold only as a product (heads x head dim): read by hand from the config."""
+    for field_name in names:
+        value = getattr(hf_config, field_name, None)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    raise PerfmodelError(f"the config gives no {' / '.join(names)}: the recurrent mixer's heads cannot be read")
+
+
+def _state_dtype(hf_config: Any) -> str | None:
+    """The recurrent state's dtype when the config fixes it (``mamba_ssm_dtype`` / ``mamba_ssm_cache_dtype``,
+    read by hand: no parameter holds it); None: the KV cache's."""
+    from perfmodel.dtypes import ALIASES, DTYPES
+
+    for field_name in ("mamba_ssm_dtype", "mamba_ssm_cache_dtype"):
+        value = getattr(hf_config, field_name, None)
+        if value is None or value == "auto":
+            continue
+        name = ALIASES.get(str(value).removeprefix("torch."), str(value))
+        if name not in DTYPES:
+            raise PerfmodelError(f"config field {field_name!r}: {value!r} is not a dtype perfmodel knows (float32, "
+                                 "bfloat16, float16)")
+        return name
+    return None
+
+
+def _mixer_fields(params: Mapping[str, tuple[int, ...]], hf_config: Any) -> RecurrentMixer:
+    """The recurrent mixer of one linear layer, from its shapes (heads from A_log, the value width from
+    out_proj, the conv's channels and taps from conv1d); the key heads (GDN) or groups (Mamba-2) by hand."""
+    mixer = {name.split(".", 1)[1]: shape for name, shape in params.items() if name.startswith(_LINEAR)}
+    a_log, out, conv = mixer.get("A_log"), mixer.get("out_proj.weight"), mixer.get("conv1d.weight")
+    if a_log is None or out is None or conv is None:
+        raise PerfmodelError(f"a linear-attention layer with {', '.join(mixer)}: perfmodel prices gated delta net "
+                             "(in_proj_qkvz, in_proj_ba, conv1d, A_log, norm, out_proj) and Mamba-2 (in_proj, conv1d, "
+                             "A_log, D, norm, out_proj) mixers")
+    heads, value_width, (channels, _, taps) = a_log[0], out[1], conv
+    if "in_proj_qkvz.weight" in mixer or "in_proj_qkv.weight" in mixer:  # fused (Qwen3-Next) or split (Qwen3.5)
+        kind, key_heads = "gated_delta_net", _config_size(hf_config, "linear_num_key_heads")
+    elif "in_proj.weight" in mixer and "D" in mixer and "x_proj.weight" not in mixer:  # (Mamba-1 has x_proj, dt_proj)
+        kind, key_heads = "mamba2", _config_size(hf_config, "mamba_n_groups", "n_groups")
+    else:
+        raise PerfmodelError(f"a linear-attention layer with {', '.join(mixer)}: neither a gated delta net nor a "
+                             "Mamba-2 mixer; refused rather than guessed")
+    key_width = (channels - value_width) // 2
+    if value_width % heads or key_width % key_heads:
+        raise PerfmodelError(f"the {kind} mixer's widths ({value_width} values, {key_width} keys) are not whole heads "
+                             f"of {heads} value heads and {key_heads} key heads")
+    return RecurrentMixer(kind=kind, heads=heads, key_heads=key_heads, key_dim=key_width // key_heads,
+                          value_dim=value_width // heads, conv_kernel=taps, conv_bias="conv1d.bias" in mixer)
 
 
 def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int, bool]:
@@ -193,6 +292,10 @@ def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int,
         return part["gate_proj.weight"][0], True
     if "gate_up_proj.weight" in part:
         return part["gate_up_proj.weight"][0] // 2, True
+    if "input_linear.weight" in part:
+        return part["input_linear.weight"][0] // 2, True
+    if "up_proj.weight" in part:  # a plain MLP named up/down (Nemotron-H's relu2 MLP)
+        return part["up_proj.weight"][0], False
     if "fc_in.weight" in part:
         return part["fc_in.weight"][0], False
     raise PerfmodelError(f"MLP {prefix.rstrip('.')} has {', '.join(part) or 'no parameters'}: not a gated "
@@ -202,16 +305,22 @@ def _mlp_width(params: Mapping[str, tuple[int, ...]], prefix: str) -> tuple[int,
 def _expert_fields(params: Mapping[str, tuple[int, ...]], hidden: int) -> dict[str, Any]:
     experts = {name.split("experts.", 1)[1]: shape for name, shape in params.items()
                if ".experts." in name and "shared_expert" not in name}
-    gate_up, down = experts.get("gate_up_proj"), experts.get("down_proj")
+    gate_up, down = experts.get("gate_up_proj", experts.get("up_proj")), experts.get("down_proj")
     if gate_up is None or down is None or len(gate_up) != 3 or len(down) != 3:
         raise PerfmodelError(f"experts with {', '.join(experts)}: perfmodel prices fused gate_up_proj/down_proj "
                              "expert tensors (transformers' MoE layers)")
     width = down[2] if down[1] == hidden else down[1]
     shared = _find(params, "shared_experts.gate_proj.weight", "shared_expert.gate_proj.weight")
+    if shared is None and "gate_up_proj" not in experts:  # plain (ungated) experts, a plain shared expert (Nemotron-H)
+        shared = _find(params, "shared_experts.up_proj.weight")
+    granite_shared = _find(params, _SHARED_MLP + "input_linear.weight")
+    shared_width = shared[0] if shared is not None else granite_shared[0] // 2 if granite_shared is not None else 0
+    shared_gate = _find(params, "shared_expert_gate.weight")
     router = {name: shape for name, shape in params.items() if re.search(r"\.(gate|router)\.", name)}
-    return {"experts": gate_up[0], "expert_intermediate": width, "shared_intermediate": 0 if shared is None else shared[0],
+    return {"experts": gate_up[0], "expert_intermediate": width, "shared_intermediate": shared_width,
             "router_bias": any(name.endswith("bias") for name in router),
-            "expert_bias": "gate_up_proj_bias" in experts}
+            "expert_bias": "gate_up_proj_bias" in experts, "shared_expert_gate": shared_gate is not None,
+            "expert_gated": "gate_up_proj" in experts}
 
 
 def _one(values: list[Any], label: str) -> Any:
@@ -231,7 +340,7 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
         return (int(window),) * layers
     windows = []
     for kind in types:
-        if kind == "full_attention":
+        if kind in ("full_attention", "linear_attention", "moe", "mlp"):  # (a state, or no attention: no window)
             windows.append(WHOLE_CONTEXT)
         elif kind in _WINDOW_FIELD and getattr(hf_config, _WINDOW_FIELD[kind], None):
             windows.append(int(getattr(hf_config, _WINDOW_FIELD[kind])))
@@ -269,15 +378,37 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     vocab, hidden = embedding
     layers = _layers(shapes)
     heads = int(getattr(hf_config, "num_attention_heads", 0) or getattr(hf_config, "n_head", 0))
-    attention = _one([_attention_fields(params, heads, hidden) for params in layers.values()], "attention")
+    linear = tuple(any(key.startswith(_LINEAR) for key in params) for params in layers.values())
+    both = [index for index, params in layers.items()
+            if any(key.startswith(_LINEAR) for key in params) and any(key.startswith(_ATTENTION) for key in params)]
+    if both:
+        raise PerfmodelError(f"layer {both[0]} has both attention and a recurrent mixer side by side (a parallel hybrid, "
+                             "Falcon-H1): perfmodel prices hybrids whose layers use one or the other")
+    if all(linear):
+        raise PerfmodelError("every layer is a linear-attention / state-space layer: perfmodel prices hybrids whose "
+                             "other layers are attention, not pure state-space models")
+    mixers = [params for params, flag in zip(layers.values(), linear, strict=True) if flag]
+    # Nemotron-H's blocks hold one part each: a layer may have no token mixer, or no MLP.
+    mixerless = tuple(not any(key.startswith((*_LINEAR, *_ATTENTION)) for key in params) for params in layers.values())
+    mlpless = tuple(not any(key.startswith((*_MLP, _SHARED_MLP)) for key in params) for params in layers.values())
+    attention = _one([_attention_fields(params, heads, hidden) for params, flag, none in
+                      zip(layers.values(), linear, mixerless, strict=True) if not flag and not none], "attention")
+    hybrid: dict[str, Any] = {}
+    if mixers:
+        hybrid = {"state_dtype": _state_dtype(hf_config), "linear_layers": linear,
+                  "mixer": _one([_mixer_fields(params, hf_config) for params in mixers], "linear-attention mixer")}
     moe_flags = tuple(any(".experts." in key for key in params) for params in layers.values())
     experts: dict[str, Any] = {}
     if any(moe_flags):
         experts = _one([_expert_fields(params, hidden) for params, moe in zip(layers.values(), moe_flags, strict=True)
                         if moe], "experts")
-    dense = [_mlp_width(params, next(p for p in _MLP if any(k.startswith(p) for k in params)))
-             for params, moe in zip(layers.values(), moe_flags, strict=True) if not moe]
-    intermediate, gated = _one(dense, "dense MLP") if dense else (experts["expert_intermediate"], True)
+    dense = [_mlp_width(params, next(p for p in (*_MLP, _SHARED_MLP) if any(k.startswith(p) for k in params)))
+             for params, moe, none in zip(layers.values(), moe_flags, mlpless, strict=True) if not moe and not none]
+    expert_gated = experts.pop("expert_gated", True)
+    intermediate, gated = _one(dense, "dense MLP") if dense else (experts["expert_intermediate"], expert_gated)
+    if experts and gated != expert_gated:
+        raise PerfmodelError("the dense MLPs and the experts differ in gating (gate/up/down vs up/down): perfmodel "
+                             "prices one MLP form per model")
     if experts.get("expert_intermediate") == intermediate:  # one width for every MLP (Mixtral): no second field
         experts["expert_intermediate"] = None
     norm_names = [[key for key in params if _LAYER_NORMS.match(key)] for params in layers.values()]
@@ -292,8 +423,8 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     if not isinstance(positions, int) or positions < 1:
         raise PerfmodelError(f"the config's max_position_embeddings is {positions!r}: perfmodel checks every scenario's "
                              "length against it; give the model's context length")
-    act_config = {"hidden_act": getattr(hf_config, "hidden_act", None) or getattr(hf_config, "activation_function",
-                                                                                  None)}
+    act_config = {"hidden_act": getattr(hf_config, "mlp_hidden_act", None) or getattr(hf_config, "hidden_act", None)
+                  or getattr(hf_config, "activation_function", None)}
     architecture = Architecture(
         name=name, hidden=hidden, layers=len(layers), heads=heads, intermediate=intermediate, vocab=vocab,
         max_positions=int(positions), tied_embeddings="lm_head.weight" not in shapes, gated_mlp=gated,
@@ -303,7 +434,8 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         layer_windows=None if uniform else windows,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
         activation=_activation(act_config, "silu"), mtp_modules=_mtp_modules(hf_config),
-        **attention, **experts)
+        mixerless_layers=mixerless if any(mixerless) else None, mlpless_layers=mlpless if any(mlpless) else None,
+        **attention, **experts, **hybrid)
     derived = architecture.parameters_by_kind()
     wrong = [f"{kind}: the class has {class_counts[kind]:,}, perfmodel's reading {derived[kind]:,}"
              for kind in MODULE_KINDS if class_counts[kind] != derived[kind]]

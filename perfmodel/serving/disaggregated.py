@@ -10,7 +10,7 @@ A disaggregated deployment ``xPyD`` runs ``x`` prefill workers and ``y`` decode 
    token. **Assumption:** a prefill worker frees a request's KV blocks when its prefill ends (the
    transfer's hold on them is not modelled).
 2. **KV transfer.** The prompt's KV cache, ``Architecture.kv_cache_bytes(prompt)`` at the KV dtype
-   (every layer; a sliding window's rolling buffer), goes over the link between the workers priced
+   (every layer; a sliding window's rolling buffer; a hybrid's state too), goes over the link between the workers priced
    alpha-beta: ``latency + bytes / bandwidth``, where the bandwidth is the link's per-direction rate
    x links per chip x the chips sending at once (each prefill chip sends its own shard to a decode
    chip: ``min(prefill chips, decode chips)``). The link is the spec's ``network`` link when there
@@ -82,8 +82,10 @@ def kv_link(hardware: Hardware, senders: int, receivers: int, name: str | None =
 
 def kv_transfer_bytes(architecture: Architecture, prompt_tokens, kv_dtype: str):
     """Bytes of the KV cache of prompts of ``prompt_tokens`` tokens (every layer; the helper that sizes
-    the cache, ``Architecture.kv_cache_bytes``)."""
-    return architecture.kv_cache_bytes(np.asarray(prompt_tokens), DTYPES[kv_dtype].bytes_per_element)
+    the cache, ``Architecture.kv_cache_bytes``), and a hybrid's recurrent and conv state after the prompt
+    (``Architecture.state_bytes``: the decode worker resumes from it)."""
+    element = DTYPES[kv_dtype].bytes_per_element
+    return architecture.kv_cache_bytes(np.asarray(prompt_tokens), element) + architecture.state_bytes(element)
 
 
 def parse_disagg(text: str) -> tuple[int, int]:

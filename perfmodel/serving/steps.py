@@ -24,7 +24,9 @@
   spec has one, ``costs.residency``), the
   activation buffers of a full step's prefill and the logits of a full batch
   (``llm.metrics.memory_per_chip``), divided into blocks of ``block_size`` tokens of
-  ``Architecture.kv_bytes_per_token`` (the fullest stage's layers and this chip's KV heads).
+  ``Architecture.kv_bytes_per_token`` (the fullest stage's layers and this chip's KV heads). A hybrid's
+  linear layers keep a fixed state per sequence instead (``Architecture.state_bytes``): ``max_batch``
+  states come off the budget first, and the blocks hold the attention layers' KV only.
 """
 
 from __future__ import annotations
@@ -93,10 +95,14 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
     capacity = float(np.min(placed.capacity_bytes)) * memory_utilization
     if placed.external_store and not placed.weights_resident:
         weights = 0.0
-    budget = capacity - weights - activations - workspace
+    kv_element = DTYPES[scenario.kv_dtype].bytes_per_element
+    # A hybrid's linear layers keep one fixed state per running sequence (vLLM holds one state slot per
+    # request): max_batch of them come off the budget first.
+    states = max_batch * a.state_bytes(kv_element, a.stage_layers(parallelism.pp), parallelism.tp)
+    budget = capacity - weights - activations - workspace - states
     # Blocks hold whole-context tokens: a model whose layers differ in window is charged the full
-    # context in every layer (a paged cache without a hybrid allocator; conservative).
-    per_token = len(a.stage_layers(parallelism.pp)) * a.kv_elements_per_token() \
+    # context in every attention layer (a paged cache without a hybrid allocator; conservative).
+    per_token = a.attention_layers_in(a.stage_layers(parallelism.pp)) * a.kv_elements_per_token() \
         * DTYPES[scenario.kv_dtype].bytes_per_element * a.kv_tp_share(parallelism.tp)
     if drafter is not None:
         model, split = drafter
@@ -110,7 +116,7 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
             f"logits {(activations + workspace) / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB; "
             "add chips (--tp/--pp), or lower --max-batch / --max-tokens-per-step")
     return KVCapacity(blocks=blocks, block_size=block_size, bytes_per_token=per_token, budget_bytes=budget,
-                      state_bytes=budget + activations + workspace)
+                      state_bytes=budget + activations + workspace + states)
 
 
 class StepCosts:
