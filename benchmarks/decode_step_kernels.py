@@ -40,7 +40,8 @@ from perfmodel.tables import format_table  # noqa: E402
 from perfmodel.yaml_source import write_text_atomically  # noqa: E402
 
 GPUS = ("a100-sxm-80gb", "h100-sxm", "h200-sxm", "b200")
-GEMM_DTYPE = {"bf16": "bfloat16", "fp16": "float16", "fp8": "fp8"}
+# perfmodel dtype -> the tables' gemm_dtype (the inverse of the reader's own mapping)
+GEMM_DTYPE = {ours: theirs for theirs, ours in tables.GEMM_DTYPES.items()}
 
 
 def _lookups(gpu: str, engine: str) -> dict[str, dict]:
