@@ -302,42 +302,69 @@ SAMPLE_DIRECTORY = Path(__file__).resolve().parent / "data" / "aiconfigurator"
 SAMPLE_GPU, SAMPLE_ENGINE, SAMPLE_SEED, SAMPLE_ROWS_PER_KIND = "h100-sxm", "sglang", 1, 40
 
 
-def sample_path(kind: str, directory: Path = SAMPLE_DIRECTORY) -> Path:
-    return directory / f"{GPU_FOLDERS[SAMPLE_GPU]}-{SAMPLE_ENGINE}-{kind}.csv"
+FIT_ROWS_DIRECTORY = SAMPLE_DIRECTORY / "fit_rows"
+#: The one engine fit whose chosen rows ship, so tests can rerun that fit without the package.
+FIT_ROWS_GPU, FIT_ROWS_ENGINE = "h100-sxm", "vllm"
+
+
+def sample_path(kind: str, directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU,
+                engine: str = SAMPLE_ENGINE) -> Path:
+    return directory / f"{GPU_FOLDERS[gpu]}-{engine}-{kind}.csv"
 
 
 def write_sample(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
     """The committed test sample: ``SAMPLE_ROWS_PER_KIND`` raw rows of each table of SGLang on H100, drawn
     with a seed (1) other than the overlays' (0), so most are rows the shipped overlay was not fitted on."""
+    return _write_rows(directory, SAMPLE_GPU, SAMPLE_ENGINE,
+                       lambda kind, frame: sample(frame, SAMPLE_ROWS_PER_KIND, SAMPLE_SEED))
+
+
+def write_fit_rows(directory: Path = FIT_ROWS_DIRECTORY, gpu: str = FIT_ROWS_GPU, engine: str = FIT_ROWS_ENGINE,
+                   seed: int = 0) -> list[Path]:
+    """The raw rows ``engine_records`` chooses for ``gpu``'s ``engine`` fit (seed 0: the shipped overlay's),
+    so ``sample_records(directory, gpu, engine)`` gives that fit's records without the package."""
+    def chosen(kind, frame):
+        reasons = frame.apply(lambda row: unpriced(kind, row), axis=1)
+        return sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()))
+
+    return _write_rows(directory, gpu, engine, chosen)
+
+
+def _write_rows(directory: Path, gpu: str, engine: str, choose) -> list[Path]:
     from perfmodel.yaml_source import write_text_atomically
 
     written = []
     for kind in TABLES:
-        source = table(SAMPLE_GPU, SAMPLE_ENGINE, kind)
+        source = table(gpu, engine, kind)
         if source is None:
             continue
         frame = read_rows(source).assign(package_version=package_version())
-        output = sample_path(kind, directory)
-        write_text_atomically(output, sample(frame, SAMPLE_ROWS_PER_KIND, SAMPLE_SEED).to_csv(index=False))
+        output = sample_path(kind, directory, gpu, engine)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomically(output, choose(kind, frame).to_csv(index=False))
         written.append(output)
     return written
 
 
-def sample_records(directory: Path = SAMPLE_DIRECTORY) -> tuple[list[MeasurementRecord], dict[str, int]]:
-    """Records of the committed sample (no package needed)."""
+def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, engine: str = SAMPLE_ENGINE
+                   ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
+    """Records of committed rows (no package needed): the test sample, or a fit's rows (``write_fit_rows``);
+    the reasons rows were skipped; the engine version of each table."""
     import pandas as pd
 
     found: list[MeasurementRecord] = []
     skipped: dict[str, int] = {}
+    read: dict[str, str] = {}
     for kind in TABLES:
-        path = sample_path(kind, directory)
+        path = sample_path(kind, directory, gpu, engine)
         frame = pd.read_csv(path)
-        source = Table(gpu=SAMPLE_GPU, engine=SAMPLE_ENGINE, version=str(frame["version"].iloc[0]), kind=kind,
+        source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind=kind,
                        path=path, package_version=str(frame["package_version"].iloc[0]))
+        read[kind] = source.version
         found.extend(records(source, read_rows(source), skipped))
-    return found, skipped
+    return found, skipped, read
 
 
-if __name__ == "__main__":  # python -m calibration.aiconfigurator: rewrite the committed test sample
-    for written in write_sample():
+if __name__ == "__main__":  # python -m calibration.aiconfigurator: rewrite the committed test rows
+    for written in write_sample() + write_fit_rows():
         print(f"wrote {written}")

@@ -142,14 +142,19 @@ def with_held_parameters(result, held: dict[str, tuple[float, float]]):
 
 
 def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
-               versions_by_kind: dict[str, str] | None = None, root: Path | None = None) -> EngineFit:
+               versions_by_kind: dict[str, str] | None = None, root: Path | None = None,
+               rows: Path | None = None) -> EngineFit:
     """Fit ``gpu``'s parameters to ``engine``'s tables (a fixed sample); ``heldout=False`` skips the extra
-    held-out splits (the one random-half split per class is always reported)."""
+    held-out splits (the one random-half split per class is always reported). ``rows``: a folder of the
+    rows that sample chose, committed (``aiconfigurator.write_fit_rows``), read instead of the package."""
     from calibration.fit import fit
     from perfmodel.hardware.loader import load_hardware
 
-    records, skipped, read = tables.engine_records(gpu, engine, seed=seed, versions_by_kind=versions_by_kind,
-                                                   root=root)
+    if rows is not None:
+        records, skipped, read = tables.sample_records(rows, gpu, engine)
+    else:
+        records, skipped, read = tables.engine_records(gpu, engine, seed=seed, versions_by_kind=versions_by_kind,
+                                                       root=root)
     spec = load_hardware(gpu)
     streams = memory_streams(gpu, spec)
     records += streams

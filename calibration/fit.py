@@ -546,11 +546,11 @@ def _robust_cost(residuals: np.ndarray) -> float:
     return float(0.5 * ROBUST_SCALE ** 2 * np.sum(2 * (np.sqrt(1 + z) - 1)))
 
 
-POSTERIOR_DRAWS = 4000   # parameter vectors drawn to correct the covariance (sampling importance resampling)
+POSTERIOR_DRAWS = 8000   # parameter vectors drawn to correct the covariance (sampling importance resampling)
 PROPOSAL_SCALE = 1.25    # the proposal's standard deviations, in the Gauss-Newton ones: a little wider than the target
 # (in a dozen dimensions a proposal 2x wider leaves under 1% of the draws effective)
 MINIMUM_EFFECTIVE_DRAWS = 100
-POSTERIOR_ROUNDS = 3  # proposals: the Gauss-Newton normal, then up to two adapted to the weighted draws
+POSTERIOR_ROUNDS = 4  # proposals: the Gauss-Newton normal, then up to three adapted to the weighted draws
 
 
 def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.ndarray, design: Design, solution,
@@ -586,11 +586,14 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
     best = _robust_cost(residuals(centre, False))
     rng = np.random.default_rng(seed)
     mean, block = centre[bound], covariance[np.ix_(bound, bound)]
+    kept: tuple = (None, None, 0.0)  # the round with the most effective draws: adapted proposals need not improve
     for _round in range(POSTERIOR_ROUNDS):
         draws, weight, effective = _weighted_draws(residuals, centre, bound, mean, block * PROPOSAL_SCALE ** 2,
                                                    (low, high), best, variance, rng)
         if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS / 10:
-            return None, effective
+            break
+        if effective > kept[2]:
+            kept = (draws, weight, effective)
         if effective >= MINIMUM_EFFECTIVE_DRAWS:
             break
         # Adapt: the next proposal is this round's weighted normal (population Monte Carlo), where the
@@ -598,6 +601,7 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
         mean = weight @ draws[:, bound]
         centred = draws[:, bound] - mean
         block = (centred * weight[:, None]).T @ centred
+    draws, weight, effective = kept
     if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS:
         return None, effective
     relative = np.exp(draws[:, bound] - centre[bound]) - 1

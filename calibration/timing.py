@@ -145,7 +145,17 @@ def measure(stmt: str, *, globals: dict, threads: int, label: str = "", min_run_
         longer = min(max_run_s, block_s * (min_blocks + 1))
         if longer > min_run_s:
             measurement = timer.blocked_autorange(min_run_time=longer)
-    return from_measurement(measurement, label=label, threads=threads)
+    timing = from_measurement(measurement, label=label, threads=threads)
+    # blocked_autorange re-estimates its block size each call: on a loaded machine the retake can pick
+    # blocks as long as the whole run and still return one. Top up with blocks of the size it chose.
+    number, times, spent = measurement.number_per_run, list(timing.times_s), sum(timing.times_s) * measurement.number_per_run
+    while len(times) < min_blocks and spent < max_run_s:
+        block = timer.timeit(number)
+        times.append(float(block.median))
+        spent += float(block.median) * number
+    if len(times) == len(timing.times_s):
+        return timing
+    return dataclasses.replace(timing, times_s=tuple(times))
 
 
 def measurably_faster(fast: Timing, slow: Timing) -> bool:

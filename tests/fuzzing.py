@@ -361,6 +361,10 @@ def hardware_problems(hardware) -> list[str]:
         elif isinstance(node, dict) or hasattr(node, "items"):
             for key, value in node.items():
                 walk(value, f"{path}.{key}", name)
+        elif name == "relative_covariance":  # off-diagonal covariances may be negative; variances may not
+            for index, row in enumerate(node):
+                if not all(math.isfinite(value) for value in row) or row[index] < 0:
+                    problems.append(f"accepted spec value {path}[{index}] = {row!r}")
         elif isinstance(node, (list, tuple)):
             for index, value in enumerate(node):
                 walk(value, f"{path}[{index}]", name)

@@ -15,7 +15,7 @@ from perfmodel.llm.catalog import load_architecture
 from perfmodel.serving import ArrivalProcess, ClosedLoop, Percentiles, Server, ServingConfig, parse_length, sizing
 from perfmodel.serving.sizing import Deployment, SystemSizing, Target, fewest_replicas, rank, replica_load
 
-MODEL, SYSTEM = "llama-2-7b", "h100-sxm"
+MODEL, SYSTEM = "llama-2-7b", "h100-sxm"  # priced as the CLI does: the default engine's overlay (engine=None)
 PROMPT, OUTPUT, REQUESTS = "fixed:512", "fixed:32", 60
 SMALL = ["--on", SYSTEM, "--mode", "graph", "--prompt", "512", "--gen", "32", "--requests", str(REQUESTS)]
 
@@ -27,14 +27,14 @@ def _targets(ttft_p99: float, tpot_p99: float) -> tuple[Target, ...]:
 
 @cache
 def _sized(rate: float, ttft_p99: float, tpot_p99: float) -> SystemSizing:
-    return sizing.size_deployment(load_architecture(MODEL), load_for_prediction(SYSTEM), _targets(ttft_p99, tpot_p99),
-                                  ArrivalProcess(kind="poisson", rate_per_s=rate), parse_length(PROMPT),
-                                  parse_length(OUTPUT), requests=REQUESTS, seed=0, mode="graph")
+    return sizing.size_deployment(load_architecture(MODEL), load_for_prediction(SYSTEM, engine=None),
+                                  _targets(ttft_p99, tpot_p99), ArrivalProcess(kind="poisson", rate_per_s=rate),
+                                  parse_length(PROMPT), parse_length(OUTPUT), requests=REQUESTS, seed=0, mode="graph")
 
 
 def _replay(best: Deployment, load, seed: int = 0):
     """The answer's replica, built again from the reported configuration, at ``load``."""
-    server = Server(load_architecture(MODEL), load_for_prediction(SYSTEM), best.parallelism,
+    server = Server(load_architecture(MODEL), load_for_prediction(SYSTEM, engine=None), best.parallelism,
                     config=ServingConfig(max_batch=best.max_batch, max_tokens_per_step=best.max_tokens_per_step),
                     max_context=512 + 32, mode=best.mode)
     return server.simulate(load, REQUESTS, parse_length(PROMPT), parse_length(OUTPUT), seed=seed)

@@ -15,6 +15,7 @@ import math
 import re
 from typing import Annotated, Literal
 
+import numpy as np
 from pydantic import (
     AfterValidator,
     BaseModel,
@@ -321,6 +322,9 @@ def _efficiency(value: float) -> float:
 PositiveFloat = Annotated[float, Field(strict=False), AfterValidator(_efficiency)]
 
 
+COVARIANCE_ROUNDING = 1e-3  # relative to the largest variance: an eigenvalue below -this is not rounding
+
+
 class FitSpec(Strict):
     """A fit's covariance of the relative changes of the values it wrote (``efficiency.fit``; see
     ``perfmodel.hardware.model.FitCovariance``)."""
@@ -347,6 +351,12 @@ class FitSpec(Strict):
                 if not math.isclose(row[j], self.relative_covariance[j][i], rel_tol=1e-3, abs_tol=1e-12):
                     raise ValueError(f"relative_covariance must be symmetric: entry ({i + 1}, {j + 1}) is {row[j]!r}, "
                                      f"({j + 1}, {i + 1}) is {self.relative_covariance[j][i]!r}")
+        smallest = float(np.linalg.eigvalsh(np.asarray(self.relative_covariance, dtype=float)).min())
+        largest_variance = max(row[i] for i, row in enumerate(self.relative_covariance))
+        # Stored to four significant figures, a semi-definite matrix may round to tiny negative eigenvalues.
+        if smallest < -COVARIANCE_ROUNDING * largest_variance:
+            raise ValueError(f"relative_covariance must be positive semi-definite (a covariance): its smallest "
+                             f"eigenvalue is {smallest:.3g}; write the matrix the fit produced")
         return self
 
 
