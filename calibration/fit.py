@@ -586,6 +586,12 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
     best = _robust_cost(residuals(centre, False))
     rng = np.random.default_rng(seed)
     mean, block = centre[bound], covariance[np.ix_(bound, bound)]
+    # A parameter the curvature leaves nearly free (a log standard error of tens) would put almost every
+    # draw outside the fit's bounds, where the weight is 0: its proposal spread is capped at a quarter of
+    # the bounds' width (correlations kept; the weights use the capped proposal's own density).
+    width = (high - low)[bound]
+    shrink = np.sqrt(np.minimum(1.0, (width / 4) ** 2 / np.maximum(np.diag(block), 1e-300)))
+    block = block * np.outer(shrink, shrink)
     kept: tuple = (None, None, 0.0)  # the round with the most effective draws: adapted proposals need not improve
     for _round in range(POSTERIOR_ROUNDS):
         draws, weight, effective = _weighted_draws(residuals, centre, bound, mean, block * PROPOSAL_SCALE ** 2,
