@@ -242,3 +242,23 @@ def test_vllm_serving_rows_go_through_the_simulator_with_the_quoted_settings():
            "notes": "vllm bench serve --num-prompts 3000 (server flags not quoted)"}
     skipped = validate_row(2, row)
     assert skipped.predicted is None and "--max-num-seqs, --max-num-batched-tokens" in skipped.skipped
+
+
+def test_a_parallel_block_normalizes_and_gathers_its_input_once():
+    # MaxText's 2023 DecoderLayer: lnx = RMSNorm(x) feeds attention and the MLP; with the residual stream
+    # sharded over the tensor axis, lnx is gathered once and each branch's output reduce-scattered
+    scenario = Scenario(batch=1, prompt_tokens=2048, generated_tokens=1)
+
+    def names(model):
+        graph = stage_graph(load_architecture(model), scenario, Parallelism(tp=4), phase="train", context=2048,
+                            sequence_parallel=True)
+        return [op.name for op in graph.ops]
+
+    parallel, sequential = names("maxtext-32b"), names("llama-2-7b")
+    assert [name for name in parallel if "norm" in name or "all_gather" in name or "reduce_scatter" in name] == [
+        "layers.input_norm", "layers.attn.all_gather", "layers.attn.reduce_scatter", "layers.mlp.reduce_scatter",
+        "final_norm"]
+    assert {"layers.post_norm", "layers.mlp.all_gather"} <= set(sequential)
+    assert load_architecture("gpt-j-6b").shared_block_input
+    # a hybrid model's one norm per layer belongs to a block of one kind (mixer or MLP), not a shared input
+    assert not load_architecture("nemotron-3-nano-30b-a3b").shared_block_input

@@ -142,6 +142,24 @@ def test_collectives_cross_domains_hierarchically(h100):
         group_collective(v4, "g", "all_reduce", 1e9, 4, 64, 64, "bf16")
 
 
+def test_tensor_parallel_collectives_drive_one_torus_ring_of_a_tpu_slice():
+    # MaxText 32B on one v5p-128 (4x4x4): tensor 4 lies along one axis (JAX's mesh assignment), so its
+    # all-gathers cross the 2 links of that ring, and FSDP's 16 chips (4 apart) the 4 links of the other two.
+    v5p, model = load_for_prediction("tpu-v5p", ideal=True), load_architecture("maxtext-32b")
+    layout = Layout(tp=4, fsdp=16, micro_batch=32)
+    forward = forward_graph(model, TrainingSetup(global_batch=512, seq_len=SEQ), layout, domain_chips=64)
+    gather = next(op for op in forward.ops if op.name == "layers.attn.all_gather")
+    assert (gather.attrs["stride"], gather.attrs["slice_chips"]) == (1, 64)
+    link_s = float(evaluate_arrays(type(forward)(name="g", ops=[gather]), v5p, fuse=False).link_s[0])
+    tokens, hidden = 32 * SEQ, 10240
+    wire = 3 / 4 * tokens * hidden * 2 / 2  # (p-1)/p of the bf16 residual, over 2 links
+    assert link_s == pytest.approx(model.layers * (wire / 100e9 + 3 * 1e-6), rel=1e-9)  # 3 steps of 1 us
+    fsdp = group_collective(v5p, "fsdp", "all_gather", 1e9, 16, 4, 64, "bf16")
+    assert (fsdp[0].attrs["stride"], fsdp[0].attrs["slice_chips"]) == (4, 64)
+    fsdp_s = float(evaluate_arrays(type(forward)(name="g", ops=fsdp), v5p, fuse=False).link_s[0])
+    assert fsdp_s == pytest.approx(15 / 16 * 1e9 / 4 / 100e9 + 6 * 1e-6, rel=1e-9)
+
+
 def test_data_parallel_communication_is_hidden_unless_told(llama, h100):
     setup = TrainingSetup(global_batch=64, seq_len=SEQ)
     overlapped = train_predict(llama, h100, setup, Layout(fsdp=16), domain_chips=8)

@@ -101,6 +101,9 @@ def _show(args) -> int:
         add(f"links.{name}.bandwidth_per_direction",
             f"{format_quantity(link.bandwidth_bytes_per_s_per_direction, 'bytes_per_s')} x {link.links_per_chip} "
             f"({link.topology})")
+        if link.wraparound_chips is not None:
+            add(f"links.{name}.wraparound", f"an axis of {link.wraparound_chips} chips (or a multiple) closes into a ring"
+                                            + ("; only in slices of whole cubes" if link.wraparound_whole_slice else ""))
     for name, mode in hardware.scheduling.modes.items():
         for field, attribute in MODE_FIELDS.items():
             value = getattr(mode, attribute)

@@ -23,6 +23,7 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from perfmodel.costs import conventions as C
+from perfmodel.costs.topology import group_span, ring_links, span_steps
 from perfmodel.costs.traffic import (
     attended_pairs,
     flash_attention_elements_moved,
@@ -832,7 +833,8 @@ def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, 
 @cost_rule("collective")
 def collective_cost(op: Op, context: CostContext) -> OpCost:
     """Ring-style collectives priced on a link: bytes on the wire per chip over the bandwidth of the
-    links in use, plus per-step latency (topology-aware); the payload is read and written in memory."""
+    links in use, plus per-step latency (topology-aware: on a torus, the links and steps of the axes the
+    group spans, ``costs.topology``); the payload is read and written in memory."""
     collective = op.attrs.get("collective", "all_reduce")
     group = int(_attr(op, "group_size"))
     payload = floats(op.attrs.get("bytes", op.input_bytes))
@@ -842,8 +844,15 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
         # collective is priced on the scale-out link (conservative: its intra-node share is not split off)
         link = next((other for other in context.hardware.links.values() if other.kind == op.attrs["beyond_domain"]),
                     link)
-    wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links_in_use(link, collective, group)
-    latency = collective_steps(collective, link.topology, group) * (link.latency_s or 0.0)
+    # On a torus the group drives the links of the axes it spans, not every port (costs.topology).
+    slice_chips = op.attrs.get("slice_chips")
+    spans = None if collective == "send" else group_span(link, group, int(op.attrs.get("stride", 1)),
+                                                           None if slice_chips is None else int(slice_chips))
+    links = links_in_use(link, collective, group) if spans is None else ring_links(link, spans)
+    wire_bytes = COLLECTIVE_TRAFFIC[collective](group) * payload / links
+    steps = collective_steps(collective, link.topology, group) if spans is None else \
+        (2 if collective == "all_reduce" else 1) * span_steps(spans)
+    latency = steps * (link.latency_s or 0.0)
     if collective == "all_reduce" and link.kind == "chip_to_chip" and link.topology in ONE_SHOT_TOPOLOGIES:
         wire_bytes, latency = _one_or_two_shot(link, group, payload, wire_bytes, latency)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)

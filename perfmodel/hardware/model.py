@@ -163,7 +163,13 @@ class MemoryLevel:
 
 @dataclass(frozen=True, kw_only=True)
 class Link:
-    """A chip-to-chip, host or network link."""
+    """A chip-to-chip, host or network link.
+
+    On a torus, ``wraparound_chips`` says which axes of a slice close into rings: an axis whose length
+    is a multiple of it; a shorter one is a line (TPU v5e and v6e: only a full axis of 16 wraps).
+    ``wraparound_whole_slice``: the rings are closed by switches that join whole cubes of that side,
+    so a slice wraps only when every axis does (TPU v4 and v5p: 4x4x4 cubes on optical switches).
+    None: every axis wraps. ``costs.topology`` turns this into the links a collective's group drives."""
 
     name: str
     kind: LinkKind
@@ -172,6 +178,8 @@ class Link:
     links_per_chip: int = 1
     latency_s: float | None = None
     max_chips: int | None = None
+    wraparound_chips: int | None = None
+    wraparound_whole_slice: bool = False
 
 
 # The overheads of an execution mode, one table: YAML field (``scheduling.modes.<mode>.<field>``) ->

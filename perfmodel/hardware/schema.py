@@ -270,6 +270,18 @@ class LinkSpec(Sourced):
     links_per_chip: Count = 1
     latency: Seconds | None = None
     max_chips: Count | None = None
+    # torus only: an axis of a slice closes into a ring when its length is a multiple of this (hardware.model.Link)
+    wraparound: Count | None = None
+    wraparound_whole_slice: bool = False
+
+    @model_validator(mode="after")
+    def _wraparound_on_a_torus(self):
+        if (self.wraparound is not None or self.wraparound_whole_slice) and self.topology not in ("torus2d", "torus3d"):
+            raise ValueError(f"wraparound describes the rings of a torus; topology {self.topology!r} has none "
+                             "(use torus2d or torus3d, or drop wraparound)")
+        if self.wraparound_whole_slice and self.wraparound is None:
+            raise ValueError("wraparound_whole_slice needs wraparound: the side of the cubes whose whole slices wrap")
+        return self
 
 
 class ModeSpec(Sourced):

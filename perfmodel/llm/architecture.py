@@ -297,6 +297,13 @@ class Architecture:
         return (self.hidden + (1 if self.router_bias else 0)) * self.experts
 
     @property
+    def shared_block_input(self) -> bool:
+        """A parallel block whose attention and MLP read one normalized input, ``y = x + Attention(LN(x)) +
+        MLP(LN(x))`` (GPT-J, PaLM section 2, MaxText's 2023 ``DecoderLayer``): one norm in a layer that has
+        both (a hybrid model's one norm per layer is a block of one kind, not a shared input)."""
+        return self.norms_per_layer == 1 and self.mixerless_layers is None and self.mlpless_layers is None
+
+    @property
     def norm_parameters(self) -> int:
         """The norms of one layer (the MLA and QK norms belong to the attention)."""
         return self.norms_per_layer * self.hidden * (2 if self.layer_norm_bias else 1)

@@ -513,9 +513,12 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
                                groups.mixing))
     elif p.tp > 1:
         ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing))
-    ops += [_elementwise("layers.attn.residual", rows_per_chip, hidden, act, groups.mixing, inputs=2),
-            _elementwise("layers.post_norm", rows_per_chip, hidden, act, groups.mlps, kind="norm", norm="rms")]
-    if sharded:
+    ops.append(_elementwise("layers.attn.residual", rows_per_chip, hidden, act, groups.mixing, inputs=2))
+    # A parallel block with one norm (GPT-J, PaLM, MaxText's 2023 synthetic models: y = x + Attention(LN(x)) +
+    # MLP(LN(x))) feeds the MLP the attention's normalized, gathered input: no second norm, no second all-gather.
+    if not a.shared_block_input:
+        ops.append(_elementwise("layers.post_norm", rows_per_chip, hidden, act, groups.mlps, kind="norm", norm="rms"))
+    if sharded and not a.shared_block_input:
         ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, groups.mlps))
     if groups.moe:
         ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, groups.moe))

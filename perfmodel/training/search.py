@@ -142,7 +142,7 @@ class _GroupPricer:
     def __call__(self, group: _Group) -> tuple[list[TrainingResult], int, int]:
         sizes = sorted({layout.micro_batch for layout in group.layouts})
         priced = micro_batch_costs(self.architecture, self.hardware, group.setup, Layout(tp=group.tp, cp=group.cp),
-                                   self.mode, micro_batch=np.array(sizes))
+                                   self.mode, micro_batch=np.array(sizes), domain_chips=self.domain)
         capacity = on_device_capacity_bytes(self.hardware)
         results: list[TrainingResult] = []
         rejected = 0

@@ -146,17 +146,35 @@ def _scenario(setup: TrainingSetup, micro_batch) -> Scenario:
                     kv_dtype=dtype, activation_dtype=dtype)
 
 
-def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layout, micro_batch=None) -> Graph:
+def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layout, micro_batch=None,
+                  domain_chips: int | None = None) -> Graph:
     """One chip's forward pass of one micro-batch (its pipeline stage, tensor and context shards),
-    followed by the multi-token-prediction modules' with ``setup.mtp`` (``mtp_ops``)."""
+    followed by the multi-token-prediction modules' with ``setup.mtp`` (``mtp_ops``). With
+    ``domain_chips`` the tensor- and context-parallel collectives say where their groups lie in the
+    fast-link domain (``placed_collectives``)."""
     scenario = _scenario(setup, layout.micro_batch if micro_batch is None else micro_batch)
     parallelism = Parallelism(tp=layout.tp, pp=layout.pp, ep=layout.ep)
     graph = stage_graph(architecture, scenario, parallelism, phase="train", context=setup.seq_len,
                         context_shards=layout.cp, sequence_parallel=layout.sequence_parallel,
                         moe_capacity_factor=setup.moe_capacity_factor)
+    if domain_chips is not None:
+        graph = Graph.prechecked(graph.name, placed_collectives(list(graph.ops), layout, domain_chips), graph.edges)
     if not setup.mtp:
         return graph
     return Graph(name=graph.name, ops=[*graph.ops, *mtp_ops(architecture, scenario, parallelism, setup.seq_len)])
+
+
+def placed_collectives(ops: list[Op], layout: Layout, domain_chips: int) -> list[Op]:
+    """The layer's collectives with their place in a domain of ``domain_chips`` chips: tensor- and
+    expert-parallel groups are the innermost axis (stride 1), the context ring the next one (stride
+    ``tp``): on a torus they drive only the links of the axes they span (``costs.topology``)."""
+    def placed(op: Op) -> Op:
+        if op.kind != "collective" or op.attrs.get("collective") == "send":
+            return op
+        stride = layout.tp if op.name.endswith("context_ring") else 1
+        return replace(op, attrs={**op.attrs, "stride": stride, "slice_chips": domain_chips})
+
+    return [placed(op) for op in ops]
 
 
 def mtp_ops(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, seq_len: int) -> list[Op]:
@@ -238,9 +256,11 @@ def group_collective(hardware: Hardware, name: str, collective: str, payload, si
     inside = max(min(domain_chips // stride, size), 1)
 
     def op(suffix: str, link, group: int, share) -> Op:
+        # where the group lies in its fast-link domain: a torus drives only the links of the axes it spans
+        placement = {"stride": stride, "slice_chips": domain_chips} if link is fast else {}
         return Op(name=name + suffix, kind="collective", count=count, provenance=f"c10d.{collective}",
                   attrs={"collective": collective, "bytes": share, "group_size": group, "dtype": dtype,
-                         "link": link.name})
+                         "link": link.name, **placement})
 
     if inside >= size:
         if fast is None:
@@ -298,10 +318,13 @@ class MicroBatchCosts:
 
 
 def micro_batch_costs(architecture: Architecture, hardware: Hardware, setup: TrainingSetup, layout: Layout, mode: str,
-                      micro_batch=None) -> MicroBatchCosts:
-    """Price the forward and backward of the whole model once (``pp`` = 1) and split it per layer."""
+                      micro_batch=None, domain_chips: int | None = None) -> MicroBatchCosts:
+    """Price the forward and backward of the whole model once (``pp`` = 1) and split it per layer; the
+    layer's collectives lie in a fast-link domain of ``domain_chips`` chips (default: the hardware's
+    domain for the layout's chips)."""
     whole = replace(layout, pp=1, virtual_stages=1)
-    forward = forward_graph(architecture, setup, whole, micro_batch)
+    domain = domain_chips or default_domain_chips(hardware, layout.chips)
+    forward = forward_graph(architecture, setup, whole, micro_batch, domain_chips=domain)
     backward = backward_with_recompute(forward, setup.recompute, setup.kept)
     # A spatial (layer-pipelined) machine streams the micro-batch's tokens through its regions.
     tokens = (layout.micro_batch if micro_batch is None else micro_batch) * (setup.seq_len // layout.cp)
@@ -373,7 +396,7 @@ def train_predict(architecture: Architecture, hardware: Hardware, setup: Trainin
                           for dtype in engine.peak_flops_per_s})
         raise PerfmodelError(f"{hardware.name} has no matrix engine for compute dtype {setup.compute_dtype!r}; "
                              f"it offers {', '.join(offered) or 'none'} (use --compute-dtype)")
-    costs = costs or micro_batch_costs(architecture, hardware, setup, layout, execution)
+    costs = costs or micro_batch_costs(architecture, hardware, setup, layout, execution, domain_chips=domain)
     compute, master = DTYPES[setup.compute_dtype].bytes_per_element, DTYPES[setup.master_dtype].bytes_per_element
     stage_layers = architecture.layers // layout.pp
     t_forward, t_backward_all, t_recompute = costs.stage(stage_layers)

@@ -301,7 +301,10 @@ register(OpKind(name="embedding", engine="vector", aten=frozenset(GATHER_OPS),
                 summary="a gather of table rows: no FLOPs, reads the rows and indices, writes the rows"))
 register(OpKind(name="collective", engine="vector",
                 attributes={"group_size": REQUIRED_DIMENSION, "bytes": NUMBER, "link": TEXT,
-                            "collective": Attribute("text", choices=COLLECTIVES)},
+                            "collective": Attribute("text", choices=COLLECTIVES),
+                            # where the group lies on a torus (costs.topology): chips between its members
+                            # and the chips of the slice; by default the group is the whole slice
+                            "stride": DIMENSION, "slice_chips": DIMENSION},
                 summary="a collective over group_size chips on a link (ring/torus/switch aware)"))
 register(OpKind(name="copy", engine="vector", fusible=True, aten=frozenset(COPY_OPS),
                 summary="data movement (cat, clone, casts, padding): reads inputs, writes outputs, no FLOPs"))
