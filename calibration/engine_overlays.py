@@ -7,7 +7,10 @@ kind and dtype, a start-up latency per kind fitted where compute binds, memory l
 alpha-beta) to a fixed random sample of that engine's tables (GEMMs, prefill and decode attention, the
 engine's own all-reduce) from the installed ``aiconfigurator-core``. Each is written as
 ``<gpu>-<engine>.yaml``, which ``extends`` the datasheet spec, is of kind ``achievable`` and is named
-in every output (``--engine`` on ``llm``, ``serve``, ``size``, ``validate``).
+in every output (``--engine`` on ``llm``, ``serve``, ``size``, ``validate``). Its graph mode (the default:
+the engines decode under CUDA graphs) carries the engine's host work per scheduler step
+(``ENGINE_STEPS``: public profiles of the engines' loops, not the tables), which the serving simulator
+charges beside each step's device time.
 
 Fixed costs come from the small shapes and rates from the large ones because the tables span both
 (m from 1 to 32k; KV from 2 to 128k tokens; messages from 128 elements to 512 Mi), which the older
