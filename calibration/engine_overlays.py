@@ -7,7 +7,10 @@ kind and dtype, a start-up latency per kind fitted where compute binds, memory l
 alpha-beta) to a fixed random sample of that engine's tables (GEMMs, prefill and decode attention, the
 engine's own all-reduce) from the installed ``aiconfigurator-core``. Each is written as
 ``<gpu>-<engine>.yaml``, which ``extends`` the datasheet spec, is of kind ``achievable`` and is named
-in every output (``--engine`` on ``llm``, ``serve``, ``size``, ``validate``).
+in every output (``--engine`` on ``llm``, ``serve``, ``size``, ``validate``). Its graph mode (the default:
+the engines decode under CUDA graphs) carries the engine's host work per scheduler step
+(``ENGINE_STEPS``: public profiles of the engines' loops, not the tables), which the serving simulator
+charges beside each step's device time.
 
 Fixed costs come from the small shapes and rates from the large ones because the tables span both
 (m from 1 to 32k; KV from 2 to 128k tokens; messages from 128 elements to 512 Mi), which the older
@@ -40,6 +43,77 @@ ENGINE_GRAPHS_SOURCE = {
              "vllm/config/compilation.py cudagraph_mode); SGLang captures them up to --cuda-graph-max-bs "
              "(https://docs.sglang.ai/advanced_features/server_arguments.html, --disable-cuda-graph to turn off); "
              "TensorRT-LLM's PyTorch backend through cuda_graph_config (tensorrt_llm/llmapi/llm_args.py)")}
+
+
+@dataclass(frozen=True, kw_only=True)
+class EngineStepEvidence:
+    """An engine's host work per scheduler step (``hardware.model.EngineStep``) and where it comes from."""
+
+    host_fixed_s: float
+    host_per_sequence_s: float
+    overlap: bool
+    source: dict[str, str]
+
+
+# Per engine, not per GPU: the host work is the engine's Python loop on the host CPU (the hosts behind the
+# evidence differ: x86 beside B200 and H100, Grace on GB200), so every GPU's overlay of an engine carries the
+# same figures. A fixed and a per-sequence part because every engine's step time grows with its batch
+# (wuklab's vLLM and SGLang profiles; TensorRT-LLM's 45 ms steps at 1536 requests). All three engines overlap
+# the host work with the device by default in the versions the overlays' tables come from (vLLM 0.14-0.24,
+# SGLang 0.5.10-0.5.14, TensorRT-LLM 1.0-1.3). Sampling kernels run on the device and are not in here.
+ENGINE_STEPS = {
+    "trtllm": EngineStepEvidence(host_fixed_s=2.88e-3, host_per_sequence_s=27.5e-6, overlap=True, source={
+        "url": "https://github.com/NVIDIA/TensorRT-LLM/issues/13957", "kind": "estimate",
+        "note": ("TensorRT-LLM PyTorch backend host work per step = 2.88 ms + 27.5 us a running sequence, the line "
+                 "through two measured per-iteration host times of its PyExecutor loop: 45.11 ms at 1536 requests a "
+                 "rank (https://github.com/NVIDIA/TensorRT-LLM/pull/10273: GB200, GPT-OSS-120B, attention DP 2, "
+                 "max_batch_size 1536, concurrency 3072, a run its authors call host-bound: host_step_time 45.11 ms) "
+                 "and 4.64 ms at 64 (this issue: Llama-3.1-8B FP8 on B200, ISL=OSL=1000, concurrency 64, "
+                 "13,806 output tok/s = 64/13806 = 4.64 ms a step, with ~580 us a step of host time left exposed by "
+                 "the one-step overlap loop, so host work ~ step time; vLLM 0.20.1's two-batch pipeline reaches "
+                 "15,638 tok/s = 4.09 ms, the device step): (45.11 - 4.64) ms / (1536 - 64) = 27.5 us, "
+                 "4.64 ms - 64 x 27.5 us = 2.88 ms. overlap: the overlap scheduler is on by default since "
+                 "https://github.com/NVIDIA/TensorRT-LLM/pull/4174 (disable_overlap_scheduler turns it off; "
+                 "https://nvidia.github.io/TensorRT-LLM/latest/features/overlap-scheduler.html)")}),
+    "vllm": EngineStepEvidence(host_fixed_s=1.37e-3, host_per_sequence_s=16.1e-6, overlap=True, source={
+        "url": "https://github.com/vllm-project/vllm/issues/56975", "kind": "estimate",
+        "note": ("vLLM V1 host work per step = 1.37 ms + 16.1 us a running sequence, the line through two measured "
+                 "host times between decode steps: 2.4 ms at 64 running (this issue: GLM-5.3-Flash on 4 GB200, TP 4, "
+                 "concurrency 64, decode-only full-CUDA-graph steps, host time to forward return p50 2.4 ms, n = 7301) "
+                 "and 5-6 ms (5.5) at 256 (https://github.com/vllm-project/vllm/issues/10634: V1 AsyncLLM, "
+                 "Llama-2-7B, batch 256, ShareGPT, the gap between two decode steps): (5.5 - 2.4) ms / (256 - 64) = "
+                 "16.1 us, 2.4 ms - 64 x 16.1 us = 1.37 ms; consistent with a Llama-3.2-1B TPOT of 2.73 ms at one "
+                 "running request before async scheduling (https://github.com/vllm-project/vllm/pull/17866). "
+                 "overlap: async scheduling (the scheduler one step ahead of the GPU) is the default since v0.14.0 "
+                 "(https://github.com/vllm-project/vllm/pull/27614; --no-async-scheduling turns it off)")}),
+    "sglang": EngineStepEvidence(host_fixed_s=0.74e-3, host_per_sequence_s=7.8e-6, overlap=True, source={
+        "url": "https://github.com/sgl-project/sglang/pull/38131", "kind": "estimate",
+        "note": ("SGLang host work per step = 740 us + 7.8 us a running sequence. Fixed part measured here: LFM2 on "
+                 "an RTX 5090 at batch 1 decodes 364.3 tok/s with the synchronous loop (2.745 ms = device + host) "
+                 "and 498.5 tok/s with the overlap scheduler (2.006 ms = the device step), so host = 740 us. "
+                 "Per-sequence part: wuklab's profile of SGLang v0.2.13 (https://mlsys.wuklab.io/posts/"
+                 "scheduling_overhead/, figure 6, bar heights read from its SVG: Llama-3-8B on an A100, 1024:1024, "
+                 "300 requests at once) spends 2.70 ms a step scheduling beside 42.1 ms forward; with about 250 "
+                 "running (the KV cache: 80 GB x 0.88 - 16 GB of weights ~ 54 GB at 128 KiB a token ~ 410k tokens, "
+                 "about 1.5k tokens a request mid-run) that is (2.70 - 0.74) ms / 250 = 7.8 us. overlap: the "
+                 "zero-overhead (overlap) scheduler is the default since v0.4 "
+                 "(https://lmsys.org/blog/2024-12-04-sglang-v0-4/; --disable-overlap-schedule turns it off)")}),
+}
+
+
+def engine_step_overrides(engine: str) -> tuple[dict, dict]:
+    """The overlay's ``scheduling`` section (graph mode the default, and the engine's host work per step in
+    it) and its ``sources`` entries. The dynamic (eager) mode keeps no engine step: its host launches every
+    kernel, which that mode already prices op by op (``--mode dynamic`` prices as it did)."""
+    from perfmodel.units import format_quantity
+
+    step = ENGINE_STEPS[engine]
+    graph = {"engine_step": {"host_fixed": format_quantity(step.host_fixed_s, "seconds", digits=4),
+                             "host_per_sequence": format_quantity(step.host_per_sequence_s, "seconds", digits=4),
+                             "overlap": step.overlap},
+             "field_sources": {"engine_step": "engine-step"}}
+    return ({"default_mode": "graph", "modes": {"graph": graph}},
+            {"engine-cuda-graphs": ENGINE_GRAPHS_SOURCE, "engine-step": step.source})
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -198,10 +272,10 @@ def overlay_text(fitted: EngineFit) -> str:
             links[name] = {"latency": format_quantity(step, "seconds", digits=4),
                            "field_sources": {"latency": "calibration"}}
     result = dataclasses.replace(result, params=params)
+    scheduling, sources = engine_step_overrides(fitted.engine)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,
                             name=fitted.name, kind="achievable", provenance=provenance, description=description,
-                            overrides={"links": links, "scheduling": {"default_mode": "graph"},
-                                       "sources": {"engine-cuda-graphs": ENGINE_GRAPHS_SOURCE}})
+                            overrides={"links": links, "scheduling": scheduling, "sources": sources})
 
 
 def write_overlay(fitted: EngineFit, directory: Path) -> Path:

@@ -221,7 +221,34 @@ def test_a_model_whose_decode_the_engine_runs_unpriced_gets_a_note(capsys):
     assert "query heads a KV head" in capsys.readouterr().err
 
 
-def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature():
+@pytest.fixture(scope="module")
+def shipped_fit():
+    """H100's vLLM fit rerun from the rows the shipped fit chose, committed (no package needed)."""
+    from calibration.engine_overlays import fit_engine
+
+    return fit_engine(tables.FIT_ROWS_GPU, tables.FIT_ROWS_ENGINE, heldout=False, rows=tables.FIT_ROWS_DIRECTORY)
+
+
+def test_the_overlay_writes_the_engines_sourced_host_work_per_step(shipped_fit, tmp_path):
+    """The overlay the refit writes carries its engine's host work per step (``ENGINE_STEPS``) in the graph
+    mode, with the evidence as its source, and loads like any spec."""
+    from calibration.engine_overlays import ENGINE_STEPS, overlay_text
+
+    path = tmp_path / f"{shipped_fit.name}.yaml"
+    path.write_text(overlay_text(shipped_fit))
+    hardware = load_hardware(path)
+    evidence = ENGINE_STEPS[tables.FIT_ROWS_ENGINE]
+    step = hardware.scheduling.modes["graph"].engine_step
+    assert hardware.scheduling.default_mode == "graph" and step is not None
+    assert (step.host_fixed_s, step.host_per_sequence_s, step.overlap) == (
+        pytest.approx(evidence.host_fixed_s), pytest.approx(evidence.host_per_sequence_s), evidence.overlap)
+    source = hardware.sources[hardware.field_sources["scheduling.modes.graph.engine_step.host_fixed"]]
+    assert (source.url, source.kind, source.note) == (evidence.source["url"], evidence.source["kind"],
+                                                      evidence.source["note"])
+    assert hardware.scheduling.modes["dynamic"].engine_step is None
+
+
+def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature(shipped_fit):
     """H100's vLLM bf16 GEMM start-up latency binds few table rows at the fit (memory time hides it), so the
     Gauss-Newton curvature leaves it a log standard error above 0.9 (drawn from it, one draw in six puts the
     latency at 2.5x the fit or more); the fit's own cost refuses it as soon as it binds. The covariance the
@@ -230,10 +257,10 @@ def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature():
     is what this fit writes."""
     import numpy as np
 
-    from calibration.engine_overlays import fit_engine, overlay_text
+    from calibration.engine_overlays import overlay_text
 
     # The rows the shipped fit chose, committed: the fit reruns without the package.
-    fitted = fit_engine(tables.FIT_ROWS_GPU, tables.FIT_ROWS_ENGINE, heldout=False, rows=tables.FIT_ROWS_DIRECTORY)
+    fitted = shipped_fit
     result = fitted.result
     names = list(result.covariance_names)
     latency, efficiency = names.index("latency:matmul:bf16"), names.index("compute:matmul:tensor_cores:bf16")

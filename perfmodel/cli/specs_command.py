@@ -111,6 +111,11 @@ def _show(args) -> int:
                 add(f"scheduling.modes.{name}.{field}", format_quantity(value, "seconds"))
         for op_name, seconds in mode.library_dispatch_s.items():
             add(f"scheduling.modes.{name}.library_dispatch.{op_name}", format_quantity(seconds, "seconds"))
+        if (step := mode.engine_step) is not None:
+            prefix = f"scheduling.modes.{name}.engine_step"
+            add(f"{prefix}.host_fixed", f"{format_quantity(step.host_fixed_s, 'seconds')} a step "
+                                        f"({'overlapped with' if step.overlap else 'added to'} the device's step)")
+            add(f"{prefix}.host_per_sequence", f"{format_quantity(step.host_per_sequence_s, 'seconds')} a sequence")
     add("power.tdp", format_quantity(hardware.power.tdp_watts, "watts"))
     print(format_table(["field", "value", "source"], rows))
     print("\nsources:")

@@ -660,8 +660,12 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
     modes = {}
     for name, mode in spec.scheduling.modes.items():
         _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)
+        step = mode.engine_step
+        engine_step = None if step is None else model.EngineStep(
+            host_fixed_s=step.host_fixed, host_per_sequence_s=step.host_per_sequence, overlap=step.overlap)
         modes[name] = model.ExecutionMode(
             name=name, host_overlap=mode.host_overlap, library_dispatch_s=dict(mode.library_dispatch),
+            engine_step=engine_step,
             **{attribute: getattr(mode, field) or 0.0 for field, attribute in model.MODE_FIELDS.items()})
     _collect_field_sources("power", spec.power, field_sources)
     price = None

@@ -189,6 +189,31 @@ MODE_FIELDS = {"kernel_launch": "kernel_launch_s", "program_launch": "program_la
 
 
 @dataclass(frozen=True, kw_only=True)
+class EngineStep:
+    """A serving engine's host work for one scheduler step (scheduling the batch, preparing its inputs,
+    launching it, reading back and processing the sampled tokens): ``host_fixed_s`` a step plus
+    ``host_per_sequence_s`` for each sequence the step runs (the engines' loops walk their requests in
+    Python: the time grows with the batch).
+
+    ``overlap``: the engine prepares step n+1 on the host while the device runs step n (vLLM's async
+    scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so a step takes the longer
+    of the two; without it the host work and the device work add up. A step that starts from an idle
+    engine has no device work to hide its host work behind: it pays both (``pipelined=False``)."""
+
+    host_fixed_s: float
+    host_per_sequence_s: float
+    overlap: bool
+
+    def host_s(self, sequences: int) -> float:
+        return self.host_fixed_s + self.host_per_sequence_s * sequences
+
+    def step_s(self, device_s: float, sequences: int, *, pipelined: bool = True) -> float:
+        """The step's time: its device time (the stage graphs' evaluation) and its host work combined."""
+        host = self.host_s(sequences)
+        return max(device_s, host) if self.overlap and pipelined else device_s + host
+
+
+@dataclass(frozen=True, kw_only=True)
 class ExecutionMode:
     """How the host drives the device in one execution mode, and what that costs.
 
@@ -204,7 +229,9 @@ class ExecutionMode:
     * ``host_overlap``: whether host dispatch overlaps device work (a GPU: yes; a CPU running its
       own kernels on the dispatching thread: no, so dispatch and work add up);
     * ``library_dispatch_s``: extra host cost per call of the ATen ops (by name, ``gelu`` for
-      ``aten.gelu``) that the framework hands to a library (PyTorch's exact gelu on a CPU: oneDNN).
+      ``aten.gelu``) that the framework hands to a library (PyTorch's exact gelu on a CPU: oneDNN);
+    * ``engine_step``: a serving engine's host work per scheduler step in this mode (``EngineStep``), or
+      None: the serving simulator then charges a step its device time alone.
     """
 
     name: str  # a registered execution model (hardware.execution_models)
@@ -217,6 +244,7 @@ class ExecutionMode:
     fabric_hop_s: SIValue = 0.0
     host_overlap: bool = True
     library_dispatch_s: Mapping[str, float] = field(default_factory=dict)
+    engine_step: EngineStep | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "library_dispatch_s", _frozen_mapping(self.library_dispatch_s))

@@ -284,6 +284,15 @@ class LinkSpec(Sourced):
         return self
 
 
+class EngineStepSpec(Strict):
+    """A serving engine's host work per scheduler step (``hardware.model.EngineStep``); written by the
+    per-engine overlays (``calibration.engine_overlays``), sourced through the mode's ``field_sources``."""
+
+    host_fixed: Overhead
+    host_per_sequence: Overhead
+    overlap: bool
+
+
 class ModeSpec(Sourced):
     kernel_launch: Overhead | None = None
     host_overlap: bool = True
@@ -296,6 +305,8 @@ class ModeSpec(Sourced):
     # Extra host cost of the ops the framework hands to a library call (oneDNN's eltwise for PyTorch's exact
     # gelu on a CPU), by ATen op name: a per-op table, not one of the mode's overheads.
     library_dispatch: dict[AtenOpName, Overhead] = {}
+    # A serving engine's host work per scheduler step in this mode: the serving simulator's, not an op's.
+    engine_step: EngineStepSpec | None = None
 
 
 class SchedulingSpec(Strict):

@@ -369,8 +369,10 @@ class _Estimator:
                               context_points=[context], prompt_points=[self.prompt_tokens])
         except PerfmodelError:  # does not fit (no room for a KV cache), or the layout cannot run: not a candidate
             return None
-        return _Estimate(kv_tokens=kv.tokens, decode_s=[costs.decode_s(b, context) for b in range(1, largest + 1)],
-                         prefill_s=costs.prefill_s(self.prompt_tokens, 0.0))
+        # Steady steps (one ran before each), the engine's host work per step included (StepCosts.step_s).
+        return _Estimate(kv_tokens=kv.tokens,
+                         decode_s=[costs.step_s(costs.decode_s(b, context), b) for b in range(1, largest + 1)],
+                         prefill_s=costs.step_s(costs.prefill_s(self.prompt_tokens, 0.0), 1))
 
 
 @dataclass(frozen=True, kw_only=True)

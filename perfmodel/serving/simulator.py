@@ -11,8 +11,11 @@ Each scheduler step (``Server.simulate``):
    prefilled again).
 2. If nothing was preempted, waiting requests are admitted first come, first served while the batch
    is below ``max_batch``, the token budget lasts and the KV cache has blocks for their first chunk.
-3. The step takes ``prefill_s(prefill tokens in the step, their token-weighted tokens already in the
-   cache) + decode_s(decoding sequences, their mean context)`` (``steps.StepCosts``).
+3. The step's device work takes ``prefill_s(prefill tokens in the step, their token-weighted tokens already
+   in the cache) + decode_s(decoding sequences, their mean context)`` (``steps.StepCosts``); the step
+   takes that combined with the serving engine's host work for the sequences it runs (``StepCosts.step_s``:
+   the longer of the two when the engine overlaps them and a step ran just before, the sum otherwise; the
+   device time alone where the spec's mode has no engine step).
    **Assumption:** a mixed step costs its prefill chunk plus its decode batch, as two passes (the
    weights are read twice; a fused engine reads them once, so mixed steps are priced conservatively).
    A sequence emits a token at the end of the step that processes its last known token (the
@@ -416,6 +419,7 @@ class Server:
         gaps: list[np.ndarray] = []
         free, peak, max_queue, preemptions, steps, done = total_blocks - reserved, reserved, 0, 0, 0, 0
         now, area = 0.0, 0.0
+        pipelined = False  # a step ran just before this one (the engine's host work may hide behind it)
 
         while done < requests:
             while pending and pending[0][0] <= now:
@@ -425,6 +429,7 @@ class Server:
                 area += now - at  # it arrived during the last step: in the system since then
             if not batch.size and not waiting:
                 now = pending[0][0]
+                pipelined = False
                 continue
             max_queue = max(max_queue, len(waiting))
             if self._decode_only(batch, waiting, free, budget_max, max_batch, state):
@@ -438,11 +443,12 @@ class Server:
                 for j in range(1, lasting + 1):
                     if j > 1 and pending and pending[0][0] <= now:
                         break
-                    step = costs.decode_s(n, (known + n * j) / n)
+                    step = costs.step_s(costs.decode_s(n, (known + n * j) / n), n, pipelined=pipelined or j > 1)
                     area += base * step
                     now += step
                     stamps.append(now)
                 if stamps:
+                    pipelined = True
                     k = len(stamps)
                     gaps.append(stamps[0] - batch.last)
                     if k > 1:
@@ -527,8 +533,10 @@ class Server:
             peak = max(peak, total_blocks - free)
             # the chunks' tokens already in the cache, weighted by each chunk's tokens
             earlier = earlier_sum / prefill_tokens if prefill_tokens else 0.0
-            step = costs.prefill_s(prefill_tokens, earlier) + (
+            device = costs.prefill_s(prefill_tokens, earlier) + (
                 costs.decode_s(decoding, (decoded + decoding) / decoding) if decoding else 0.0)
+            step = costs.step_s(device, int(np.count_nonzero(need)), pipelined=pipelined)
+            pipelined = True
             area += (batch.size + len(waiting)) * step
             now, steps = now + step, steps + 1
             batch.computed += need

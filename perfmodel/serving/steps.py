@@ -15,6 +15,11 @@
   step are priced as one chunk of their total length after their token-weighted mean ``e``: exact for
   one chunk; for several fresh prompts their attention is over-charged (as one prompt of the total
   length).
+* Engine host work (``step_s``): a step's device time (prefill + decode above) combined with the serving
+  engine's host work per step, ``host_fixed + host_per_sequence x sequences`` (the spec mode's
+  ``EngineStep``, from the per-engine overlays): the longer of the two where the engine overlaps them
+  and a step ran just before, their sum otherwise. Modes without an engine step (eager, the datasheet
+  specs) charge the device time alone.
 * Speculative decoding (``speculation``, ``serving.speculation``): a decode step is the drafter's
   ``k`` decode steps plus the verifier's pass over ``k + 1`` tokens a sequence, divided by the tokens a
   step yields on average (the simulator then advances one token per step: expected-value stepping);
@@ -41,7 +46,7 @@ from perfmodel.costs.residency import residency
 from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import resolve_mode
-from perfmodel.hardware.model import Hardware
+from perfmodel.hardware.model import EngineStep, Hardware
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, check, pipeline_send, stage_graph
 from perfmodel.llm.metrics import memory_per_chip, phase_time
@@ -133,6 +138,13 @@ class StepCosts:
                                              for link in hardware.links.values()):
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
         self.mode = resolve_mode(hardware, mode)
+        engine_step = hardware.scheduling.mode(self.mode).engine_step
+        if engine_step is not None and speculation is not None:
+            # A speculative step is charged per token it yields (module docstring): so is its host work,
+            # which the engine pays once per real step.
+            engine_step = replace(engine_step, host_fixed_s=engine_step.host_fixed_s / speculation.tokens_per_step,
+                                  host_per_sequence_s=engine_step.host_per_sequence_s / speculation.tokens_per_step)
+        self.engine_step: EngineStep | None = engine_step
         a, p = architecture, parallelism
         batches = np.arange(1, max_batch + 1, dtype=np.int64)
         decode_scenario = replace(scenario, batch=batches)
@@ -212,6 +224,14 @@ class StepCosts:
         low = float(np.interp(tokens, self.prefill_tokens, rows[i]))
         high = float(np.interp(tokens, self.prefill_tokens, rows[i + 1]))
         return low + (earlier - grid[i]) / (grid[i + 1] - grid[i]) * (high - low)
+
+    def step_s(self, device_s: float, sequences: int, *, pipelined: bool = True) -> float:
+        """A scheduler step of ``sequences`` sequences whose device work takes ``device_s`` (``prefill_s`` +
+        ``decode_s``), the serving engine's host work per step added or overlapped (``EngineStep``); the
+        device time alone where the spec's mode has no engine step. ``pipelined``: a step ran just before
+        (an engine that overlaps hides this step's host work behind it)."""
+        step = self.engine_step
+        return device_s if step is None else step.step_s(device_s, sequences, pipelined=pipelined)
 
     def decode_s(self, batch: int, mean_context: float) -> float:
         if batch <= 0:
