@@ -270,6 +270,19 @@ class LinkSpec(Sourced):
     links_per_chip: Count = 1
     latency: Seconds | None = None
     max_chips: Count | None = None
+    # The serving engine's all-reduce rule (a name of perfmodel.costs.all_reduce.POLICIES) and the step
+    # latency of its own kernels; written by the per-engine overlays (calibration.engine_overlays).
+    all_reduce: str | None = None
+    kernel_latency: Seconds | None = None
+
+    @field_validator("all_reduce")
+    @classmethod
+    def _known_policy(cls, value: str | None) -> str | None:
+        from perfmodel.costs.all_reduce import POLICIES
+
+        if value is not None and value not in POLICIES:
+            raise ValueError(f"unknown all_reduce {value!r}; known: {', '.join(POLICIES)}")
+        return value
 
 
 class ModeSpec(Sourced):
