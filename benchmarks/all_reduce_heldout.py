@@ -29,7 +29,7 @@ def run(gpu, engine):
     train, test = split_half(tuple(r.op_class for r in records), 0)
     errors = heldout_errors(parts, measured, train, test, spread_weights(records))
     rows = []
-    for e, i in zip(errors, test):
+    for e, i in zip(errors, test, strict=True):
         op = records[i].graph().ops[0]
         rows.append((int(op.attrs["group_size"]), int(math.log10(op.attrs["bytes"])), e))
     return rows
@@ -38,13 +38,16 @@ groups = sys.argv[1:] or [f"{g}:{e}" for g in t.GPU_FOLDERS for e in t.ENGINES]
 allrows = []
 for item in groups:
     gpu, engine = item.split(":")
-    if t.table(gpu, engine, "all_reduce") is None: continue
+    if t.table(gpu, engine, "all_reduce") is None:
+        continue
     rows = run(gpu, engine)
     allrows += [(gpu, engine) + r for r in rows]
     by_p = collections.defaultdict(list)
-    for p, d, e in rows: by_p[p].append(abs(e))
+    for p, _, e in rows:
+        by_p[p].append(abs(e))
     dec = collections.defaultdict(list)
-    for p, d, e in rows: dec[(p, d)].append(e)
+    for p, d, e in rows:
+        dec[(p, d)].append(e)
     print(f"{gpu:14s} {engine:7s} median|err| {100*statistics.median([abs(e) for *_, e in rows]):5.1f}%  " +
           "  ".join(f"p{p}:{100*statistics.median(v):.0f}%" for p, v in sorted(by_p.items())))
     print("      decades (bytes 1e{d}) median signed err: " + "; ".join(
