@@ -51,6 +51,22 @@ GPU_FOLDERS = {"a100-sxm-80gb": "a100_sxm", "h100-sxm": "h100_sxm", "h200-sxm": 
 #: 6000 have none, and their engines' custom all-reduce goes GPU to GPU over PCIe (the specs' ``pcie_p2p``).
 SCALE_UP_LINKS = {"l40s": "pcie_p2p", "rtx-pro-6000": "pcie_p2p"}
 ENGINES = ("trtllm", "vllm", "sglang")
+#: Each GPU's compute capability, as the engines' all-reduce rules key their tables (TensorRT-LLM maps
+#: every pre-Blackwell GPU to its SM90 table and every later one to SM100; vLLM has 9.0, 10.0 and 10.3).
+GPU_ARCHITECTURES = {"a100-sxm-80gb": "sm80", "h100-sxm": "sm90", "h200-sxm": "sm90", "b200": "sm100",
+                     "gb200": "sm100", "b300": "sm103", "gb300": "sm103", "l40s": "sm89", "rtx-pro-6000": "sm120"}
+
+
+def all_reduce_policy(gpu: str, engine: str) -> str:
+    """The name of the all-reduce rule ``engine`` runs on ``gpu``'s scale-up link (``costs.all_reduce``)."""
+    if gpu in SCALE_UP_LINKS:
+        return f"{engine}-pcie"
+    architecture = GPU_ARCHITECTURES[gpu]
+    if engine == "trtllm":
+        return "trtllm-sm80" if architecture == "sm80" else "trtllm-sm90" if architecture == "sm90" else "trtllm-sm100"
+    if engine == "vllm":
+        return f"vllm-{architecture}"
+    return "sglang-sm80" if architecture == "sm80" else "sglang-nvlink"
 #: A kind of measurement -> (family folder, table file).
 TABLES = {
     "gemm": ("gemm", "gemm_perf.parquet"),
@@ -223,6 +239,10 @@ def unpriced(kind: str, row) -> str | None:
         return None
     if _eager(row):
         return "all_reduce: eager variant (serving runs the CUDA-graph one)"
+    if "MNNVL" in str(row.get("kernel_source", "")).upper():
+        # TensorRT-LLM's multi-node NVLink kernels timed with their strategy forced (GB300's table), not the
+        # AUTO choice serving makes (costs.all_reduce)
+        return "all_reduce: TensorRT-LLM MNNVL kernels forced one- or two-shot (not the AUTO strategy)"
     return "all_reduce on one GPU" if int(row["num_gpus"]) < 2 else None
 
 
@@ -346,6 +366,40 @@ def _write_rows(directory: Path, gpu: str, engine: str, choose) -> list[Path]:
     return written
 
 
+#: Whole all-reduce tables (the CUDA-graph rows, 69 each) shipped so tests can fit an engine's collective
+#: model without the package: TensorRT-LLM on 8 H100s hands mid sizes to NCCL, vLLM on PCIe L40S runs its
+#: kernel on 2 GPUs and NCCL on more (``costs.all_reduce``).
+ALL_REDUCE_SAMPLES = (("h100-sxm", "trtllm"), ("l40s", "vllm"))
+
+
+def write_all_reduce_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
+    """The all-reduce tables of :data:`ALL_REDUCE_SAMPLES`, every row the rules price."""
+    from perfmodel.yaml_source import write_text_atomically
+
+    written = []
+    for gpu, engine in ALL_REDUCE_SAMPLES:
+        source = table(gpu, engine, "all_reduce")
+        if source is None:
+            raise AIConfiguratorDataError(f"{PACKAGE} has no all-reduce table of {engine} on {gpu}")
+        frame = read_rows(source).assign(package_version=package_version())
+        priced = frame[frame.apply(lambda row: unpriced("all_reduce", row), axis=1).isna()]
+        output = sample_path("all_reduce", directory, gpu, engine)
+        write_text_atomically(output, priced.to_csv(index=False))
+        written.append(output)
+    return written
+
+
+def all_reduce_sample_records(gpu: str, engine: str, directory: Path = SAMPLE_DIRECTORY) -> list[MeasurementRecord]:
+    """Records of a shipped all-reduce table (:data:`ALL_REDUCE_SAMPLES`; no package needed)."""
+    import pandas as pd
+
+    path = sample_path("all_reduce", directory, gpu, engine)
+    frame = pd.read_csv(path)
+    source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind="all_reduce", path=path,
+                   package_version=str(frame["package_version"].iloc[0]))
+    return list(records(source, read_rows(source), {}))
+
+
 def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, engine: str = SAMPLE_ENGINE
                    ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
     """Records of committed rows (no package needed): the test sample, or a fit's rows (``write_fit_rows``);
@@ -366,5 +420,5 @@ def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, en
 
 
 if __name__ == "__main__":  # python -m calibration.aiconfigurator: rewrite the committed test rows
-    for written in write_sample() + write_fit_rows():
+    for written in write_sample() + write_fit_rows() + write_all_reduce_samples():
         print(f"wrote {written}")

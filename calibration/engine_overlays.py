@@ -124,7 +124,7 @@ class EngineFit:
     records: list
     skipped: dict[str, int]
     versions: dict[str, str]
-    step_latency_s: float = 0.0  # the scale-up link's step latency the fit ran with
+    step_latency_s: float = 0.0  # the step latency of the engine's own all-reduce kernels the fit ran with
 
     @property
     def name(self) -> str:
@@ -145,18 +145,27 @@ def measured_engines(gpu: str, root: Path | None = None) -> tuple[str, ...]:
 SMALL_MESSAGE_BYTES = 16 * 1024
 
 
-def with_measured_step_latency(hardware, records):
-    """The spec with its scale-up link's step latency measured: the median time of the engine's smallest
-    all-reduces (one one-shot step each, ``costs.rules._one_or_two_shot``). Fixed costs come from the
-    small shapes; the fit then finds the bandwidth efficiency from the large ones (and any alpha on top).
-    The engines' kernels read peers' memory over NVLink, so their step (2.4-4.7 us on H100) is not the
-    datasheet's NCCL LL128 step. Without small all-reduces the step is left at zero, the fit's alpha
-    then standing for the whole fixed cost."""
+def with_measured_step_latency(hardware, records, policy: str | None = None):
+    """The spec with its scale-up link's engine kernels measured: the median time of the engine's
+    smallest all-reduces that its rule (``policy``, ``costs.all_reduce.POLICIES``; None: every small one)
+    runs with its own one-shot kernel, as the link's ``kernel_latency`` (one step each), and the rule
+    named on the link. Fixed costs come from the small shapes; the fit then finds the bandwidth
+    efficiency from the large ones (and any alpha on top). The engines' kernels read peers' memory over
+    NVLink, so their step (2.4-4.7 us on H100) is not NCCL's, which stays the link's ``latency`` and
+    prices the sizes the engine hands to NCCL (on PCIe, every all-reduce of more than 2 GPUs: a median
+    over those too made the L40S's step 13.7 us, three times its 2-GPU kernel's). Without such
+    all-reduces the kernel step is left at zero, the fit's alpha then standing for the whole fixed cost."""
+    from perfmodel.costs.all_reduce import ONE_SHOT, algorithms
+
+    def one_shot(record) -> bool:
+        attrs = record.graph().ops[0].attrs
+        return policy is None or algorithms(policy, int(attrs["group_size"]), attrs["bytes"]) == ONE_SHOT
+
     small = [record.duration_s for record in records if record.op_class == "all_reduce"
-             and record.graph().ops[0].attrs["bytes"] <= SMALL_MESSAGE_BYTES]
+             and record.graph().ops[0].attrs["bytes"] <= SMALL_MESSAGE_BYTES and one_shot(record)]
     step = statistics.median(small) if small else 0.0
-    links = {name: dataclasses.replace(link, latency_s=step) if link.kind == "chip_to_chip" else link
-             for name, link in hardware.links.items()}
+    links = {name: dataclasses.replace(link, kernel_latency_s=step, all_reduce=policy)
+             if link.kind == "chip_to_chip" else link for name, link in hardware.links.items()}
     return dataclasses.replace(hardware, links=links)
 
 
@@ -232,13 +241,14 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     spec = load_hardware(gpu)
     streams = memory_streams(gpu, spec)
     records += streams
-    stepped = with_measured_step_latency(device_time_hardware(spec), records)
+    stepped = with_measured_step_latency(device_time_hardware(spec), records, tables.all_reduce_policy(gpu, engine))
     hardware, on_die = _with_measured_l2(stepped, streams, seed)
     result = fit(records, hardware, mode="graph", seed=seed, datasheet_levels=DATASHEET_LEVELS + ("l2",),
                  posterior_draws=True,
                  **({} if heldout else {"folds": 0, "extra_seeds": 0}))
     result = with_held_parameters(result, on_die)
-    step = max((link.latency_s or 0.0 for link in stepped.links.values() if link.kind == "chip_to_chip"), default=0.0)
+    step = max((link.kernel_latency_s or 0.0 for link in stepped.links.values() if link.kind == "chip_to_chip"),
+               default=0.0)
     return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read,
                      step_latency_s=step)
 
@@ -266,16 +276,30 @@ def overlay_text(fitted: EngineFit) -> str:
     links, params = {}, dict(result.params)
     for name, link in spec.links.items():
         if link.kind == "chip_to_chip":
-            # The step latency the fit ran with (measured on the smallest all-reduces); the fitted
-            # alpha, if any, stays a per-collective latency in the efficiency block.
+            # The engine's all-reduce rule and its kernels' step latency the fit ran with (measured on the
+            # smallest all-reduces); the link's latency stays NCCL's; the fitted alphas, if any, stay
+            # per-collective latencies (per implementation: ``nvlink/nccl``) in the efficiency block.
             step = fitted.step_latency_s
-            links[name] = {"latency": format_quantity(step, "seconds", digits=4),
-                           "field_sources": {"latency": "calibration"}}
+            links[name] = {"kernel_latency": format_quantity(step, "seconds", digits=4),
+                           "all_reduce": tables.all_reduce_policy(fitted.gpu, fitted.engine),
+                           "field_sources": {"kernel_latency": "calibration", "all_reduce": "engine-all-reduce"}}
     result = dataclasses.replace(result, params=params)
     scheduling, sources = engine_step_overrides(fitted.engine)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,
                             name=fitted.name, kind="achievable", provenance=provenance, description=description,
-                            overrides={"links": links, "scheduling": scheduling, "sources": sources})
+                            overrides={"links": links, "scheduling": scheduling,
+                                       "sources": {**sources, "engine-all-reduce": engine_all_reduce_source(fitted)}})
+
+
+def engine_all_reduce_source(fitted: EngineFit) -> dict[str, str]:
+    """The source of the engine's all-reduce rule the overlay names (``costs.all_reduce.POLICIES``)."""
+    from perfmodel.costs.all_reduce import policy
+
+    chosen = policy(tables.all_reduce_policy(fitted.gpu, fitted.engine))
+    url, _, where = chosen.source.partition(" ")
+    return {"url": url, "kind": "vendor-code",
+            "note": f"all_reduce {chosen.name}: the algorithm {fitted.engine} runs by message size and GPU count "
+                    f"(perfmodel.costs.all_reduce) {where}".strip()}
 
 
 def write_overlay(fitted: EngineFit, directory: Path) -> Path:

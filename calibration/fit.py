@@ -238,7 +238,9 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       level_latency_s=tuple(level.latency_s for level in hardware.memory),
                       execution_model=model, execution=execution, launch_s=model.launch_ceiling_s(execution),
                       records=len(records), link_s=arrays.link_s,
-                      link_names=tuple(cost.link or "" for cost in arrays.costs),
+                      # an implementation's collectives are a kernel class of their link (``nvlink/nccl``),
+                      # fitted apart: NCCL's ring is not the engine's one-shot kernel
+                      link_names=tuple(str(cost.link_class or cost.link or "") for cost in arrays.costs),
                       link_latency_s=np.asarray([float(cost.link_latency_s) if cost.link else 0.0
                                                  for cost in arrays.costs]) * arrays.counts,
                       serial=serial_vector_kernels(hardware, arrays.costs, merged.ops),

@@ -162,12 +162,15 @@ def test_engine_overlay_step_latency_is_the_median_of_the_smallest_all_reduces(s
              and record.graph().ops[0].attrs["bytes"] <= SMALL_MESSAGE_BYTES]
     assert len(small) >= 3
     spec = load_hardware("h100-sxm")
-    stepped = with_measured_step_latency(spec, records)
-    assert stepped.links["nvlink"].latency_s == statistics.median(small)
-    assert 1e-6 < stepped.links["nvlink"].latency_s < 10e-6  # engines' one-shot kernels: a few microseconds
+    stepped = with_measured_step_latency(spec, records, "sglang-nvlink")
+    assert stepped.links["nvlink"].kernel_latency_s == statistics.median(small)  # all one-shot under SGLang's rule
+    assert 1e-6 < stepped.links["nvlink"].kernel_latency_s < 10e-6  # engines' one-shot kernels: a few microseconds
+    assert stepped.links["nvlink"].all_reduce == "sglang-nvlink"
+    # the link's own latency stays NCCL's step (what the engine's NCCL fallback pays)
+    assert stepped.links["nvlink"].latency_s == spec.links["nvlink"].latency_s
     assert stepped.links["network"].latency_s == spec.links["network"].latency_s
     without = with_measured_step_latency(spec, [r for r in records if r.op_class != "all_reduce"])
-    assert without.links["nvlink"].latency_s == 0.0
+    assert without.links["nvlink"].kernel_latency_s == 0.0
 
 
 def test_cli_engine_flag_names_the_overlay(capsys):

@@ -22,6 +22,7 @@ from typing import Any, Callable, Sequence, overload
 import numpy as np
 from numpy.typing import ArrayLike
 
+from perfmodel.costs import all_reduce
 from perfmodel.costs import conventions as C
 from perfmodel.costs.topology import group_span, ring_links, span_steps
 from perfmodel.costs.traffic import (
@@ -66,6 +67,9 @@ class OpCost:
     link: str | None = None
     link_bytes: SIValue = 0.0
     link_latency_s: SIValue = 0.0
+    # The link's kernel class the collective is charged as (``nvlink/nccl``: NCCL's ring on the link; an
+    # array of names over sweep points, where the engine's choice changes with size); None: the link's own.
+    link_class: KernelName = None
     estimated: bool = False
     kernel: KernelName = None       # the chosen kernel shape's name (an array of names over sweep points)
     side_engine: str | None = None  # a second engine working inside the same kernel (weight dequantization)
@@ -815,14 +819,12 @@ ONE_SHOT_TOPOLOGIES = ("switch",)
 def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, two_shot_latency: Any) -> tuple[Any, Any]:
     """(wire bytes per link, step latency) of the faster of a one-shot all-reduce (``p - 1`` payloads
     read per chip, one step) and the two-shot one (``2 (p - 1) / p`` payloads, two steps), judged at the
-    link's datasheet bandwidth and step latency, as the engines' kernels choose by message size and rank
-    count (vLLM's custom all-reduce, csrc/custom_all_reduce.cuh: one stage on 2 GPUs, and below 512 KiB on
-    4 or 256 KiB on 8, else two stages; TensorRT-LLM's and SGLang's ONESHOT/TWOSHOT likewise). The one
-    step's latency is the link's; the kernel tables show it: 128 elements cost 4.2 us on 2 H100s and 4.7 us
-    on 8 with vLLM's one-shot kernel, while two-shot 1 MiB on 8 costs 15 us, not the 9 us of a ring's
-    bandwidth term."""
+    link's datasheet bandwidth and step latency: the default where the spec names no engine's rule
+    (``costs.all_reduce``). The one step's latency is the link's; the kernel tables show it: 128
+    elements cost 4.2 us on 2 H100s and 4.7 us on 8 with vLLM's one-shot kernel, while two-shot 1 MiB
+    on 8 costs 15 us, not the 9 us of a ring's bandwidth term."""
     one_shot_bytes = (group - 1) * payload / links_in_use(link, "all_reduce", group)
-    step = link.latency_s or 0.0
+    step = _kernel_step_s(link)
     bandwidth = link.bandwidth_bytes_per_s_per_direction
     one_shot = greater(two_shot_bytes / bandwidth + two_shot_latency, one_shot_bytes / bandwidth + step)
     if not is_traced(one_shot) and np.ndim(one_shot) == 0:
@@ -830,11 +832,42 @@ def _one_or_two_shot(link: Link, group: int, payload: Any, two_shot_bytes: Any, 
     return where(one_shot, one_shot_bytes, two_shot_bytes), where(one_shot, step, two_shot_latency)
 
 
+def _kernel_step_s(link: Link) -> float:
+    """The step latency of the engine's own peer-memory kernels: measured (``kernel_latency``) or the link's."""
+    return link.kernel_latency_s if link.kernel_latency_s is not None else (link.latency_s or 0.0)
+
+
+def _engine_all_reduce(link: Link, group: int, payload: Any) -> tuple[Any, Any, KernelName]:
+    """(wire bytes per link, step latency, kernel class) of the all-reduce the link's engine runs
+    (``costs.all_reduce``: its algorithm by payload and group size, from the engine's source)."""
+    chosen = all_reduce.algorithms(link.all_reduce, group, payload)
+    # NCCL's algorithms step at the link's latency (NCCL's), the engine's kernels at their measured one
+    names = [chosen] if isinstance(chosen, str) else sorted(set(np.asarray(chosen).ravel().tolist()))
+    per_link = links_in_use(link, "all_reduce", group)
+    parts = {}
+    for name in names:
+        step = _kernel_step_s(link) if name in all_reduce.KERNEL_STEPPED else (link.latency_s or 0.0)
+        implementation = all_reduce.IMPLEMENTATION[name]
+        parts[name] = (all_reduce.TRAFFIC[name](group) * payload / per_link, all_reduce.STEPS[name](group) * step,
+                       link.name if implementation is None else f"{link.name}{KERNEL_CLASS_SEPARATOR}{implementation}")
+    if isinstance(chosen, str):
+        return parts[chosen]
+    wire_bytes, latency = 0.0 * floats(payload), 0.0 * floats(payload)
+    classes = np.empty(np.shape(chosen), dtype=object)
+    for name, (bytes_, steps, label) in parts.items():
+        mask = chosen == name
+        wire_bytes, latency = where(mask, bytes_, wire_bytes), where(mask, steps, latency)
+        classes[mask] = label
+    return wire_bytes, latency, classes.astype(str)
+
+
 @cost_rule("collective")
 def collective_cost(op: Op, context: CostContext) -> OpCost:
     """Ring-style collectives priced on a link: bytes on the wire per chip over the bandwidth of the
     links in use, plus per-step latency (topology-aware: on a torus, the links and steps of the axes the
-    group spans, ``costs.topology``); the payload is read and written in memory."""
+    group spans, ``costs.topology``); the payload is read and written in memory. An all-reduce on a
+    scale-up link that names its engine's rule runs the algorithm that engine picks (``costs.all_reduce``),
+    charged as that implementation's kernel class of the link."""
     collective = op.attrs.get("collective", "all_reduce")
     group = int(_attr(op, "group_size"))
     payload = floats(op.attrs.get("bytes", op.input_bytes))
@@ -853,15 +886,20 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
     steps = collective_steps(collective, link.topology, group) if spans is None else \
         (2 if collective == "all_reduce" else 1) * span_steps(spans)
     latency = steps * (link.latency_s or 0.0)
-    if collective == "all_reduce" and link.kind == "chip_to_chip" and link.topology in ONE_SHOT_TOPOLOGIES:
-        wire_bytes, latency = _one_or_two_shot(link, group, payload, wire_bytes, latency)
+    link_class: KernelName = None
+    if collective == "all_reduce" and link.kind == "chip_to_chip" and group > 1:
+        if link.all_reduce not in (None, all_reduce.FASTEST):
+            wire_bytes, latency, link_class = _engine_all_reduce(link, group, payload)
+        elif link.topology in ONE_SHOT_TOPOLOGIES:
+            wire_bytes, latency = _one_or_two_shot(link, group, payload, wire_bytes, latency)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)
     # A ring reduce-scatter adds (p-1)/p of the payload per chip (Thakur, Rabenseifner & Gropp 2005).
     reduce_flops = (payload / get_dtype(op.dtype).bytes_per_element * (group - 1) / max(group, 1)
                     * (collective in ("all_reduce", "reduce_scatter")))
     memory = tuple(0.0 if level.off_device else 2 * payload for level in context.hardware.memory)
     return OpCost(flops=reduce_flops, executed_flops=reduce_flops, engine=engine.name, peak_dtype=peak_dtype,
-                  bytes_by_level=memory, barriers=1, link=link.name, link_bytes=wire_bytes, link_latency_s=latency)
+                  bytes_by_level=memory, barriers=1, link=link.name, link_bytes=wire_bytes, link_latency_s=latency,
+                  link_class=link_class)
 
 
 @cost_rule("view")

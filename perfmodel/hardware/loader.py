@@ -656,7 +656,8 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
                                  bandwidth_bytes_per_s_per_direction=link.bandwidth_per_direction,
                                  topology=link.topology, links_per_chip=link.links_per_chip,
                                  latency_s=link.latency, max_chips=link.max_chips,
-                                 wraparound_chips=link.wraparound, wraparound_whole_slice=link.wraparound_whole_slice)
+                                 wraparound_chips=link.wraparound, wraparound_whole_slice=link.wraparound_whole_slice,
+                                 all_reduce=link.all_reduce, kernel_latency_s=link.kernel_latency)
     modes = {}
     for name, mode in spec.scheduling.modes.items():
         _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)

@@ -180,6 +180,11 @@ class Link:
     max_chips: int | None = None
     wraparound_chips: int | None = None
     wraparound_whole_slice: bool = False
+    # How an engine runs an all-reduce on this link (``costs.all_reduce.POLICIES``; None: the default, the
+    # faster of one- and two-shot on a switch), and the step latency of its own peer-memory kernels
+    # (None: ``latency_s``, which stays the collective library's per-step latency).
+    all_reduce: str | None = None
+    kernel_latency_s: float | None = None
 
 
 # The overheads of an execution mode, one table: YAML field (``scheduling.modes.<mode>.<field>``) ->
@@ -335,9 +340,15 @@ class Parameters:
         return self.memory_latency_s.get(level, self.memory_latency_s.get("*", 0.0))
 
     def link(self, link: str) -> tuple[float, float]:
-        """(bandwidth efficiency, base latency per collective) of a link."""
-        efficiency = self.link_efficiency.get(link, self.link_efficiency.get("*", 1.0))
-        return efficiency, self.collective_latency_s.get(link, self.collective_latency_s.get("*", 0.0))
+        """(bandwidth efficiency, base latency per collective) of a link, or of a kernel class of it
+        (``nvlink/nccl``: one implementation's collectives on the link, ``costs.all_reduce``), which
+        falls back to the link's own parameters, then to ``*``."""
+        chain = kind_chain(link)
+        efficiency = next((self.link_efficiency[name] for name in chain if name in self.link_efficiency),
+                          self.link_efficiency.get("*", 1.0))
+        alpha = next((self.collective_latency_s[name] for name in chain if name in self.collective_latency_s),
+                     self.collective_latency_s.get("*", 0.0))
+        return efficiency, alpha
 
     def compute(self, engine: str, dtype: str, kind: str | None = None) -> float:
         """The efficiency of ``kind`` on ``engine`` in ``dtype``. A dtype without its own entry takes its

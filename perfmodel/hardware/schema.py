@@ -273,6 +273,19 @@ class LinkSpec(Sourced):
     # torus only: an axis of a slice closes into a ring when its length is a multiple of this (hardware.model.Link)
     wraparound: Count | None = None
     wraparound_whole_slice: bool = False
+    # The serving engine's all-reduce rule (a name of perfmodel.costs.all_reduce.POLICIES) and the step
+    # latency of its own kernels; written by the per-engine overlays (calibration.engine_overlays).
+    all_reduce: str | None = None
+    kernel_latency: Seconds | None = None
+
+    @field_validator("all_reduce")
+    @classmethod
+    def _known_policy(cls, value: str | None) -> str | None:
+        from perfmodel.costs.all_reduce import POLICIES
+
+        if value is not None and value not in POLICIES:
+            raise ValueError(f"unknown all_reduce {value!r}; known: {', '.join(POLICIES)}")
+        return value
 
     @model_validator(mode="after")
     def _wraparound_on_a_torus(self):

@@ -93,6 +93,19 @@ _PER_POINT_FIELDS = ("flops", "executed_flops", "bytes_by_level", "compute_s", "
                      "fixed_s", "total_s", "bound_index")
 
 
+def link_parameters(parameters: Parameters, cost: OpCost) -> tuple[Any, Any]:
+    """(bandwidth efficiency, alpha) a collective is charged: its link's, or its kernel class's
+    (``OpCost.link_class``; arrays where the class changes over sweep points)."""
+    classes = cost.link if cost.link_class is None else cost.link_class
+    if isinstance(classes, str):
+        return parameters.link(classes)
+    names = np.asarray(classes)
+    efficiency, alpha = np.ones(names.shape), np.zeros(names.shape)
+    for name in set(names.ravel().tolist()):
+        efficiency[names == name], alpha[names == name] = parameters.link(str(name))
+    return efficiency, alpha
+
+
 def at_point(evaluation: ArrayEvaluation, index: int) -> ArrayEvaluation:
     """Point ``index`` of a one-axis sweep's evaluation: what evaluating that point alone gives."""
     def pick(value):
@@ -100,10 +113,11 @@ def at_point(evaluation: ArrayEvaluation, index: int) -> ArrayEvaluation:
 
     def cost_at(cost: OpCost) -> OpCost:
         fields = {name: pick(getattr(cost, name)) for name in ("flops", "executed_flops", "link_bytes",
-                                                                 "link_latency_s", "kernel", "side_flops")}
+                                                                 "link_latency_s", "kernel", "side_flops", "link_class")}
         fields["bytes_by_level"] = tuple(pick(value) for value in cost.bytes_by_level)
-        if isinstance(fields["kernel"], np.str_):
-            fields["kernel"] = str(fields["kernel"])
+        for name in ("kernel", "link_class"):
+            if isinstance(fields[name], np.str_):
+                fields[name] = str(fields[name])
         return replace(cost, **fields)
 
     shared = evaluation.total_s.ndim - 1  # axes before the points: ops (and levels for memory arrays)
@@ -373,7 +387,7 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     for position, cost in enumerate(costs):
         if cost.link is not None:
             link = hardware.links[cost.link]
-            efficiency, alpha = parameters.link(cost.link)
+            efficiency, alpha = link_parameters(parameters, cost)
             link_s[position] = (floats(cost.link_bytes) / (link.bandwidth_bytes_per_s_per_direction * efficiency)
                                 + floats(cost.link_latency_s) + alpha)
     fabric_s: float | np.ndarray = 0.0
