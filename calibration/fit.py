@@ -598,7 +598,7 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
     for _round in range(POSTERIOR_ROUNDS):
         draws, weight, effective = _weighted_draws(residuals, centre, bound, mean, block * PROPOSAL_SCALE ** 2,
                                                    (low, high), best, variance, rng)
-        if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS / 10:
+        if weight is None:
             break
         if effective > kept[2]:
             kept = (draws, weight, effective)
@@ -606,9 +606,11 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
             break
         # Adapt: the next proposal is this round's weighted normal (population Monte Carlo), where the
         # Gauss-Newton one sits wide of a cost that rises steeply on one side.
+        # With few effective draws the weighted covariance is noisy and too narrow in some directions: the
+        # next proposal mixes it with the one just used (defensive), so no direction collapses.
         mean = weight @ draws[:, bound]
         centred = draws[:, bound] - mean
-        block = (centred * weight[:, None]).T @ centred
+        block = 0.5 * (centred * weight[:, None]).T @ centred + 0.5 * block
     draws, weight, effective = kept
     if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS:
         return None, effective
