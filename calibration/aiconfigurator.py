@@ -91,8 +91,8 @@ GEMM_ACTIVATIONS = {"nvfp4": "fp4", "fp8_block": "fp8"}
 #: whenever they outrun the device, so such rows cannot inform device parameters (every other GEMM row of the
 #: tables is a graph replay). vLLM 0.24's fp8_block rows hold a floor flat in m (about 55-90 us on H100 and
 #: H200, 150-240 us on B200 and GB200, whose Grace host is slower still) that SGLang's graph-timed DeepGEMM
-#: rows of the same shapes do not, and agree with them within 3% at 1 TFLOP and above
-#: (``benchmarks/fp8_block_gap.py``).
+#: rows of the same shapes do not, and agree with them at 1 TFLOP and above (within 3% on Hopper, 5-14% on
+#: Blackwell; ``benchmarks/fp8_block_gap.py``).
 EAGER_TIMED_GEMMS = {
     ("vllm", "fp8_block"): "https://github.com/ai-dynamo/aiconfigurator/blob/d5bad971c95729437ff611e559ed2fc1db6d4318/"
                            "collector/vllm/collect_gemm.py#L247 (use_cuda_graph=gemm_type != \"fp8_block\"; the "
