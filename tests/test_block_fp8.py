@@ -228,3 +228,9 @@ def test_cli_weights_checkpoint(tmp_path, capsys):
     path.write_text(json.dumps(config))
     assert main(["llm", "--model", str(path), "--on", "h100-sxm", "--weights", "checkpoint"]) == 2
     assert "quant_method 'gptq' is not a format perfmodel reads" in capsys.readouterr().err
+    # size: an A100 has no fp8 tensor cores for the checkpoint's fp8 activations, and says so
+    assert main(["size", "--model", "deepseek-v3", "--on", "a100-sxm-80gb", "--rate", "1/s", "--tpot", "50ms",
+                 "--weights", "checkpoint", "--requests", "10"]) == 0
+    assert "no engine for fp8_block weights with fp8 activations" in capsys.readouterr().out
+    assert main(["search", "--model", "deepseek-v3", "--on", "h200-sxm", "--chips", "8", "--weights", "checkpoint"]) == 2
+    assert "search prices bf16 activations" in capsys.readouterr().err

@@ -385,8 +385,8 @@ def _size(args) -> int:
         weights, kv, activations = args.weights, args.kv or "bf16", args.activations
         if not _supports(hardware, weights) and weights in ("bf16", "fp16"):  # the spec offers the other one
             weights = kv = activations = "fp16" if weights == "bf16" else "bf16"
-        if not _supports(hardware, weights):
-            reason = f"{hardware.name} has no engine for {weights} weights"
+        if not (_supports(hardware, weights) and _supports(hardware, activations)):
+            reason = f"{hardware.name} has no engine for {weights} weights with {activations} activations"
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None, note=reason,
                                 closest=None, simulations=0), reason, None
         factor, basis = time_factor(hardware, "served", None if args.at_median else args.confidence)
@@ -564,4 +564,11 @@ def _prices(text: str | None, names: Sequence[str]) -> dict[str, float]:
 
 
 def _supports(hardware, dtype: str) -> bool:
-    return any(dtype in engine.peak_flops_per_s for engine in hardware.compute.values())
+    """Whether an engine of ``hardware`` computes with ``dtype`` weights: at their own format's peak, or for a
+    block-scaled format (fp8_block, mxfp4...) at its element format's (its native kernels) or bf16's (the
+    weights dequantized in the kernel)."""
+    from perfmodel.dtypes import get_dtype
+
+    element = get_dtype(dtype).element
+    wanted = (dtype,) if element is None else (dtype, element, "bf16")
+    return any(name in engine.peak_flops_per_s for engine in hardware.compute.values() for name in wanted)
