@@ -13,9 +13,12 @@ sample under ``calibration/data/aiconfigurator/`` for the tests, with the licens
 
 Conventions (read from the tables and from how aiconfigurator's own SDK queries them):
 * ``latency`` is milliseconds of device time (the collectors time the op under CUDA graphs);
-* GEMM: ``m x k`` activations times ``k x n`` weights; ``bfloat16`` and ``fp8`` (per-tensor scaled)
-  are priced; ``fp8_block`` (DeepGEMM's 1x128 / 128x128 block scales), ``nvfp4`` and the weight-only
-  ``int8_wo``/``int4_wo`` need the scale traffic and dequantization priced first (skipped, counted);
+* GEMM: ``m x k`` activations times ``k x n`` weights; ``bfloat16``, ``fp8`` (per-tensor scaled),
+  ``fp8_block`` (fp8 activations with 1x128 scales against fp8 weights with 128x128 ones: DeepGEMM and
+  the engines' other block-scaled kernels, their own kernel class, ``costs.rules.BLOCK_FP8_MATMUL``) and
+  ``nvfp4`` are priced; the weight-only ``int8_wo``/``int4_wo`` are skipped (counted). Rows a collector
+  timed without a CUDA graph (``EAGER_TIMED_GEMMS``: vLLM's fp8_block) are skipped: their times hold the
+  host's Python path, which serving under CUDA graphs does not pay;
 * context attention: causal prefill of ``isl`` tokens per sequence, no cached prefix (``step`` 0);
   generation attention: one query token against ``isl + step`` cached tokens. Full attention
   (``window_size`` 0) with bf16 activations and a bf16 KV cache are used; windowed and fp8-KV rows
@@ -76,11 +79,24 @@ TABLES = {
 }
 #: Tables read only to test extrapolation (``benchmarks/engine_extrapolation.py``), never fitted.
 UNFITTED_TABLES = {"moe": ("moe", "moe_perf.parquet")}
-GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}
+GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 #: The activations a GEMM of a weight format reads, where not the weights' own dtype: NVFP4 GEMMs quantize
 #: the activations to E2M1 too (the tables time the fp4 x fp4 tensor-core product; Blackwell applies the
-#: block scales inside the MMA).
-GEMM_ACTIVATIONS = {"nvfp4": "fp4"}
+#: block scales inside the MMA); fp8_block GEMMs quantize them to fp8 in groups of 128 along k (every
+#: collector calls the engine's per-token-group quantization before the GEMM, as the engines do for a
+#: checkpoint with ``activation_scheme: dynamic``).
+GEMM_ACTIVATIONS = {"nvfp4": "fp4", "fp8_block": "fp8"}
+#: GEMM rows a collector timed as eager calls, not as the replay of a captured CUDA graph: (engine, gemm
+#: dtype) -> where it says so. Eager timing puts the host's Python path and kernel launches inside the time
+#: whenever they outrun the device, so such rows cannot inform device parameters (every other GEMM row of the
+#: tables is a graph replay). vLLM 0.24's fp8_block rows hold a floor flat in m (about 55-90 us on H100 and
+#: H200, 150-240 us on B200 and GB200, whose Grace host is slower still) that SGLang's graph-timed DeepGEMM
+#: rows of the same shapes do not, and agree with them at 1 TFLOP and above (within 3% on Hopper, 5-14% on
+#: Blackwell; ``benchmarks/fp8_block_gap.py``).
+EAGER_TIMED_GEMMS = {
+    ("vllm", "fp8_block"): "https://github.com/ai-dynamo/aiconfigurator/blob/d5bad971c95729437ff611e559ed2fc1db6d4318/"
+                           "collector/vllm/collect_gemm.py#L247 (use_cuda_graph=gemm_type != \"fp8_block\"; the "
+                           "collector that wrote the vLLM 0.24.0 tables)"}
 
 
 class AIConfiguratorDataError(PerfmodelError):
@@ -213,6 +229,11 @@ def all_reduce_op(elements: int, gpus: int, link: str = "nvlink") -> Op:
                                                            "group_size": gpus, "dtype": "bf16", "link": link})
 
 
+def _engine_of(row) -> str:
+    """The engine that measured ``row`` (its ``framework`` column: ``VLLM``, ``SGLang``, ``TRTLLM``)."""
+    return str(row.get("framework", "")).lower()
+
+
 def _eager(row) -> bool:
     """The eager variant of an engine's all-reduce (``kernel_source`` names it: ``vLLM_custom_eager``,
     ``SGLang_CustomAllReduce_eager``); TensorRT-LLM's tables hold only the one it serves with."""
@@ -223,11 +244,12 @@ def unpriced(kind: str, row) -> str | None:
     """Why the cost rules cannot price this row yet (the reason it is skipped), or None."""
     if kind == "gemm":
         dtype = row["gemm_dtype"]
-        # fp8_block is priced from its definition (costs.rules: the fp8 rate and a scale step per 128 of k),
-        # but the engines run it with kernels of their own (vLLM's take 5.5x on H100, 17x on B200 what its
-        # fitted fp8 rate gives at the same shapes): fitted with the fp8 rows they would move its efficiency.
-        return None if dtype in GEMM_DTYPES else (f"gemm {dtype}: the engines' block-scaled kernels are not a class "
-                                                  "of their own yet")
+        if dtype not in GEMM_DTYPES:
+            return (f"gemm {dtype}: not priced from these tables yet (the weight-only int8/int4 and SmoothQuant "
+                    "kernels)")
+        if (_engine_of(row), dtype) in EAGER_TIMED_GEMMS:
+            return f"gemm {dtype}: timed without a CUDA graph (host time inside; serving replays graphs)"
+        return None
     if kind in ("prefill_attention", "decode_attention"):
         if int(row["window_size"]) != 0 or row["kv_cache_dtype"] != "bfloat16" or (
                 kind == "prefill_attention" and row["attn_dtype"] != "bfloat16"):
@@ -400,6 +422,41 @@ def all_reduce_sample_records(gpu: str, engine: str, directory: Path = SAMPLE_DI
     return list(records(source, read_rows(source), {}))
 
 
+#: The committed fp8 GEMM sample: ``FP8_SAMPLE_ROWS`` per-tensor (``fp8``) and as many block-scaled
+#: (``fp8_block``) rows of TensorRT-LLM's H100 GEMM table, seed 1: its two kernels differ in rate and fixed cost
+#: (``benchmarks/fp8_block_gap.py``), which the tests of the block-scaled kernel class need.
+FP8_SAMPLE_ENGINE, FP8_SAMPLE_ROWS, FP8_SAMPLE_DTYPES = "trtllm", 80, ("fp8", "fp8_block")
+
+
+def fp8_sample_path(directory: Path = SAMPLE_DIRECTORY) -> Path:
+    return directory / f"{GPU_FOLDERS[SAMPLE_GPU]}-{FP8_SAMPLE_ENGINE}-gemm_fp8.csv"
+
+
+def write_fp8_sample(directory: Path = SAMPLE_DIRECTORY) -> Path:
+    """Write the committed fp8 GEMM sample (``FP8_SAMPLE_ENGINE``'s newest GEMM table on ``SAMPLE_GPU``)."""
+    from perfmodel.yaml_source import write_text_atomically
+
+    source = table(SAMPLE_GPU, FP8_SAMPLE_ENGINE, "gemm")
+    if source is None:
+        raise AIConfiguratorDataError(f"{PACKAGE} holds no {FP8_SAMPLE_ENGINE} GEMM table for {SAMPLE_GPU}")
+    frame = read_rows(source)
+    chosen = sample(frame[frame.gemm_dtype.isin(FP8_SAMPLE_DTYPES)], FP8_SAMPLE_ROWS, SAMPLE_SEED, STRATA["gemm"])
+    output = fp8_sample_path(directory)
+    write_text_atomically(output, chosen.assign(package_version=package_version()).to_csv(index=False))
+    return output
+
+
+def fp8_sample_records(directory: Path = SAMPLE_DIRECTORY) -> list[MeasurementRecord]:
+    """Records of the committed fp8 GEMM sample (no package needed)."""
+    import pandas as pd
+
+    path = fp8_sample_path(directory)
+    frame = pd.read_csv(path)
+    source = Table(gpu=SAMPLE_GPU, engine=FP8_SAMPLE_ENGINE, version=str(frame["version"].iloc[0]), kind="gemm",
+                   path=path, package_version=str(frame["package_version"].iloc[0]))
+    return list(records(source, read_rows(source), {}))
+
+
 def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, engine: str = SAMPLE_ENGINE
                    ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
     """Records of committed rows (no package needed): the test sample, or a fit's rows (``write_fit_rows``);
@@ -420,5 +477,5 @@ def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, en
 
 
 if __name__ == "__main__":  # python -m calibration.aiconfigurator: rewrite the committed test rows
-    for written in write_sample() + write_fit_rows() + write_all_reduce_samples():
+    for written in write_sample() + write_fit_rows() + write_all_reduce_samples() + [write_fp8_sample()]:
         print(f"wrote {written}")

@@ -55,7 +55,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.costs.rules import kernel_busy_s, pricing_kind
+from perfmodel.costs.rules import fitted_kind, kernel_busy_s, pricing_kind
 from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
@@ -220,11 +220,9 @@ def components(records, hardware: Hardware, mode: str | None = None,
     arrays = evaluate_arrays(merged, hardware, mode=mode, fuse=False, parameters=Parameters(name="datasheet"))
     execution, model = hardware.scheduling.modes[arrays.mode], execution_model(arrays.mode)
     priced = tuple(pricing_kind(op) for op in merged.ops)
-    # A kernel class shares its plain kind's compute efficiency: its tensor-core work is the same product
-    # (fitted apart, TensorRT-LLM's decode attention took 1% of the peak from query groups of 48-128 heads
-    # a KV head, whose fallback kernel re-reads the cache per query head, and charged it to Llama's group
-    # of 8); its start-up latency and memory efficiency are its own.
-    keys = tuple(f"{base_kind(kind)}:{cost.engine}:{cost.peak_dtype}"
+    # A kernel class has a compute efficiency of its own only where its main loop is another kernel's
+    # (``costs.rules.KERNEL_CLASSES``: block-scaled fp8 GEMMs); decode attention shares prefill's.
+    keys = tuple(f"{fitted_kind(kind, 'rate')}:{cost.engine}:{cost.peak_dtype}"
                  for kind, cost in zip(priced, arrays.costs, strict=True))
     library = library_dispatch_s(execution, merged.ops)
     library = None if library is None else library * arrays.counts
@@ -333,7 +331,8 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
     """Which parameters the records in ``subset`` can identify (see the module docstring)."""
     in_subset = np.isin(parts.record_of_op, subset)
     kinds = np.asarray(parts.kinds)
-    priced = np.asarray(parts.priced_kinds)
+    # the kind whose memory efficiency each op takes (a kernel class's own or its plain kind's: ``fitted_kind``)
+    priced = np.asarray([fitted_kind(kind, "memory") for kind in parts.priced_kinds])
     keys = np.asarray(parts.compute_keys)
     link = parts.link_time
     busy = np.maximum.reduce([parts.compute_s, parts.memory_s.max(axis=0), link])

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from perfmodel.cli import confidence as intervals
 from perfmodel.cli.overrides import (
+    WEIGHTS_HELP,
     add_dtype_arguments,
     add_engine_argument,
     add_expert_weights_argument,
@@ -21,6 +22,7 @@ from perfmodel.cli.overrides import (
     add_set_argument,
     fanout,
     parse_overrides,
+    resolve_checkpoint_dtypes,
     seed,
     spec_names,
 )
@@ -104,7 +106,8 @@ def register(commands) -> None:
     size.add_argument("--rank", choices=SIZE_RANKINGS, default="chips",
                       help="order of the systems: by chips (default), cost per million output tokens or watts, "
                            "ties broken by the other two in the order chips, cost, watts")
-    size.add_argument("--weights", default="bf16")
+    size.add_argument("--weights", default="bf16", help=WEIGHTS_HELP + " (activations: bf16 unless the checkpoint "
+                                                           "says otherwise)")
     size.add_argument("--kv", default=None)
     add_expert_weights_argument(size)
     size.set_defaults(dtype_hint="--weights and --kv set the dtypes (e.g. --weights bf16)")
@@ -182,6 +185,7 @@ def _llm(args) -> int:
     from perfmodel.llm.eager import stage_graphs_for
 
     _check_counts(args, ("concurrency", "max_tokens_per_step"))
+    resolve_checkpoint_dtypes(args)
     architecture = load_architecture(args.model)
     hardware = load_for_prediction(args.on, overrides=parse_overrides(args.set) or None, ideal=args.ideal,
                                    engine=args.engine)
@@ -357,6 +361,7 @@ def _size(args) -> int:
     from perfmodel.serving.sizing import SystemSizing, parameter_set, rank, size_deployment
 
     _check_counts(args, ("prompt", "gen", "users", "requests"))
+    resolve_checkpoint_dtypes(args)
     targets, load = _size_targets(args), _size_load(args)
     prompt, output = _size_lengths(args)
     names = args.on
@@ -377,11 +382,11 @@ def _size(args) -> int:
         except PerfmodelError as error:
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode="-", best=None, note=str(error),
                                 closest=None, simulations=0), str(error), None
-        weights, kv, activations = args.weights, args.kv or "bf16", "bf16"
+        weights, kv, activations = args.weights, args.kv or "bf16", args.activations
         if not _supports(hardware, weights) and weights in ("bf16", "fp16"):  # the spec offers the other one
             weights = kv = activations = "fp16" if weights == "bf16" else "bf16"
-        if not _supports(hardware, weights):
-            reason = f"{hardware.name} has no engine for {weights} weights"
+        if not (_supports(hardware, weights) and _supports(hardware, activations)):
+            reason = f"{hardware.name} has no engine for {weights} weights with {activations} activations"
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None, note=reason,
                                 closest=None, simulations=0), reason, None
         factor, basis = time_factor(hardware, "served", None if args.at_median else args.confidence)
@@ -559,4 +564,11 @@ def _prices(text: str | None, names: Sequence[str]) -> dict[str, float]:
 
 
 def _supports(hardware, dtype: str) -> bool:
-    return any(dtype in engine.peak_flops_per_s for engine in hardware.compute.values())
+    """Whether an engine of ``hardware`` computes with ``dtype`` weights: at their own format's peak, or for a
+    block-scaled format (fp8_block, mxfp4...) at its element format's (its native kernels) or bf16's (the
+    weights dequantized in the kernel)."""
+    from perfmodel.dtypes import get_dtype
+
+    element = get_dtype(dtype).element
+    wanted = (dtype,) if element is None else (dtype, element, "bf16")
+    return any(name in engine.peak_flops_per_s for engine in hardware.compute.values() for name in wanted)

@@ -87,13 +87,41 @@ def add_mode_argument(parser) -> None:
 WORKLOAD_DTYPES = "the workload file sets the dtypes (each tensor's dtype, or an op's attrs.dtype)"
 
 
+# ``--weights checkpoint``: the dtypes of the model's published checkpoint, from its config.
+CHECKPOINT_WEIGHTS = "checkpoint"
+WEIGHTS_HELP = ("weight dtype (bf16, fp16, fp8, fp8_block, int8, int4...), or 'checkpoint': the dtypes the model's "
+                "published checkpoint runs in, from its config's quantization_config (DeepSeek-V3/R1: fp8_block weights "
+                "and fp8 activations; gpt-oss: mxfp4 experts) unless --activations, --kv or --expert-weights say "
+                "otherwise")
+
+
 def add_dtype_arguments(parser) -> None:
-    """The weight, KV-cache and activation dtypes of an LLM scenario (llm, serve)."""
-    parser.add_argument("--weights", default="bf16", help="weight dtype (bf16, fp16, fp8, int8, int4...)")
+    """The weight, KV-cache and activation dtypes of an LLM scenario (llm, serve, search);
+    :func:`resolve_checkpoint_dtypes` fills them in."""
+    parser.add_argument("--weights", default="bf16", help=WEIGHTS_HELP)
     parser.add_argument("--kv", default=None, help="KV-cache dtype (default: the activation dtype)")
-    parser.add_argument("--activations", default="bf16", help="activation dtype")
+    parser.add_argument("--activations", default=None, help="activation dtype (default: bf16)")
     parser.set_defaults(dtype_hint="--weights, --activations and --kv set the dtypes (e.g. --weights bf16 "
                                    "--activations bf16)")
+
+
+def resolve_checkpoint_dtypes(args) -> None:
+    """Fill in the dtype arguments in place: ``--weights checkpoint`` takes the weight, activation, KV and
+    expert-weight dtypes from the model's config (``llm.quantization.checkpoint_dtypes``) where no option
+    names them; otherwise activations default to bf16. Every command with dtype arguments calls it first."""
+    given = getattr(args, "activations", None)
+    if args.weights != CHECKPOINT_WEIGHTS:
+        args.activations = given or "bf16"
+        return
+    from perfmodel.llm.catalog import load_config
+    from perfmodel.llm.quantization import checkpoint_dtypes
+
+    found = checkpoint_dtypes(load_config(args.model))
+    args.weights = found["weight_dtype"]
+    args.activations = given or found["activation_dtype"]
+    args.kv = args.kv or found["kv_dtype"]
+    if getattr(args, "expert_weights", None) is None:
+        args.expert_weights = found["expert_weight_dtype"]
 
 
 def add_expert_weights_argument(parser) -> None:

@@ -8,7 +8,13 @@ import sys
 from pathlib import Path
 
 from perfmodel.cli import confidence as intervals
-from perfmodel.cli.overrides import add_dtype_arguments, add_expert_weights_argument, add_fanout_arguments, fanout
+from perfmodel.cli.overrides import (
+    add_dtype_arguments,
+    add_expert_weights_argument,
+    add_fanout_arguments,
+    fanout,
+    resolve_checkpoint_dtypes,
+)
 from perfmodel.errors import PerfmodelError
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
@@ -103,6 +109,10 @@ def _search(args) -> int:
         raise PerfmodelError(f"--chart {args.chart}: the file must end in .png, .svg or .pdf")
     if args.pick is not None and args.export is None:
         raise PerfmodelError("--pick chooses the point --export writes; add --export vllm, sglang or trtllm")
+    resolve_checkpoint_dtypes(args)
+    if args.activations != "bf16":  # the search's step costs take bf16 activations (serving.search.search)
+        raise PerfmodelError(f"search prices bf16 activations; {args.activations} ones (--activations, or --weights "
+                             "checkpoint of a W8A8 checkpoint) are priced by llm, serve and size")
     engines = [part.strip() for part in args.engines.split(",")]
     unknown = [e for e in engines if e not in SERVING_ENGINES]
     if unknown:

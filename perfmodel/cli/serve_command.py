@@ -16,6 +16,7 @@ from perfmodel.cli.overrides import (
     add_mode_argument,
     add_set_argument,
     parse_overrides,
+    resolve_checkpoint_dtypes,
     seed,
 )
 from perfmodel.cli.serve_options import (
@@ -167,6 +168,7 @@ def _serve(args) -> int:
     from perfmodel.serving.workload import read_trace
 
     _check_counts(args, ("tp", "pp", "users", "requests", "max_batch", "max_tokens_per_step", "block_size"))
+    resolve_checkpoint_dtypes(args)
     if not 0 < args.memory_utilization <= 1:
         raise PerfmodelError(f"--memory-utilization must be in (0, 1], got {args.memory_utilization}")
     if not (math.isfinite(args.prefix_share) and 0 <= args.prefix_share < 1):

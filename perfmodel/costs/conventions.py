@@ -34,7 +34,13 @@
   not in the instruction on Hopper: every ``FP8_BLOCK_PROMOTION_K`` = 128 elements of k the partial
   sums are moved to fp32 registers and multiplied by the two blocks' scales on the CUDA cores
   (DeepSeek-V3, arXiv 2412.19437, section 3.3.2 "Increasing Accumulation Precision", N_C = 128): one
-  FMA (2 FLOP-equivalents) per output element per 128 of k, ``BLOCK_SCALE_FLOPS_PER_PROMOTION``.
+  FMA (2 FLOP-equivalents) per output element per 128 of k, ``BLOCK_SCALE_FLOPS_PER_PROMOTION``. Such a
+  product is its own kernel class (``rules.BLOCK_FP8_MATMUL``): the engines' block-scaled kernels have their
+  own fixed cost and rate, fitted per engine, which a parameter set without the class takes from fp8's.
+  Its activations' scales (one fp32 per 1 x 128 group: 4/128 byte an element, +3.1% of the fp8 activation
+  bytes) are not counted: the activations are plain ``fp8`` tensors in the graphs, a large-m product (where the
+  activations' bytes weigh) is compute-bound, and the share is under the class's fitted rate's standard error
+  (7-8% on H100).
 """
 
 from perfmodel.units import FLOPS_PER_FMA  # noqa: F401  (one definition, re-exported for the rules)

@@ -35,7 +35,15 @@ from perfmodel.costs.traffic import (
 from perfmodel.dtypes import EQUIVALENT_DTYPES, get_dtype
 from perfmodel.errors import NoEngineError, PerfmodelError
 from perfmodel.hardware.execution_models import SIValue
-from perfmodel.hardware.model import KERNEL_CLASS_SEPARATOR, ComputeEngine, Hardware, KernelShape, Link, Parameters
+from perfmodel.hardware.model import (
+    KERNEL_CLASS_SEPARATOR,
+    ComputeEngine,
+    Hardware,
+    KernelShape,
+    Link,
+    Parameters,
+    base_kind,
+)
 from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
@@ -123,11 +131,61 @@ def op_cost(op: Op, context: CostContext) -> OpCost:
 
 # The kernel class of attention with one query per sequence (``pricing_kind``).
 DECODE_ATTENTION = f"attention{KERNEL_CLASS_SEPARATOR}decode"
+# The kernel class of a product of block-scaled fp8 weights (``dtypes``: fp8_block, 128 x 128 weight scales)
+# with fp8 activations (1 x 128 scales), DeepSeek-V3's recipe (``pricing_kind``).
+BLOCK_FP8_MATMUL = f"matmul{KERNEL_CLASS_SEPARATOR}fp8_block"
+
+
+@dataclass(frozen=True, kw_only=True)
+class KernelClass:
+    """What a kernel class (``kind/variant``, ``pricing_kind``) has of its own among the parameters a fit
+    gives its plain kind (``calibration.fit``); every class has its own start-up latency (its kernels'
+    fixed cost). A lookup for a parameter the class lacks falls back to the plain kind's (``Parameters``)."""
+
+    own_rate: bool    # a compute efficiency of its own (else the plain kind's: the same product on the same units)
+    own_memory: bool  # a memory efficiency of its own (else the plain kind's: the same bytes through the same levels)
+
+
+KERNEL_CLASSES = {
+    # Decode attention's tensor-core work is prefill's product (fitted apart, TensorRT-LLM's decode attention took
+    # 1% of the peak from query groups of 48-128 heads a KV head, whose fallback kernel re-reads the cache per query
+    # head, and charged it to Llama's group of 8), but its split-KV kernels reach HBM otherwise.
+    DECODE_ATTENTION: KernelClass(own_rate=False, own_memory=True),
+    # A block-scaled fp8 GEMM's main loop is another kernel's (DeepGEMM promotes its partial sums to fp32 every 128
+    # of k and scales them there; CUTLASS's, FlashInfer's and Triton's block-scaled kernels): the engines' tables
+    # show its rate apart from their per-tensor fp8 GEMMs' in both directions (0.85x on TensorRT-LLM's H100, 1.24x
+    # on SGLang's, 0.53x on TensorRT-LLM's L40S) and its fixed cost too (TensorRT-LLM's H100: 5.6 against 13.2 us),
+    # while a small-m product streams the same weights (SGLang's H100, m < 10: 0.98x the fp8 time;
+    # ``benchmarks/fp8_block_gap.py``). Fitted with a memory efficiency of its own, H100's lower one stood in for
+    # the rate at m = 10-99 and priced the m < 10 rows 10-30% slow.
+    BLOCK_FP8_MATMUL: KernelClass(own_rate=True, own_memory=False),
+}
+
+
+def fitted_kind(kind: str, parameter: str) -> str:
+    """The kind whose fitted ``parameter`` (``"rate"``: compute efficiency, ``"memory"``: memory efficiency)
+    serves ``kind``: a kernel class's own where ``KERNEL_CLASSES`` says so, else its plain kind's."""
+    entry = KERNEL_CLASSES.get(kind)
+    if entry is None:
+        return kind
+    own = {"rate": entry.own_rate, "memory": entry.own_memory}[parameter]
+    return kind if own else base_kind(kind)
+
+
+def block_fp8_product(op: Op) -> bool:
+    """Whether ``op`` multiplies fp8 activations by fp8_block weights: the block-scaled kernel. Under wider
+    activations the same weights are dequantized in the kernel instead (``dequantize_flops``): a plain matmul."""
+    if op.kind != "matmul" or len(op.inputs) < 2 or op.inputs[1].role != "weight":
+        return False
+    return get_dtype(op.inputs[1].dtype).name == "fp8_block" and get_dtype(op.inputs[0].dtype).name == "fp8"
 
 
 def pricing_kind(op: Op) -> str:
     """The kind whose parameters (efficiencies, start-up latency: ``Parameters``) price ``op``: its own,
-    except forward attention with one query per sequence, the generation step. Engines run other
+    except a block-scaled fp8 GEMM (``block_fp8_product``: ``BLOCK_FP8_MATMUL``, whose kernels are not
+    the per-tensor fp8 ones: their fixed cost and rate differ by engine, ``benchmarks/fp8_block_gap.py``;
+    a parameter set without the class prices it as an fp8 matmul) and forward attention with one query
+    per sequence, the generation step. Engines run other
     kernels for it than for prefill (TensorRT-LLM's XQA and masked multi-head attention, FlashInfer's
     and FlashAttention's decode kernels, split over the KV length as in flash-decoding), and their
     fixed cost and their reach of HBM differ: NVIDIA's generation-attention tables
@@ -137,6 +195,8 @@ def pricing_kind(op: Op) -> str:
     query counts (a sweep over them): which points are evaluated together (a sweep's chunks, alike ops
     priced as one) must not change how any of them is priced. A traced count decides (and guards) as
     numbers do in the replay (``tracing``)."""
+    if op.kind == "matmul":
+        return BLOCK_FP8_MATMUL if block_fp8_product(op) else op.kind
     if op.kind != "attention" or op.attrs.get("backward", False):
         return op.kind
     queries = op.attrs.get("seq_q")
