@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
+from perfmodel.hardware.model import ALL_REDUCE_POLICY_NAMES
 
 KiB = 1024
 MiB = 1024 * KiB
@@ -200,6 +201,9 @@ for _policy in _POLICIES:
     if _policy.name in POLICIES:
         raise PerfmodelError(f"all-reduce policy {_policy.name!r} is registered twice")
     POLICIES[_policy.name] = _policy
+if tuple(POLICIES) != ALL_REDUCE_POLICY_NAMES:
+    raise PerfmodelError(f"all-reduce policies {tuple(POLICIES)} differ from the names specs may use "
+                         f"(hardware.model.ALL_REDUCE_POLICY_NAMES: {ALL_REDUCE_POLICY_NAMES}); keep them one list")
 
 
 def policy(name: str | None) -> Policy:

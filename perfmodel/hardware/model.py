@@ -187,6 +187,13 @@ class Link:
     kernel_latency_s: float | None = None
 
 
+# The all-reduce rules a link may name (``Link.all_reduce``): the spec layer checks names here, below the
+# cost layer that defines each rule (``costs.all_reduce`` registers exactly these; it refuses to load otherwise).
+ALL_REDUCE_POLICY_NAMES = ("fastest", "trtllm-sm80", "trtllm-sm90", "trtllm-sm100", "trtllm-pcie", "vllm-sm80",
+                           "vllm-sm90", "vllm-sm100", "vllm-sm103", "vllm-pcie", "sglang-sm80", "sglang-nvlink",
+                           "sglang-pcie")
+
+
 # The overheads of an execution mode, one table: YAML field (``scheduling.modes.<mode>.<field>``) ->
 # ``ExecutionMode`` attribute. The schema's ``ModeSpec``, the loader, ``specs show`` and sweeps read it.
 MODE_FIELDS = {"kernel_launch": "kernel_launch_s", "program_launch": "program_launch_s", "per_node": "per_node_s",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal
+from typing import Annotated, ClassVar, Literal
 
 import numpy as np
 from pydantic import (
@@ -30,6 +30,7 @@ from pydantic import (
 from perfmodel.dtypes import DTYPES
 from perfmodel.hardware.execution_models import EXECUTION_MODELS
 from perfmodel.hardware.model import (
+    ALL_REDUCE_POLICY_NAMES,
     FIT_SECTIONS,
     EngineKind,
     Family,
@@ -115,6 +116,9 @@ class Sourced(Strict):
 
     source: Text
     field_sources: dict[str, Text] = {}
+    # Non-numeric fields that are still a sourced claim (a rule chosen from vendor code) and may be named
+    # in field_sources.
+    SOURCED_CHOICES: ClassVar[tuple[str, ...]] = ()
 
     @field_validator("source")
     @classmethod
@@ -130,7 +134,8 @@ class Sourced(Strict):
 
     @model_validator(mode="after")
     def _field_sources_name_fields(self):
-        present = numeric_field_paths(self)
+        present = list(numeric_field_paths(self)) + [name for name in self.SOURCED_CHOICES
+                                                     if getattr(self, name, None) is not None]
         unknown = sorted(key for key in self.field_sources if not any(_within(path, key) for path in present))
         if unknown:
             raise ValueError(f"field_sources names {unknown}, which are not numeric fields (or groups of them) "
@@ -273,18 +278,17 @@ class LinkSpec(Sourced):
     # torus only: an axis of a slice closes into a ring when its length is a multiple of this (hardware.model.Link)
     wraparound: Count | None = None
     wraparound_whole_slice: bool = False
-    # The serving engine's all-reduce rule (a name of perfmodel.costs.all_reduce.POLICIES) and the step
+    # The serving engine's all-reduce rule (a name of hardware.model.ALL_REDUCE_POLICY_NAMES) and the step
     # latency of its own kernels; written by the per-engine overlays (calibration.engine_overlays).
     all_reduce: str | None = None
     kernel_latency: Seconds | None = None
+    SOURCED_CHOICES: ClassVar[tuple[str, ...]] = ("all_reduce",)
 
     @field_validator("all_reduce")
     @classmethod
     def _known_policy(cls, value: str | None) -> str | None:
-        from perfmodel.costs.all_reduce import POLICIES
-
-        if value is not None and value not in POLICIES:
-            raise ValueError(f"unknown all_reduce {value!r}; known: {', '.join(POLICIES)}")
+        if value is not None and value not in ALL_REDUCE_POLICY_NAMES:
+            raise ValueError(f"unknown all_reduce {value!r}; known: {', '.join(ALL_REDUCE_POLICY_NAMES)}")
         return value
 
     @model_validator(mode="after")
