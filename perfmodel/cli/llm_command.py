@@ -206,7 +206,7 @@ def _llm(args) -> int:
               "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)
     data = result.to_dict()
     runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, lambda sampled: llm_predict(
-        architecture, sampled, scenario, parallelism, mode=args.mode, graphs=graphs))
+        architecture, sampled, scenario, parallelism, mode=args.mode, graphs=graphs), intervals.sets_asked(args))
     found = intervals.scenario_intervals(hardware, result, args.confidence, runs, basis)
     data["intervals"] = intervals.to_json(found)
     data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
@@ -295,7 +295,7 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
     swept = predict(hardware)
     results = [swept.at(index) for index in range(len(scenarios))]
     # Each sampled parameter set is one more array evaluation of every scenario at once.
-    runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, predict)
+    runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, predict, intervals.sets_asked(args))
     found = [intervals.scenario_intervals(hardware, result, args.confidence, [run.at(index) for run in runs], basis)
              for index, result in enumerate(results)]
     if args.json:

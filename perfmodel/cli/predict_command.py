@@ -83,8 +83,9 @@ def _predict(args) -> int:
     kind = "kernel" if len(graph.ops) == 1 else "scenario"
     found = []
     for hardware, evaluation in zip(specs, evaluations, strict=True):
-        runs, basis = intervals.sample_runs(hardware, kind, args.confidence, total_s)  # the fit's parameter sets
-        sampled = intervals.Sampled(figures={"total_s": runs}, basis=basis) if runs else None
+        runs, basis = intervals.sample_runs(hardware, kind, args.confidence, total_s,  # the fit's parameter sets
+                                            intervals.sets_asked(args))
+        sampled = intervals.Sampled(figures={"total_s": runs} if runs else {}, basis=basis)
         found.append(intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")},
                                          sampled))
     if args.json:

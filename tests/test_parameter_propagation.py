@@ -1,0 +1,120 @@
+"""Parameter uncertainty (the fit's covariance) propagated into serve, size, train, sweep and search."""
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from perfmodel.cli import main
+from perfmodel.cli.confidence import parameter_sets, served_intervals
+from perfmodel.hardware.loader import load_for_prediction
+from perfmodel.llm.catalog import load_architecture
+from perfmodel.serving import ArrivalProcess, Server, ServingConfig, parse_length
+
+PROMPT, OUTPUT = parse_length("fixed:512"), parse_length("fixed:64")
+FIGURES = ("ttft_p50_s", "tpot_p50_s", "e2e_p50_s", "tokens_per_s")
+CONFIG = ServingConfig(max_batch=32, max_tokens_per_step=2048)
+SERVE = ["serve", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--engine", "vllm", "--requests", "40",
+         "--rate", "4/s", "--json"]
+
+
+def _zeroed(hardware):
+    """``hardware`` whose fit covariance is all zeros: every parameter set drawn from it is the nominal one."""
+    fit = hardware.efficiency.fit
+    zeros = tuple(tuple(0.0 for _ in row) for row in fit.relative_covariance)
+    return replace(hardware, efficiency=replace(hardware.efficiency, fit=replace(fit, relative_covariance=zeros)))
+
+
+@pytest.fixture(scope="module")
+def vllm():
+    """Llama-3.1-8B on one H100 priced by its vLLM overlay (which stores its fit's covariance)."""
+    hardware = load_for_prediction("h100-sxm", engine="vllm")
+    assert hardware.efficiency.fit is not None
+    server = Server(load_architecture("llama-3.1-8b"), hardware, config=CONFIG, max_context=576)
+    return hardware, server
+
+
+def _served(server, hardware, samples=9):
+    stream = ArrivalProcess(kind="poisson", rate_per_s=4.0)
+    result = server.simulate(stream, 40, PROMPT, OUTPUT, seed=1)
+    sets, basis = parameter_sets(hardware, "served", 0.8, samples)
+    runs = [server.repriced(parameters).simulate(stream, 40, PROMPT, OUTPUT, seed=1) for parameters in sets]
+    return served_intervals(hardware, result, 0.8, runs, basis), served_intervals(hardware, result, 0.8)
+
+
+def test_a_server_repriced_at_its_own_parameters_replays_the_same_run(vllm):
+    hardware, server = vllm
+    stream = ArrivalProcess(kind="poisson", rate_per_s=8.0)
+    alone = server.simulate(stream, 30, PROMPT, OUTPUT, seed=2)
+    again = server.repriced(hardware.efficiency).simulate(stream, 30, PROMPT, OUTPUT, seed=2)
+    assert list(again.ttft_s) == list(alone.ttft_s) and list(again.e2e_s) == list(alone.e2e_s)
+    assert server.repriced(hardware.efficiency).kv.blocks == server.kv.blocks
+
+
+def test_served_interval_with_parameter_sets_contains_the_model_form_one(vllm):
+    """Each figure's interval is at least as wide on both sides as the model-form band alone, and wider
+    where the step costs move with the fitted parameters (the latencies); the basis names the covariance."""
+    hardware, server = vllm
+    both, alone = _served(server, hardware)
+    for name in FIGURES:
+        assert both[name].low <= alone[name].low * (1 + 1e-12) and both[name].high >= alone[name].high * (1 - 1e-12)
+    for name in ("ttft_p50_s", "tpot_p50_s", "e2e_p50_s"):
+        assert both[name].low < alone[name].low and both[name].high > alone[name].high, name
+    assert "parameter uncertainty from h100-sxm-vllm's fit covariance" in both["ttft_p50_s"].basis
+    assert "9 parameter sets, seed 0" in both["ttft_p50_s"].basis
+
+
+def test_a_zero_covariance_gives_the_model_form_interval(vllm):
+    hardware, _ = vllm
+    zeroed = _zeroed(hardware)
+    server = Server(load_architecture("llama-3.1-8b"), zeroed, config=CONFIG, max_context=576)
+    both, alone = _served(server, zeroed)
+    for name in FIGURES:
+        assert both[name].low == pytest.approx(alone[name].low, rel=1e-12)
+        assert both[name].high == pytest.approx(alone[name].high, rel=1e-12)
+
+
+def test_serve_propagates_reproducibly_and_says_what_it_rests_on(capsys):
+    assert main(SERVE) == 0
+    first = json.loads(capsys.readouterr().out)["intervals"]
+    assert main(SERVE) == 0
+    assert json.loads(capsys.readouterr().out)["intervals"] == first  # seed 0: the same sets, the same runs
+    assert "16 parameter sets, seed 0" in first["basis"]
+    assert main([*SERVE, "--parameter-sets", "0"]) == 0
+    alone = json.loads(capsys.readouterr().out)["intervals"]
+    assert "model-form error only (--parameter-sets 0)" in alone["basis"]
+    for name in FIGURES:
+        assert first[name]["low"] <= alone[name]["low"] * (1 + 1e-12)
+        assert first[name]["high"] >= alone[name]["high"] * (1 - 1e-12)
+    assert first["tpot_p50_s"]["high"] > alone["tpot_p50_s"]["high"]
+
+
+def test_a_device_without_a_fit_block_says_so(capsys):
+    command = [*SERVE[:6], "trtllm", *SERVE[7:]]
+    assert main(command) == 0
+    basis = json.loads(capsys.readouterr().out)["intervals"]["basis"]
+    assert "model-form error only (h100-sxm-trtllm stores no fit covariance)" in basis
+
+
+def test_too_few_parameter_sets_for_the_confidence_is_refused(capsys):
+    assert main([*SERVE, "--parameter-sets", "5"]) == 2
+    assert "--parameter-sets 5: a 80% interval needs at least 9 parameter sets" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("extra, blocks", [
+    (["--rates", "2,8"], lambda data: [result["intervals"] for result in data["results"]]),
+    (["--scenario", "server", "--ttft-slo", "300ms", "--tpot-slo", "30ms"],
+     lambda data: [data["offline"]["intervals"], data["result"]["intervals"]]),
+    (["--rate", "4/s", "--disagg", "1P1D"],
+     lambda data: [data["disaggregated"]["intervals"], data["aggregated"]["intervals"]]),
+])
+def test_every_serve_output_propagates_the_fit(extra, blocks, capsys):
+    """Load sweeps, the MLPerf server scenario and disaggregated serving widen each run's interval by the
+    spread of that run replayed at the parameter sets."""
+    base = [item for item in SERVE if item not in ("--rate", "4/s")]
+    assert main([*base, *extra, "--parameter-sets", "9"]) == 0
+    found = blocks(json.loads(capsys.readouterr().out))
+    assert len(found) == 2
+    for block in found:
+        assert "with parameter uncertainty from h100-sxm-vllm's fit covariance" in block["basis"]
+        assert "9 parameter sets" in block["basis"]
