@@ -118,3 +118,53 @@ def test_every_serve_output_propagates_the_fit(extra, blocks, capsys):
     for block in found:
         assert "with parameter uncertainty from h100-sxm-vllm's fit covariance" in block["basis"]
         assert "9 parameter sets" in block["basis"]
+
+
+TRAIN = ["train", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "8", "--global-batch", "64", "--seq",
+         "4096", "--json"]
+
+
+def test_a_layout_search_repriced_at_its_own_parameters_gives_its_rows():
+    """``training.search.reprice`` prices the printed rows as the search did: at the nominal parameters,
+    the same numbers (to float rounding: a group's micro-batch sizes are only the printed rows'), so the
+    sampled sets differ from the rows only by their parameters."""
+    from perfmodel.training import TrainingSetup
+    from perfmodel.training.search import reprice, search
+
+    architecture, hardware = load_architecture("llama-3.1-8b"), load_for_prediction("h100-sxm")
+    setup = TrainingSetup(global_batch=64, seq_len=4096, compute_dtype="bf16", master_dtype="fp32")
+    found = search(architecture, hardware, setup, 8, recompute=("none", "selective"), keep=6)
+    again = reprice(architecture, hardware, list(found.ranked), 8)
+    assert [r.layout for r in again] == [r.layout for r in found.ranked]
+    assert [r.step_s for r in again] == pytest.approx([r.step_s for r in found.ranked], rel=1e-12)
+    assert [r.mfu for r in again] == pytest.approx([r.mfu for r in found.ranked], rel=1e-12)
+
+
+def test_train_intervals_widen_with_the_fit_and_not_with_a_zero_covariance(capsys):
+    from perfmodel.cli.train_command import _step_intervals
+    from perfmodel.training import Layout, TrainingSetup, train_predict
+
+    assert main(TRAIN) == 0
+    both = json.loads(capsys.readouterr().out)["intervals"]
+    assert main([*TRAIN, "--parameter-sets", "0"]) == 0
+    alone = json.loads(capsys.readouterr().out)["intervals"]
+    assert "h100-sxm-achievable's fit covariance" in both["basis"] and "16 parameter sets" in both["basis"]
+    for name in ("step_s", "tokens_per_s", "tokens_per_s_per_chip", "mfu"):
+        assert both[name]["low"] < alone[name]["low"] and both[name]["high"] > alone[name]["high"], name
+    architecture, zeroed = load_architecture("llama-3.1-8b"), _zeroed(load_for_prediction("h100-sxm"))
+    setup = TrainingSetup(global_batch=64, seq_len=4096, compute_dtype="bf16", master_dtype="fp32")
+    result = train_predict(architecture, zeroed, setup, Layout(fsdp=8))
+    sets, basis = parameter_sets(zeroed, "training", 0.8, 9)
+    runs = [train_predict(architecture, replace(zeroed, efficiency=p), setup, Layout(fsdp=8)) for p in sets]
+    for name, item in _step_intervals(zeroed, result, 0.8, runs, basis).items():
+        model_form = _step_intervals(zeroed, result, 0.8)[name]
+        assert item.low == pytest.approx(model_form.low, rel=1e-12) and item.high == pytest.approx(model_form.high,
+                                                                                                  rel=1e-12)
+
+
+def test_train_search_rows_each_carry_their_propagated_interval(capsys):
+    command = [*TRAIN, "--search", "--parameter-sets", "9"]
+    assert main(command) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert len(rows) == 10 and all("9 parameter sets" in row["intervals"]["basis"] for row in rows)
+    assert len({(row["intervals"]["step_s"]["low"] / row["step_s"]) for row in rows}) > 1  # each its own spread
