@@ -168,3 +168,36 @@ def test_train_search_rows_each_carry_their_propagated_interval(capsys):
     rows = json.loads(capsys.readouterr().out)
     assert len(rows) == 10 and all("9 parameter sets" in row["intervals"]["basis"] for row in rows)
     assert len({(row["intervals"]["step_s"]["low"] / row["step_s"]) for row in rows}) > 1  # each its own spread
+
+
+SEARCH = ["search", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "4", "--batches", "16,128",
+          "--simulate", "0", "--engines", "trtllm,sglang", "--json"]
+
+
+def test_a_front_repriced_at_its_own_parameters_gives_its_estimates():
+    from perfmodel.serving.search import reprice_front, search
+
+    architecture = load_architecture("llama-3.1-8b")
+    hardware = {engine: load_for_prediction("h100-sxm", engine=engine) for engine in ("vllm", "sglang")}
+    found = search(architecture, hardware, 4, prompt_tokens=1024, output_tokens=256, batches=(16, 128), simulate=0)
+    assert any(c.disaggregated for c in found.front) and any(not c.disaggregated for c in found.front)
+    again = reprice_front(architecture, hardware, found.front, prompt_tokens=1024, output_tokens=256,
+                          largest_batch=128)
+    assert again == list(found.front)
+
+
+def test_search_front_intervals_propagate_each_engines_fit(capsys):
+    assert main([*SEARCH, "--parameter-sets", "9"]) == 0
+    both = json.loads(capsys.readouterr().out)["front"]
+    assert main([*SEARCH, "--parameter-sets", "0"]) == 0
+    alone = json.loads(capsys.readouterr().out)["front"]
+    assert {point["engine"] for point in both} == {"trtllm", "sglang"}  # both engines reach the front
+    for point, model_form in zip(both, alone, strict=True):
+        block, other = point["intervals"], model_form["intervals"]
+        if point["engine"] == "trtllm":  # its overlay stores no covariance: the model-form interval, saying so
+            assert "h100-sxm-trtllm stores no fit covariance" in block["basis"] and block == other
+            continue
+        assert f"h100-sxm-{point['engine']}'s fit covariance" in block["basis"]
+        for name in ("tokens_per_s_per_user", "tokens_per_s_per_chip"):
+            assert block[name]["low"] <= other[name]["low"] * (1 + 1e-12)
+            assert block[name]["high"] >= other[name]["high"] * (1 - 1e-12)

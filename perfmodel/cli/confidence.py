@@ -7,6 +7,7 @@ import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from perfmodel.cli.overrides import whole_number
 from perfmodel.errors import PerfmodelError
@@ -108,7 +109,7 @@ def sample_runs(hardware, kind: str, confidence: float, evaluate: Callable[[obje
     return [evaluate(replace(hardware, efficiency=parameters)) for parameters in sets], basis
 
 
-def sampled_figures(runs: Sequence, basis: str, figures: Mapping[str, Callable[[object], float]]) -> Sampled:
+def sampled_figures(runs: Sequence, basis: str, figures: Mapping[str, Callable[[Any], float]]) -> Sampled:
     """Each figure ``name -> getter`` of every run (``sample_runs``), as ``intervals`` takes them."""
     return Sampled(figures={name: [get(run) for run in runs] for name, get in figures.items()} if runs else {},
                    basis=basis)
