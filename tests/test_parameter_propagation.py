@@ -201,3 +201,40 @@ def test_search_front_intervals_propagate_each_engines_fit(capsys):
         for name in ("tokens_per_s_per_user", "tokens_per_s_per_chip"):
             assert block[name]["low"] <= other[name]["low"] * (1 + 1e-12)
             assert block[name]["high"] >= other[name]["high"] * (1 - 1e-12)
+
+
+SWEEP = ["sweep", "--on", "h100-sxm", "--grid", "batch=1,8,64", "--grid", "seq=256,4096", "--json", "--chunk-points", "4"]
+
+
+def test_sweep_rows_widen_point_by_point_and_reproducibly(capsys):
+    assert main(SWEEP) == 0
+    both = json.loads(capsys.readouterr().out)
+    assert main(SWEEP) == 0
+    assert json.loads(capsys.readouterr().out) == both  # seed 0, chunk by chunk: the same table
+    assert main([*SWEEP, "--parameter-sets", "0"]) == 0
+    alone = json.loads(capsys.readouterr().out)
+    assert "with parameter uncertainty from h100-sxm-achievable's fit covariance" in both["basis"]
+    assert "16 parameter sets" in both["basis"] and "--parameter-sets 0" in alone["basis"]
+    ratios = set()
+    for row, model_form in zip(both["rows"], alone["rows"], strict=True):
+        assert row["total_s"] == model_form["total_s"]
+        assert row["total_s_low"] < model_form["total_s_low"] and row["total_s_high"] > model_form["total_s_high"]
+        ratios.add(round(row["total_s_high"] / row["total_s"], 9))
+    assert len(ratios) > 1  # each point its own spread (launch-bound and compute-bound points differ)
+
+
+def test_a_sweep_with_a_zero_covariance_keeps_the_model_form_band():
+    from perfmodel.cli.predict_command import _with_interval
+    from perfmodel.intervals import band_for
+    from perfmodel.roofline.sweep import sweep_chunks, sweep_plan
+    from perfmodel.workload.builders import transformer_block
+
+    zeroed = _zeroed(load_for_prediction("h100-sxm"))
+    sets, _ = parameter_sets(zeroed, "scenario", 0.8, 9)
+    plan = sweep_plan(transformer_block, zeroed, scenario={"batch": [1, 8, 64]}, parameter_sets=sets)
+    (part,) = sweep_chunks(plan)
+    assert (part.parameter_spread[0] == 0).all() and (part.parameter_spread[1] == 0).all()
+    band = band_for(zeroed, "scenario", 0.8)
+    widened, plain = _with_interval(part.to_columns(), band, part.parameter_spread), _with_interval(part.to_columns(), band)
+    for name in ("total_s_low", "total_s_high"):
+        assert widened[name] == pytest.approx(plain[name], rel=1e-12)
