@@ -238,3 +238,42 @@ def test_a_sweep_with_a_zero_covariance_keeps_the_model_form_band():
     widened, plain = _with_interval(part.to_columns(), band, part.parameter_spread), _with_interval(part.to_columns(), band)
     for name in ("total_s_low", "total_s_high"):
         assert widened[name] == pytest.approx(plain[name], rel=1e-12)
+
+
+SIZE = ["size", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--engine", "vllm", "--rate", "5/s", "--ttft-p99",
+        "300ms", "--tpot-p99", "20ms", "--requests", "60", "--json"]
+
+
+def test_size_holds_each_target_at_the_factor_widened_by_the_fit(capsys):
+    """The factor a target is held at shrinks when the parameter spread of the step times is combined with
+    the model-form band (per metric: the prefill's for TTFT, the decode step's for TPOT), and the chosen
+    deployment's simulated statistics meet the targets at those factors."""
+    assert main(SIZE) == 0
+    both = json.loads(capsys.readouterr().out)["h100-sxm"]
+    assert main([*SIZE, "--parameter-sets", "0"]) == 0
+    alone = json.loads(capsys.readouterr().out)["h100-sxm"]["confidence"]
+    held = both["confidence"]
+    assert set(held["limit_factors"]) == {"ttft", "tpot"} and held["level"] == 0.8
+    for metric in ("ttft", "tpot"):
+        assert held["limit_factors"][metric] < alone["limit_factors"][metric] == alone["limit_factor"]
+    assert held["limit_factor"] == min(held["limit_factors"].values())
+    assert "h100-sxm-vllm's fit covariance" in held["basis"] and "--parameter-sets 0" in alone["basis"]
+    best = both["best"]
+    assert best["ttft_s"]["p99"] <= 0.3 * held["limit_factors"]["ttft"]
+    assert best["tpot_s"]["p99"] <= 0.02 * held["limit_factors"]["tpot"]
+    assert main([*SIZE, "--at-median"]) == 0  # the median: the model-form median residual, no spread
+    median = json.loads(capsys.readouterr().out)["h100-sxm"]["confidence"]
+    assert median["level"] is None and median["limit_factor"] > held["limit_factor"]
+    assert "median" in median["basis"] and "fit covariance" not in median["basis"]
+
+
+def test_a_zero_covariance_leaves_the_sizing_factor_as_it_was():
+    from perfmodel.cli.held import held_targets
+    from perfmodel.llm import Parallelism
+
+    zeroed = _zeroed(load_for_prediction("h100-sxm", engine="vllm"))
+    held = held_targets(load_architecture("llama-3.1-8b"), zeroed, 0.8, 9, prompt_tokens=1024, output_tokens=256,
+                        weight_dtype="bf16", kv_dtype="bf16", activation_dtype="bf16", expert_weight_dtype=None,
+                        mode=None)
+    assert held.extra is not None
+    assert held.extra(Parallelism(tp=2)) == pytest.approx({"ttft": 1.0, "tpot": 1.0}, rel=1e-12)

@@ -45,13 +45,18 @@ def add_confidence_argument(parser, *, parameter_sets: int | None = None) -> Non
 
 
 def sets_asked(args) -> int:
-    """The parameter sets a command draws: ``--parameter-sets``, else its default, raised to what a band
-    at ``--confidence`` needs (``uncertainty.minimum_residuals``)."""
-    from perfmodel.uncertainty import minimum_residuals
-
+    """The parameter sets a command draws: ``--parameter-sets``, else ``default_sets`` of its default."""
     if args.parameter_sets is not None:
         return int(args.parameter_sets)
-    return max(int(args.default_parameter_sets), minimum_residuals(args.confidence))
+    return default_sets(int(args.default_parameter_sets), args.confidence)
+
+
+def default_sets(default: int, confidence: float | None) -> int:
+    """``default`` parameter sets, raised to what a band at ``confidence`` needs (``uncertainty.minimum_residuals``;
+    None: the median, ``default``)."""
+    from perfmodel.uncertainty import minimum_residuals
+
+    return default if confidence is None else max(default, minimum_residuals(confidence))
 
 
 PARAMETER_SAMPLES = 32  # parameter sets drawn from a fit's covariance per prediction (seed 0: reproducible)
