@@ -69,11 +69,13 @@ def held_targets(architecture, hardware, level: float | None, samples: int, *, p
     factor, basis = time_factor(hardware, "served", level)
     if level is None:
         return HeldTargets(level=None, factor=factor, basis=basis)
+    band = band_for(hardware, "served", level)
+    if not band.known:  # no evidence: the point prediction, as time_factor's basis says
+        return HeldTargets(level=level, factor=factor, basis=basis)
     sets, spread_basis = parameter_sets(hardware, "served", level, samples)
     if not sets:
         return HeldTargets(level=level, factor=factor, basis=f"{basis}; {spread_basis}")
-    band = band_for(hardware, "served", level)
-    assert band.low is not None and band.high is not None  # parameter_sets draws none without a band
+    assert band.low is not None and band.high is not None
     ends = (band.low, band.high)
     scenario = _mean_request(prompt_tokens, output_tokens, weight_dtype, kv_dtype, activation_dtype,
                              expert_weight_dtype)
