@@ -277,3 +277,17 @@ def test_a_zero_covariance_leaves_the_sizing_factor_as_it_was():
                         mode=None)
     assert held.extra is not None
     assert held.extra(Parallelism(tp=2)) == pytest.approx({"ttft": 1.0, "tpot": 1.0}, rel=1e-12)
+
+
+def test_a_high_confidence_draws_as_many_sets_as_its_band_needs(capsys):
+    """At 95% a band needs 39 values: the default sets are raised to that (the explorer's slider reaches
+    95%), while asking for fewer is refused."""
+    from perfmodel.explore import api
+
+    data = api.llm({"model": "llama-3.1-8b", "systems": ["h100-sxm-vllm"], "batch": 4, "prompt": 512, "gen": 64,
+                    "confidence": 0.95})
+    assert "39 parameter sets" in data["results"][0]["intervals"]["basis"]
+    assert main([*SERVE, "--confidence", "95%"]) == 0
+    assert "39 parameter sets" in json.loads(capsys.readouterr().out)["intervals"]["basis"]
+    assert main([*SERVE, "--confidence", "95%", "--parameter-sets", "16"]) == 2
+    assert "needs at least 39 parameter sets" in capsys.readouterr().err

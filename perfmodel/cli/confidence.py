@@ -84,15 +84,18 @@ def model_form_note(hardware, samples: int | None = None) -> str:
     return "model-form error only (parameter uncertainty not propagated for this output)"
 
 
-def parameter_sets(hardware, kind: str, confidence: float, samples: int = PARAMETER_SAMPLES) -> tuple[list, str]:
+def parameter_sets(hardware, kind: str, confidence: float, samples: int | None = None) -> tuple[list, str]:
     """The parameter sets (``hardware.model.Parameters``) drawn from ``hardware``'s fit covariance
     (``uncertainty.fit_samples``, seed ``PARAMETER_SEED``) and the basis they give an interval; ([], why
     not) when there is no fit covariance, ``samples`` is 0, or there is no model-form band to combine
     with (a parameter spread alone would claim a precision the model has not shown, so it is not
-    computed). Fewer sets than a conformal band of ``confidence`` needs cannot place its quantiles: refused."""
+    computed). Fewer sets than a conformal band of ``confidence`` needs cannot place its quantiles: refused.
+    ``samples`` None: ``default_sets(PARAMETER_SAMPLES, confidence)``."""
     from perfmodel.intervals import band_for
     from perfmodel.uncertainty import fit_samples, minimum_residuals
 
+    if samples is None:
+        samples = default_sets(PARAMETER_SAMPLES, confidence)
     if samples and samples < minimum_residuals(confidence):
         raise PerfmodelError(f"--parameter-sets {samples}: a {heading(confidence)} needs at least "
                              f"{minimum_residuals(confidence)} parameter sets to place its quantiles (or 0: "
@@ -107,7 +110,7 @@ def parameter_sets(hardware, kind: str, confidence: float, samples: int = PARAME
 
 
 def sample_runs(hardware, kind: str, confidence: float, evaluate: Callable[[object], object],
-                samples: int = PARAMETER_SAMPLES) -> tuple[list, str]:
+                samples: int | None = None) -> tuple[list, str]:
     """``evaluate(h)`` on copies ``h`` of ``hardware`` whose parameters are the sets ``parameter_sets``
     draws, and the basis; ([], why not) when it draws none."""
     sets, basis = parameter_sets(hardware, kind, confidence, samples)
