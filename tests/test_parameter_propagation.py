@@ -226,13 +226,13 @@ def test_sweep_rows_widen_point_by_point_and_reproducibly(capsys):
 def test_a_sweep_with_a_zero_covariance_keeps_the_model_form_band():
     from perfmodel.cli.predict_command import _with_interval
     from perfmodel.intervals import band_for
-    from perfmodel.roofline.sweep import sweep_chunks, sweep_plan
+    from perfmodel.roofline.sweep import sweep
     from perfmodel.workload.builders import transformer_block
 
     zeroed = _zeroed(load_for_prediction("h100-sxm"))
     sets, _ = parameter_sets(zeroed, "scenario", 0.8, 9)
-    plan = sweep_plan(transformer_block, zeroed, scenario={"batch": [1, 8, 64]}, parameter_sets=sets)
-    (part,) = sweep_chunks(plan)
+    part = sweep(transformer_block, zeroed, scenario={"batch": [1, 8, 64]}, parameter_sets=sets, chunk_points=2)
+    assert part.parameter_spread[0].shape == (3,)  # the chunks' spreads joined
     assert (part.parameter_spread[0] == 0).all() and (part.parameter_spread[1] == 0).all()
     band = band_for(zeroed, "scenario", 0.8)
     widened, plain = _with_interval(part.to_columns(), band, part.parameter_spread), _with_interval(part.to_columns(), band)

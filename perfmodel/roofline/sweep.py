@@ -254,10 +254,12 @@ def concatenate(parts: Sequence[SweepResult]) -> SweepResult:
 def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
           spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
           parameters: Parameters = DATASHEET, chunk_points: int = 250_000,
-          progress: Callable[[int, int], None] | None = None, mapper: Mapper = serial_map) -> SweepResult:
-    """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid."""
+          progress: Callable[[int, int], None] | None = None, mapper: Mapper = serial_map,
+          parameter_sets: Sequence[Parameters] = (), confidence: float = 0.8) -> SweepResult:
+    """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid
+    (with ``parameter_sets``: each point's spread over them too, ``SweepResult.parameter_spread``)."""
     plan = sweep_plan(build, hardware, scenario, spec, mode=mode, overlap=overlap, parameters=parameters,
-                      chunk_points=chunk_points)
+                      chunk_points=chunk_points, parameter_sets=parameter_sets, confidence=confidence)
     parts = []
     for part in sweep_chunks(plan, mapper):
         parts.append(part)
