@@ -23,7 +23,10 @@ Pure core (numpy and the standard library only). Conventions:
   one, ``hardware.model.FitCovariance``) and evaluated; the spread of ``log(sampled / nominal)`` at the
   same confidence is that source's band.
 * **Combined**: the two sources are taken as independent and each side's log half-width adds in
-  quadrature (``sqrt(a^2 + b^2)``), the band's centre (the model's bias) kept from the residuals. The
+  quadrature (``sqrt(a^2 + b^2)``), the band's centre (the model's bias) kept from the residuals. A
+  sampled prediction ``T_s = T exp(p)`` is what the model would say with the true parameters, so the
+  true time's residual against the nominal ``T`` is ``r - p``: the band's low end (the time's upper
+  end) meets the spread's high end, and its high end the spread's low end. The
   residuals were measured with the shipped parameters, so they already hold the shipped fit's error at
   the validated points; the quadrature sum is therefore conservative (wider) where both apply.
 """
@@ -163,18 +166,26 @@ def interval(value: float, band: Band, orientation: str) -> Interval:
 
 
 def combine(model_form: Band, parameter: tuple[float, float] | None, parameter_basis: str = "") -> Band:
-    """``model_form`` widened by a parameter band ``(low, high)`` (log spread around the nominal
-    prediction, time orientation): each side's half-width adds in quadrature to the residual band's
-    distance from its centre. No model-form evidence stays no evidence: a parameter spread alone
-    would claim a precision the model has not shown."""
+    """``model_form`` widened by a parameter band ``(low, high)`` (log spread of the sampled predictions
+    around the nominal one, time orientation: ``parameter_band``), by ``combined_bounds``. No
+    model-form evidence stays no evidence: a parameter spread alone would claim a precision the model
+    has not shown."""
     if not model_form.known or parameter is None:
         return model_form
     assert model_form.low is not None and model_form.high is not None
-    centre = (model_form.low + model_form.high) / 2
-    below = math.hypot(centre - model_form.low, -parameter[0])
-    above = math.hypot(model_form.high - centre, parameter[1])
+    low, high = combined_bounds(model_form.low, model_form.high, parameter[0], parameter[1])
     basis = model_form.basis + (f"; with {parameter_basis}" if parameter_basis else "")
-    return replace(model_form, low=centre - below, high=centre + above, basis=basis)
+    return replace(model_form, low=float(low), high=float(high), basis=basis)
+
+
+def combined_bounds(low, high, parameter_low, parameter_high):
+    """The model-form band ``(low, high)`` (residuals ``r``) widened by a parameter spread
+    ``(parameter_low, parameter_high)`` of ``p = log(sampled / nominal)`` (floats, or arrays of sweep
+    points): the truth's residual against the nominal prediction is ``r - p`` (module docstring), so
+    each side's distance from the band's centre adds in quadrature with the spread's opposite end
+    (``p``'s high end lowers the band's low end: a slower truth)."""
+    centre = (np.asarray(low) + np.asarray(high)) / 2
+    return (centre - np.hypot(centre - low, parameter_high), centre + np.hypot(high - centre, parameter_low))
 
 
 # ---- parameter uncertainty -------------------------------------------------------------------
@@ -237,13 +248,24 @@ def parameter_band(nominal: float, sampled: Sequence[float] | np.ndarray, confid
                    orientation: str) -> tuple[float, float]:
     """The log spread (time orientation) of ``sampled`` predictions around ``nominal`` at ``confidence``:
     central quantiles of ``log(sampled / nominal)`` (negated for a rate)."""
+    low, high = parameter_bands(np.asarray(nominal, dtype=float), np.asarray(sampled, dtype=float), confidence,
+                                orientation)
+    return float(low), float(high)
+
+
+def parameter_bands(nominal: np.ndarray, sampled: np.ndarray, confidence: float, orientation: str = TIME
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """``parameter_band`` of every point at once: ``nominal`` of shape ``points`` and ``sampled`` of shape
+    ``(sets, points)`` (each parameter set's prediction at every point)."""
     check_confidence(confidence)
+    if orientation not in (RATE, TIME):
+        raise ValueError(f"orientation must be {RATE!r} or {TIME!r}, got {orientation!r}")
     values = np.log(np.asarray(sampled, dtype=float) / nominal)
     if orientation == RATE:
         values = -values
     alpha = 1 - confidence
-    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2])
-    return float(low), float(high)
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2], axis=0)
+    return low, high
 
 
 def propagate(evaluate: Callable[[Parameters], float], samples: Sequence[Parameters], nominal: Parameters,

@@ -104,6 +104,26 @@ def test_combine_adds_half_widths_in_quadrature_and_keeps_no_evidence():
     assert combine(none, (-1.0, 1.0)) is none
 
 
+def test_a_parameter_spread_towards_slower_widens_the_interval_towards_slower():
+    """Sampled predictions ``T exp(p)`` all slower than the nominal ``T`` (p in [0, 0.4]) say the truth may
+    be slower than predicted: the time's upper end moves up (the band's low end down, by the spread's
+    high end), its lower end only by the model-form band's own half-width (the spread's low end, 0)."""
+    band = Band(confidence=0.8, basis="b", low=-0.3, high=0.1, residuals=10)  # centre -0.1, half-width 0.2
+    combined = combine(band, (0.0, 0.4), "fit")
+    assert combined.low == pytest.approx(-0.1 - math.hypot(0.2, 0.4))
+    assert combined.high == pytest.approx(0.1)
+    alone, both = interval(1.0, band, TIME), interval(1.0, combined, TIME)
+    assert both.high > alone.high and both.low == pytest.approx(alone.low)
+    # A rate's interval is the reciprocal's: a slower truth is a lower rate.
+    assert interval(1.0, combined, RATE).low < interval(1.0, band, RATE).low
+    # The array form (sweeps: a spread per point) gives the same numbers.
+    from perfmodel.uncertainty import combined_bounds
+
+    low, high = combined_bounds(-0.3, 0.1, np.array([0.0, -0.15]), np.array([0.4, 0.15]))
+    assert low == pytest.approx([combined.low, -0.1 - math.hypot(0.2, 0.15)])
+    assert high == pytest.approx([combined.high, -0.1 + math.hypot(0.2, 0.15)])
+
+
 def test_residual_orientation_of_units():
     from perfmodel.intervals import device_of, orientation
 

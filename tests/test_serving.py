@@ -549,3 +549,40 @@ def test_a_chunk_pays_attention_to_the_earlier_chunks(setup):
     one = server.simulate(ArrivalProcess(kind="fixed", rate_per_s=0.1), 3, parse_length("fixed:4096"),
                           parse_length("fixed:2"))
     assert one.ttft.p50 == pytest.approx(sum(chunks), rel=1e-4)  # the same grid, at the chunks' own earlier counts
+
+
+@pytest.mark.parametrize("model, tp, pp", [("llama-2-7b", 1, 1), ("llama-2-7b", 2, 2)])
+def test_step_cost_grids_equal_each_point_evaluated_alone(model, tp, pp):
+    """The decode and prefill grids are priced in one evaluation each (batch and context, tokens and
+    earlier tokens flattened into arrays): every entry is what one scenario's graph gives on its own."""
+    from dataclasses import replace
+
+    from perfmodel.llm import Parallelism
+    from perfmodel.llm.graphs import pipeline_send, stage_graph
+    from perfmodel.llm.metrics import phase_time
+    from perfmodel.roofline.arrays import evaluate_arrays
+    from perfmodel.workload.ir import Graph
+
+    architecture, hardware = load_architecture(model), load_for_prediction("h100-sxm")
+    parallelism = Parallelism(tp=tp, pp=pp)
+    server = Server(architecture, hardware, parallelism, config=ServingConfig(max_batch=16, max_tokens_per_step=1024),
+                    max_context=2048)
+    costs, resident = server.costs, server.kv.state_bytes
+
+    def alone(phase, batch, tokens, context):
+        scenario = replace(server.scenario, batch=batch, prompt_tokens=tokens)
+        graph = stage_graph(architecture, scenario, parallelism, phase=phase, context=context)
+        stage = evaluate_arrays(graph, hardware, mode=costs.mode, resident_bytes=resident,
+                                stream_items=batch * (tokens if phase == "prefill" else 1))
+        send = Graph(name="send", ops=[pipeline_send(scenario, architecture, phase)])
+        return float(phase_time(stage, hardware, parallelism, send))
+
+    for batch in (1, 7, 16):
+        for index in (0, 5, len(costs.contexts) - 1):
+            context = int(costs.contexts[index])
+            assert costs.decode_s(batch, context) == pytest.approx(alone("decode", batch, 1, context), rel=1e-12)
+    for row, earlier in enumerate(costs.prefill_earlier):
+        for column in (0, 20, len(costs.prefill_tokens) - 1):
+            tokens = int(costs.prefill_tokens[column])
+            expected = alone("prefill", 1, tokens, tokens + int(earlier))
+            assert costs.prefill_times[row, column] == pytest.approx(expected, rel=1e-12)

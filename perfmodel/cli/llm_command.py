@@ -37,6 +37,9 @@ DEFAULT_SIZE_REQUESTS = 200
 DEFAULT_SIZE_PROMPT, DEFAULT_SIZE_OUTPUT = 1024, 256
 TARGET_STATISTICS = ("mean", "p50", "p90", "p99")
 SIZE_RANKINGS = ("chips", "cost", "watts")
+# Parameter sets whose step-time spread widens each simulated parallelism's factor (cli.held; one llm
+# array evaluation a set and parallelism): fewer than llm's 32, as the other commands that repeat work.
+SIZE_PARAMETER_SETS = 16
 
 
 def register(commands) -> None:
@@ -116,7 +119,7 @@ def register(commands) -> None:
     add_ideal_argument(size)
     add_engine_argument(size)
     add_fanout_arguments(size)
-    intervals.add_confidence_argument(size)
+    intervals.add_confidence_argument(size, parameter_sets=SIZE_PARAMETER_SETS)
     size.add_argument("--at-median", action="store_true",
                       help="size so that the targets hold at the median of the model's error instead of at "
                            "--confidence")
@@ -210,7 +213,7 @@ def _llm(args) -> int:
               "add chips (--tp/--pp), or use smaller weights/KV dtypes or a smaller batch", file=sys.stderr)
     data = result.to_dict()
     runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, lambda sampled: llm_predict(
-        architecture, sampled, scenario, parallelism, mode=args.mode, graphs=graphs))
+        architecture, sampled, scenario, parallelism, mode=args.mode, graphs=graphs), intervals.sets_asked(args))
     found = intervals.scenario_intervals(hardware, result, args.confidence, runs, basis)
     data["intervals"] = intervals.to_json(found)
     data["max_batch"] = max_batch(architecture, hardware, scenario, parallelism)
@@ -299,7 +302,7 @@ def _llm_table(args, architecture, hardware, scenarios) -> int:
     swept = predict(hardware)
     results = [swept.at(index) for index in range(len(scenarios))]
     # Each sampled parameter set is one more array evaluation of every scenario at once.
-    runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, predict)
+    runs, basis = intervals.sample_runs(hardware, "scenario", args.confidence, predict, intervals.sets_asked(args))
     found = [intervals.scenario_intervals(hardware, result, args.confidence, [run.at(index) for run in runs], basis)
              for index, result in enumerate(results)]
     if args.json:
@@ -369,7 +372,9 @@ def _size(args) -> int:
     architecture = load_architecture(args.model)
     _check_lengths(args, architecture, prompt, output)
     overrides = parse_overrides(args.set) or None
-    from perfmodel.intervals import time_factor
+    from perfmodel.cli.held import held_targets
+
+    metrics = list(dict.fromkeys(target.metric for target in targets))
 
     def size_on(name: str) -> tuple[SystemSizing, str | None, dict | None]:
         """One system's sizing, why it could not be sized (None: it was), and the confidence its targets
@@ -389,13 +394,16 @@ def _size(args) -> int:
             reason = f"{hardware.name} has no engine for {weights} weights with {activations} activations"
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None, note=reason,
                                 closest=None, simulations=0), reason, None
-        factor, basis = time_factor(hardware, "served", None if args.at_median else args.confidence)
-        held = [replace(target, limit_s=target.limit_s * factor) for target in targets]
-        sizing = size_deployment(architecture, hardware, held, load, prompt, output, requests=args.requests,
-                                 seed=args.seed, weight_dtype=weights, kv_dtype=kv, activation_dtype=activations,
-                                 expert_weight_dtype=args.expert_weights, mode=args.mode,
-                                 price_usd_per_chip_hour=prices.get(name, prices.get("")))
-        return replace(sizing, hardware=name), None, {"limit_factor": factor, "basis": basis}
+        held = held_targets(architecture, hardware, None if args.at_median else args.confidence,
+                            intervals.sets_asked(args), prompt_tokens=max(round(prompt.mean), 1),
+                            output_tokens=max(round(output.mean), 1), weight_dtype=weights, kv_dtype=kv,
+                            activation_dtype=activations, expert_weight_dtype=args.expert_weights, mode=args.mode)
+        sizing = size_deployment(architecture, hardware, held.screened(targets), load, prompt, output,
+                                 requests=args.requests, seed=args.seed, weight_dtype=weights, kv_dtype=kv,
+                                 activation_dtype=activations, expert_weight_dtype=args.expert_weights, mode=args.mode,
+                                 price_usd_per_chip_hour=prices.get(name, prices.get("")), limit_factor=held.extra)
+        block = held.block(None if sizing.best is None else sizing.best.parallelism, metrics)
+        return replace(sizing, hardware=name), None, {key: value for key, value in block.items() if key != "level"}
 
     sizings, unavailable, confidence = [], {}, {}
     with fanout(args, "system") as mapper:  # each system is sized on its own: one piece of work
@@ -421,8 +429,15 @@ def _size(args) -> int:
     _print_sizing(args, architecture, targets, load, prompt, output, ranked)
     level = "the median" if args.at_median else f"{intervals.heading(args.confidence).split()[0]} confidence"
     print(f"targets held at {level} (each system's simulated times must stay under the target x its factor): "
-          + "; ".join(f"{name} x {item['limit_factor']:.3g} ({item['basis']})" for name, item in confidence.items()))
+          + "; ".join(f"{name} {_factors(item['limit_factors'])} ({item['basis']})" for name, item in confidence.items()))
     return 0
+
+
+def _factors(factors: dict) -> str:
+    """``x 0.682`` (one factor for every target), or ``TTFT x 0.671, TPOT x 0.676``."""
+    if len(set(factors.values())) <= 1:
+        return f"x {next(iter(factors.values())):.3g}"
+    return ", ".join(f"{metric.upper()} x {value:.3g}" for metric, value in factors.items())
 
 
 def _print_sizing(args, architecture, targets, load, prompt, output, ranked) -> None:

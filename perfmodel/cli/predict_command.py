@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 
 from perfmodel.cli import confidence as intervals
@@ -49,7 +50,7 @@ def register(commands) -> None:
                             "(memory.hbm.bandwidth=2TB/s,4TB/s); repeatable")
     add_mode_argument(sweep)
     add_ideal_argument(sweep)
-    intervals.add_confidence_argument(sweep)
+    intervals.add_confidence_argument(sweep, parameter_sets=SWEEP_PARAMETER_SETS)
     sweep.add_argument("-o", "--output", type=Path,
                        help="write the table (.csv or .parquet), chunk by chunk; until it is written, the finished "
                             "chunks are kept in FILE.parts/, so that the same command, run again after an "
@@ -83,8 +84,9 @@ def _predict(args) -> int:
     kind = "kernel" if len(graph.ops) == 1 else "scenario"
     found = []
     for hardware, evaluation in zip(specs, evaluations, strict=True):
-        runs, basis = intervals.sample_runs(hardware, kind, args.confidence, total_s)  # the fit's parameter sets
-        sampled = intervals.Sampled(figures={"total_s": runs}, basis=basis) if runs else None
+        runs, basis = intervals.sample_runs(hardware, kind, args.confidence, total_s,  # the fit's parameter sets
+                                            intervals.sets_asked(args))
+        sampled = intervals.Sampled(figures={"total_s": runs} if runs else {}, basis=basis)
         found.append(intervals.intervals(hardware, kind, args.confidence, {"total_s": (evaluation.total_s, "time")},
                                          sampled))
     if args.json:
@@ -143,6 +145,9 @@ SCENARIO_AXES = ("batch", "seq", "kv_len", "hidden", "heads", "kv_heads", "ffn",
 TABLE_SUFFIXES = (".csv", ".parquet")  # what 'sweep -o' writes
 DEFAULT_MAX_POINTS = 100_000_000
 DEFAULT_CHUNK_POINTS = 250_000
+# Parameter sets every chunk is evaluated again at (--parameter-sets): the sweep's time grows with them
+# (1 + sets evaluations of each chunk's graph), so fewer than llm's 32 (as serve, train and search).
+SWEEP_PARAMETER_SETS = 16
 
 
 def parse_grid(items: list[str]) -> tuple[dict, dict]:
@@ -192,7 +197,13 @@ def _sweep(args) -> int:
             "or raise --max-points (the sweep streams in chunks of --chunk-points, so memory stays bounded, but the "
             "time and the output grow with the points)")
     band = _sweep_band(hardware, bool(spec), args.confidence)
-    parts = _sweep_parts(args, plan, hardware, band)
+    # Parameter uncertainty: each chunk's graph evaluated again at every set drawn from the fit's covariance
+    # (no band, no sets: swept spec values are what-if devices).
+    sets, spread_basis = intervals.parameter_sets(hardware, "scenario", args.confidence, intervals.sets_asked(args)) \
+        if band.known else ([], "")
+    plan = replace(plan, parameter_sets=tuple(sets), confidence=args.confidence)
+    basis = f"{band.basis}; {'with ' if sets else ''}{spread_basis}" if band.known else band.basis
+    parts = _sweep_parts(args, plan, hardware, replace(band, basis=basis))
     distributed = args.workers is not None or args.scheduler is not None
     try:
         with mapper(workers=args.workers, scheduler=args.scheduler) as where:
@@ -203,8 +214,9 @@ def _sweep(args) -> int:
             # closed inside the block however it ends: the bar is cleared before a message, and a Dask
             # mapper cancels what is in flight while its cluster is still up
             with contextlib.closing(results), contextlib.closing(shown):
-                head, rows = stream_table((_with_interval(part.to_columns(), band) for part in shown), args.output,
-                                          as_json=args.json, fields={"confidence": band.confidence, "basis": band.basis})
+                head, rows = stream_table((_with_interval(part.to_columns(), band, part.parameter_spread)
+                                           for part in shown), args.output, as_json=args.json,
+                                          fields={"confidence": band.confidence, "basis": basis})
     except BaseException:
         if parts is not None:
             kept = sum(1 for _ in parts.path.glob("chunk-*.npz"))
@@ -220,7 +232,7 @@ def _sweep(args) -> int:
         print(head.to_string(index=False))
         if rows > len(head):
             print(f"... {rows - len(head)} more rows (-o FILE.csv)")
-        print(f"interval (total_s_low - total_s_high): {band.basis}")
+        print(f"interval (total_s_low - total_s_high): {basis}")
     return 0
 
 
@@ -275,15 +287,22 @@ def _sweep_band(hardware, what_if: bool, confidence: float):
     return band_for(hardware, "scenario", confidence)
 
 
-def _with_interval(columns: dict, band) -> dict:
+def _with_interval(columns: dict, band, spread=None) -> dict:
     """``columns`` with ``total_s_low``/``total_s_high`` right after ``total_s`` (NaN where the band has
-    no evidence), as ``uncertainty.interval`` gives them point by point."""
+    no evidence), as ``uncertainty.interval`` gives them point by point; ``spread``: each point's parameter
+    spread (``SweepResult.parameter_spread``), which widens the band point by point as
+    ``uncertainty.combine`` widens one (``combined_bounds``)."""
     import numpy as np
 
-    from perfmodel.uncertainty import TIME, interval
+    from perfmodel.uncertainty import TIME, combined_bounds, interval
 
     total = np.asarray(columns["total_s"], dtype=float)
-    if band.known:
+    if band.known and spread is not None:
+        # A point whose sets gave no finite ratio (a zero time) keeps the model-form band there.
+        low, high = combined_bounds(band.low, band.high, np.nan_to_num(spread[0], nan=0.0, posinf=0.0, neginf=0.0),
+                                    np.nan_to_num(spread[1], nan=0.0, posinf=0.0, neginf=0.0))
+        bounds = {"total_s_low": total * np.exp(-high), "total_s_high": total * np.exp(-low)}
+    elif band.known:
         low, high = interval(1.0, band, TIME).low, interval(1.0, band, TIME).high
         bounds = {"total_s_low": total * low, "total_s_high": total * high}
     else:

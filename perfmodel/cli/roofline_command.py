@@ -24,7 +24,7 @@ def register(commands) -> None:
     roofline.add_argument("--dtype", help="dtype of the compute roof (default: the workload's)")
     add_mode_argument(roofline)
     roofline.add_argument("-o", "--output", type=Path, required=True, help="chart file: .png, .svg or .pdf")
-    intervals.add_confidence_argument(roofline)
+    intervals.add_confidence_argument(roofline, parameter_sets=0)
     roofline.set_defaults(handler=_roofline, dtype_hint=WORKLOAD_DTYPES)
 
 

@@ -21,6 +21,9 @@ from perfmodel.tables import format_table
 from perfmodel.units import format_quantity, parse_quantity
 
 CHART_SUFFIXES = (".png", ".svg", ".pdf")
+# Parameter sets each front point is estimated again at (--parameter-sets): every set prices each of the
+# front's workers' quick step costs again, so fewer than llm's 32 (as serve and train).
+SEARCH_PARAMETER_SETS = 16
 
 
 def register(commands) -> None:
@@ -61,7 +64,7 @@ def register(commands) -> None:
     search.add_argument("--top", type=int, default=20, help="front points to print (default 20; all with --json)")
     add_dtype_arguments(search)
     add_expert_weights_argument(search)
-    intervals.add_confidence_argument(search)
+    intervals.add_confidence_argument(search, parameter_sets=SEARCH_PARAMETER_SETS)
     add_fanout_arguments(search)
     search.add_argument("--json", action="store_true")
     search.add_argument("--chart", type=Path, metavar="FILE.png",
@@ -136,7 +139,7 @@ def _search(args) -> int:
             raise PerfmodelError("no front point meets the SLO targets to export; relax --ttft-slo/--tpot-slo or "
                                  "choose one with --pick N")
         launch = export(chosen, args.export, architecture.name, args.kv or args.activations)
-    bands = [front_intervals(hardware[c.engine], c, args.confidence) for c in result.front]
+    bands = _front_bands(args, architecture, hardware, result, batches)
     if args.chart is not None:
         from perfmodel.plotting import plot_search, save_figure
 
@@ -154,13 +157,47 @@ def _search(args) -> int:
     return 0
 
 
-def front_intervals(hardware, configuration, confidence: float) -> tuple:
+def front_intervals(hardware, configuration, confidence: float, runs=(), basis: str = "") -> tuple:
     """(tokens/s per user, tokens/s per chip) of a searched deployment with their intervals on its
-    engine's ``hardware``: full-load estimates of one scenario, so the scenario rows' residuals."""
+    engine's ``hardware``: full-load estimates of one scenario, so the scenario rows' residuals.
+    ``runs``: the same deployment estimated at parameter sets drawn from its engine's fit covariance
+    (``serving.search.reprice_front``), ``basis`` theirs (or why there are none)."""
+    sampled = intervals.sampled_figures(runs, basis, {"per_user": lambda c: c.tokens_per_s_per_user,
+                                                      "per_chip": lambda c: c.tokens_per_s_per_chip}) \
+        if runs or basis else None
     found = intervals.intervals(hardware, "scenario", confidence, {
         "per_user": (configuration.tokens_per_s_per_user, "rate"),
-        "per_chip": (configuration.tokens_per_s_per_chip, "rate")})
+        "per_chip": (configuration.tokens_per_s_per_chip, "rate")}, sampled)
     return found["per_user"], found["per_chip"]
+
+
+def _front_bands(args, architecture, hardware, result, batches) -> list[tuple]:
+    """Every front point's ``front_intervals``: each engine's points estimated again at the parameter sets
+    drawn from that engine's fit covariance (its overlay's; an engine without one: model-form only)."""
+    from dataclasses import replace
+
+    from perfmodel.serving.search import reprice_front
+
+    drawn = {engine: intervals.parameter_sets(on, "scenario", args.confidence, intervals.sets_asked(args))
+             for engine, on in hardware.items()}
+    sampled: dict[str, list] = {engine: [] for engine in hardware}
+    with fanout(args, "piece") as mapper:  # each set's workers, spread as the search's were
+        for engine, (sets, _) in drawn.items():
+            front = [c for c in result.front if c.engine == engine]
+            if not sets or not front:
+                continue
+            sampled[engine] = [reprice_front(
+                architecture, {engine: replace(hardware[engine], efficiency=parameters)}, front,
+                prompt_tokens=args.prompt, output_tokens=args.output, largest_batch=max(batches),
+                weight_dtype=args.weights, kv_dtype=args.kv or args.activations,
+                expert_weight_dtype=args.expert_weights, mapper=mapper) for parameters in sets]
+    bands, seen = [], {engine: 0 for engine in hardware}
+    for c in result.front:
+        index = seen[c.engine]
+        seen[c.engine] += 1
+        bands.append(front_intervals(hardware[c.engine], c, args.confidence,
+                                     [run[index] for run in sampled[c.engine]], drawn[c.engine][1]))
+    return bands
 
 
 def _chosen(result, pick):

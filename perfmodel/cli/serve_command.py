@@ -39,6 +39,11 @@ PROGRESS_RUNS = 3  # ...or from this many rates
 CHART_SUFFIXES = (".png", ".svg", ".pdf")
 
 
+# Parameter sets each run is simulated again at (--parameter-sets): each reprices the step costs and
+# replays the run, so the cost grows with them. The spread (H100 vLLM: ~+-7%) adds in quadrature to a
+# model-form band of ~+-37%, so its sampling noise hardly reaches the printed ends: Llama-3.1-8B on
+# h100-sxm-vllm at 4/s gives ends within 0.2% of each other at 16 and at 32 sets, at half the cost.
+SERVED_PARAMETER_SETS = 16
 RATE_SEARCH_RUNS = 12  # the progress bar's estimate of the server scenario's runs
 UNSETTLED = ("the time to first token kept growing with the arrival time (the last quarter's median over 1.5x "
              "the second quarter's, and by over 5% of the time between them): the replica serves less than "
@@ -101,7 +106,7 @@ def register(commands) -> None:
     add_engine_argument(serve)
     add_speculation_arguments(serve)
     add_disagg_arguments(serve)
-    intervals.add_confidence_argument(serve)
+    intervals.add_confidence_argument(serve, parameter_sets=SERVED_PARAMETER_SETS)
     serve.add_argument("--json", action="store_true")
     serve.add_argument("--chart", type=Path, metavar="FILE.png",
                        help="write a chart (.png, .svg or .pdf): the TTFT, TPOT and inter-token latency "
@@ -218,25 +223,37 @@ def _serve(args) -> int:
     if args.scenario == "server":
         return _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header_of(server))
     runs = max(len(streams), 1)
-    bar = _progress_bar(args, requests * runs, runs)
-    results = []
-    try:
+    sets, basis = intervals.parameter_sets(hardware, "served", args.confidence, intervals.sets_asked(args))
+    bar = _progress_bar(args, requests * runs * (1 + len(sets)), runs)
+
+    def simulate_all(on, first: int) -> list:
+        """Every stream (or the trace) through the replica ``on``; ``first``: runs done before, for the bar."""
+        done = []
         for run, stream in enumerate(streams or [None]):
-            progress = None if bar is None else (lambda done, base=run * requests: bar.update(base + done - bar.n))
+            base = (first + run) * requests
+            progress = None if bar is None else (lambda finished, base=base: bar.update(base + finished - bar.n))
             if trace is not None:
-                results.append(server.replay(trace, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo,
-                                             prefix_share=args.prefix_share, progress=progress))
+                done.append(on.replay(trace, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo,
+                                      prefix_share=args.prefix_share, progress=progress))
             else:
-                results.append(server.simulate(stream, requests, prompt, output, seed=args.seed, ttft_slo_s=ttft_slo,
-                                               tpot_slo_s=tpot_slo, prefix_share=args.prefix_share,
-                                               progress=progress))
+                done.append(on.simulate(stream, requests, prompt, output, seed=args.seed, ttft_slo_s=ttft_slo,
+                                        tpot_slo_s=tpot_slo, prefix_share=args.prefix_share, progress=progress))
+        return done
+
+    try:
+        results = simulate_all(server, 0)
+        # Parameter uncertainty: each set drawn from the fit's covariance reprices the step-cost grids
+        # and replays the same arrivals and lengths (same seed, same trace) through them.
+        sampled = [simulate_all(server.repriced(parameters), (index + 1) * runs)
+                   for index, parameters in enumerate(sets)]
     finally:
         if bar is not None:
             bar.close()
     header = header_of(server)
     if rates is not None:
         knee = knee_rate(rates, results, ttft_slo)
-        found = [intervals.served_intervals(server.hardware, result, args.confidence) for result in results]
+        found = [intervals.served_intervals(server.hardware, result, args.confidence, [run[index] for run in sampled],
+                                            basis) for index, result in enumerate(results)]
         if args.chart is not None:
             from perfmodel.plotting import plot_serving_rates, save_figure
 
@@ -266,7 +283,7 @@ def _serve(args) -> int:
         _chart_note(args)
         return 0
     result = results[0]
-    found = intervals.served_intervals(hardware, result, args.confidence)
+    found = intervals.served_intervals(hardware, result, args.confidence, [run[0] for run in sampled], basis)
     if args.chart is not None:
         from perfmodel.plotting import plot_serving_latency, save_figure
 
@@ -312,7 +329,7 @@ def header_of(server) -> str:
 
 
 def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo, header) -> int:
-    from perfmodel.serving import server_scenario
+    from perfmodel.serving import ArrivalProcess, server_scenario
 
     bar = _progress_bar(args, requests * (1 + RATE_SEARCH_RUNS), 1 + RATE_SEARCH_RUNS)
     progress = None if bar is None else (lambda runs: bar.update(requests * runs - bar.n))
@@ -324,8 +341,19 @@ def _server_scenario(args, server, requests, prompt, output, ttft_slo, tpot_slo,
             bar.close()
     limits = " and ".join(f"{name} p99 <= {text}" for name, text in (("TTFT", args.ttft_slo), ("TPOT", args.tpot_slo))
                           if text is not None)
-    offline = intervals.served_intervals(server.hardware, found.offline, args.confidence)
-    served = None if found.result is None else intervals.served_intervals(server.hardware, found.result, args.confidence)
+    # Parameter uncertainty of the two runs printed (the offline one and the one at the rate found): each
+    # set drawn from the fit's covariance reprices the step costs and replays them with the same seed.
+    # (The rate itself is the search's answer at the nominal parameters; it gets no interval.)
+    sets, basis = intervals.parameter_sets(server.hardware, "served", args.confidence, intervals.sets_asked(args))
+    repriced = [server.repriced(parameters) for parameters in sets]
+    offline = intervals.served_intervals(server.hardware, found.offline, args.confidence, [
+        on.simulate(ArrivalProcess(kind="burst"), requests, prompt, output, seed=args.seed) for on in repriced], basis)
+    served = None
+    if found.result is not None and found.rate_per_s is not None:
+        at = ArrivalProcess(kind="poisson", rate_per_s=found.rate_per_s)
+        served = intervals.served_intervals(server.hardware, found.result, args.confidence, [
+            on.simulate(at, requests, prompt, output, seed=args.seed, ttft_slo_s=ttft_slo, tpot_slo_s=tpot_slo)
+            for on in repriced], basis)
     if args.json:
         print(json_text({"scenario": "server", "rate_per_s": found.rate_per_s, "constraints": limits,
                           "ttft_slo_s": ttft_slo, "tpot_slo_s": tpot_slo,

@@ -139,8 +139,17 @@ def run_disaggregated(args, architecture, hardware, config, speculation, *, requ
                                **slos)
     from perfmodel.cli import confidence as intervals
 
-    found = {"disaggregated": intervals.served_intervals(hardware, disaggregated, args.confidence),
-             "aggregated": intervals.served_intervals(hardware, aggregated, args.confidence)}
+    # Parameter uncertainty: every worker's step costs repriced at each set drawn from the fit's
+    # covariance, the same stream through both deployments again (the KV link reads no efficiency).
+    sets, basis = intervals.parameter_sets(hardware, "served", args.confidence, intervals.sets_asked(args))
+    sampled = [(replace(deployment, prefill=prefill.repriced(parameters), decode=decode.repriced(parameters)).simulate(
+                    times, prompts, outputs, prefix_share=args.prefix_share, **slos),
+                simulate_pool(aggregated_server.repriced(parameters), replicas, times, prompts, outputs,
+                              prefix_share=args.prefix_share, **slos)) for parameters in sets]
+    found = {"disaggregated": intervals.served_intervals(hardware, disaggregated, args.confidence,
+                                                         [run[0] for run in sampled], basis),
+             "aggregated": intervals.served_intervals(hardware, aggregated, args.confidence,
+                                                      [run[1] for run in sampled], basis)}
     if args.json:
         print(json_text({"disaggregated": {**disaggregated.to_dict(), "intervals": intervals.to_json(
                              found["disaggregated"])},

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import operator
+from dataclasses import replace
 from pathlib import Path
 
 from perfmodel.cli import confidence as intervals
@@ -73,19 +75,31 @@ def register(commands) -> None:
     add_set_argument(train)
     add_ideal_argument(train)
     add_fanout_arguments(train)
-    intervals.add_confidence_argument(train)
+    intervals.add_confidence_argument(train, parameter_sets=TRAINING_PARAMETER_SETS)
     train.add_argument("--json", action="store_true")
     train.set_defaults(handler=_train)
 
 
 _count = whole_number(1)
+# Parameter sets a step is priced again at (--parameter-sets): a layout search prices each printed row's
+# micro-batch costs again per set (~0.25 s a set for Llama-3.1-8B on 8 H100s), so fewer than llm's 32;
+# the spread (there: -8% to +11% of the step time) adds in quadrature to a model-form band of ~+-37%,
+# so 16 or 32 sets give ends within 0.5% of each other (measured on that example).
+TRAINING_PARAMETER_SETS = 16
 
 
-def _step_intervals(hardware, result, confidence: float) -> dict:
-    """A training step's headline figures with their intervals (MFU is a rate: FLOPs per second over the peak)."""
-    return intervals.intervals(hardware, "training", confidence, {
-        "step_s": (result.step_s, "time"), "tokens_per_s": (result.tokens_per_s, "rate"),
-        "tokens_per_s_per_chip": (result.tokens_per_s_per_chip, "rate"), "mfu": (result.mfu, "rate")})
+TRAINING_FIGURES = {"step_s": "time", "tokens_per_s": "rate", "tokens_per_s_per_chip": "rate", "mfu": "rate"}
+
+
+def _step_intervals(hardware, result, confidence: float, runs=(), basis: str = "") -> dict:
+    """A training step's headline figures (``TRAINING_FIGURES``; MFU is a rate: FLOPs per second over the
+    peak) with their intervals; ``runs``: the same step at parameter sets drawn from the fit's covariance,
+    ``basis`` theirs (or why there are none)."""
+    sampled = intervals.sampled_figures(runs, basis, {name: operator.attrgetter(name) for name in TRAINING_FIGURES}) \
+        if runs or basis else None
+    return intervals.intervals(hardware, "training", confidence,
+                               {name: (getattr(result, name), sense) for name, sense in TRAINING_FIGURES.items()},
+                               sampled)
 
 
 _names = comma_names("name", "q_proj,k_proj")
@@ -108,7 +122,7 @@ def _train(args) -> int:
     from perfmodel.hardware.loader import load_for_prediction
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.training import TrainingSetup, train_predict
-    from perfmodel.training.search import search
+    from perfmodel.training.search import reprice, search
     from perfmodel.yaml_source import check_output_path
 
     if args.chart is not None:
@@ -141,7 +155,20 @@ def _train(args) -> int:
         results = [train_predict(architecture, hardware, setup, _layout(args), mode=args.mode,
                                  domain_chips=args.domain_chips, overlap=not args.no_overlap)]
         header = f"{architecture.name} on {args.chips} x {hardware.name}"
-    found = [_step_intervals(hardware, result, args.confidence) for result in results]
+    # Parameter uncertainty: every printed layout's step again at each set drawn from the fit's covariance,
+    # priced as it was (a search's rows: their micro-batch costs shared per recompute policy, tp and cp).
+    sets, basis = intervals.parameter_sets(hardware, "training", args.confidence, intervals.sets_asked(args))
+
+    def again(parameters) -> list:
+        on = replace(hardware, efficiency=parameters)
+        if args.search:
+            return reprice(architecture, on, results, args.chips, mode=args.mode, domain_chips=args.domain_chips)
+        return [train_predict(architecture, on, setup, _layout(args), mode=args.mode, domain_chips=args.domain_chips,
+                              overlap=not args.no_overlap)]
+
+    runs = [again(parameters) for parameters in sets]
+    found = [_step_intervals(hardware, result, args.confidence, [run[index] for run in runs], basis)
+             for index, result in enumerate(results)]
     if args.chart is not None:
         from perfmodel.plotting import plot_training_breakdown, save_figure
 

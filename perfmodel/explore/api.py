@@ -281,12 +281,12 @@ def serving(inputs: Mapping[str, Any]) -> dict:
 
 def size(inputs: Mapping[str, Any]) -> dict:
     """``perfmodel size``: the fewest chips per system meeting p99 TTFT/TPOT targets at a Poisson rate,
-    each system's targets held at ``confidence`` as ``size --confidence`` holds them (the simulated
-    times must stay under the target x the system's ``intervals.time_factor``; ``at_median``: at the
-    median residual, ``--at-median``)."""
-    from dataclasses import replace
-
-    from perfmodel.intervals import time_factor
+    each system's targets held at ``confidence`` as ``size --confidence`` holds them (``cli.held``: the
+    simulated times must stay under the target x the system's factor, the model-form one widened by the
+    fit's parameter spread; ``at_median``: at the median residual, ``--at-median``)."""
+    from perfmodel.cli.confidence import default_sets
+    from perfmodel.cli.held import held_targets
+    from perfmodel.cli.llm_command import SIZE_PARAMETER_SETS
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.serving import ArrivalProcess
     from perfmodel.serving.sizing import Target, rank, size_deployment
@@ -303,12 +303,17 @@ def size(inputs: Mapping[str, Any]) -> dict:
     sizings, held = [], {}
     for system in systems:
         hardware = load_system(system, str(inputs.get("parameters", "achievable")))
-        factor, basis = time_factor(hardware, "served", confidence)
-        sizing = size_deployment(architecture, hardware, [replace(t, limit_s=t.limit_s * factor) for t in targets],
+        holding = held_targets(architecture, hardware, confidence, default_sets(SIZE_PARAMETER_SETS, confidence),
+                               prompt_tokens=max(round(prompt.mean), 1), output_tokens=max(round(output.mean), 1),
+                               weight_dtype="bf16", kv_dtype="bf16", activation_dtype="bf16", expert_weight_dtype=None,
+                               mode=None)
+        sizing = size_deployment(architecture, hardware, holding.screened(targets),
                                  ArrivalProcess(kind="poisson", rate_per_s=rate), prompt, output,
-                                 requests=_count(inputs, "requests", 200, high=MAX_REQUESTS))
+                                 requests=_count(inputs, "requests", 200, high=MAX_REQUESTS),
+                                 limit_factor=holding.extra)
         sizings.append(sizing)
-        held[sizing.hardware] = {"level": confidence, "limit_factor": factor, "basis": basis}
+        held[sizing.hardware] = holding.block(None if sizing.best is None else sizing.best.parallelism,
+                                              [target.metric for target in targets])
     return {"model": architecture.name, "rate_per_s": rate, "targets": [target.to_dict() for target in targets],
             "confidence": confidence,
             "systems": [{**to_jsonable(sizing.to_dict()), "confidence": held[sizing.hardware]}

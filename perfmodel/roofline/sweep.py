@@ -21,7 +21,8 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import SIValue
 from perfmodel.hardware.model import MODE_FIELDS, Hardware
-from perfmodel.roofline.arrays import DATASHEET, Overlap, Parameters, bound_labels, evaluate_arrays
+from perfmodel.roofline.arrays import DATASHEET, ArrayEvaluation, Overlap, Parameters, bound_labels, evaluate_arrays
+from perfmodel.uncertainty import parameter_bands
 from perfmodel.units import DIMENSIONS
 from perfmodel.workload.ir import Graph
 
@@ -33,6 +34,7 @@ from perfmodel.workload.ir import Graph
 LEVEL_FIELDS = {"bandwidth": "bandwidth_bytes_per_s", "capacity": "capacity_bytes"}
 # The values of one grid axis: numbers, as a sequence or a numpy array.
 AxisValues = Sequence[float] | np.ndarray
+SPREAD_NAMES = ("parameter_spread_low", "parameter_spread_high")  # a kept chunk's spread arrays
 SPEC_AXIS_DIMENSIONS = {"bandwidth": "bytes_per_s", "capacity": "bytes", "peak": "flops_per_s",
                         **{field: "seconds" for field in MODE_FIELDS}}
 
@@ -90,11 +92,15 @@ def hardware_with(hardware: Hardware, values: Mapping[str, SIValue]) -> Hardware
 
 @dataclass(frozen=True, kw_only=True)
 class SweepResult:
-    """Flattened grid: ``points`` (axis -> values), total time and time per bound at every point."""
+    """Flattened grid: ``points`` (axis -> values), total time and time per bound at every point; with
+    parameter sets (``SweepPlan.parameter_sets``), each point's ``parameter_spread``: the (low, high)
+    central quantiles at ``SweepPlan.confidence`` of ``log(total at a set / total)`` over the sets
+    (``uncertainty.parameter_bands``)."""
 
     points: dict[str, np.ndarray]
     total_s: np.ndarray
     time_by_bound: dict[str, np.ndarray]
+    parameter_spread: tuple[np.ndarray, np.ndarray] | None = None
 
     @property
     def size(self) -> int:
@@ -109,7 +115,9 @@ class SweepResult:
     def computed(self) -> dict[str, np.ndarray]:
         """What evaluating the points computed: ``total_s`` and ``time_s:<bound>`` arrays (the points and
         each point's bound follow from the plan and these: ``SweepPlan.restore``), e.g. to keep on disk."""
-        return {"total_s": self.total_s, **{f"time_s:{name}": values for name, values in self.time_by_bound.items()}}
+        spread = {} if self.parameter_spread is None else dict(zip(SPREAD_NAMES, self.parameter_spread, strict=True))
+        return {"total_s": self.total_s, **{f"time_s:{name}": values for name, values in self.time_by_bound.items()},
+                **spread}
 
     def to_columns(self) -> dict[str, np.ndarray]:
         """Column name -> array, ready for ``pandas.DataFrame(result.to_columns())``."""
@@ -136,6 +144,10 @@ class SweepPlan:
     # the pickling that ships a plan to another process, so the plan does not hold it).
     parameters: Parameters | None = None
     chunk_points: int = 250_000
+    # Parameter uncertainty: every chunk is evaluated again at each of these sets (drawn from a fit's
+    # covariance: ``uncertainty.fit_samples``) and keeps each point's spread at ``confidence``.
+    parameter_sets: tuple[Parameters, ...] = ()
+    confidence: float = 0.8
 
     @property
     def axes(self) -> dict[str, np.ndarray]:
@@ -165,14 +177,20 @@ class SweepPlan:
         variant = hardware_with(self.hardware, {name: chunk[name] for name in self.spec})
         arrays = evaluate_arrays(graph, variant, mode=self.mode, overlap=self.overlap,
                                  parameters=DATASHEET if self.parameters is None else self.parameters)
-        total = arrays.total_s.sum(axis=0) + arrays.program_s
+        total = np.broadcast_to(_total_s(arrays), (stop - start,))
         by_bound: dict[str, np.ndarray] = {}
         for index, label in enumerate(bound_labels(arrays.level_names)):
             share = np.where(arrays.bound_index == index, arrays.total_s, 0.0).sum(axis=0)
             if label == "scheduling":
                 share = share + arrays.program_s
             by_bound[label] = np.broadcast_to(share, (stop - start,))
-        return SweepResult(points=chunk, total_s=np.broadcast_to(total, (stop - start,)), time_by_bound=by_bound)
+        spread = None
+        if self.parameter_sets:  # the same graph (every point at once) at each set
+            sampled = np.stack([np.broadcast_to(_total_s(evaluate_arrays(graph, variant, mode=self.mode,
+                                                                         overlap=self.overlap, parameters=parameters)),
+                                                (stop - start,)) for parameters in self.parameter_sets])
+            spread = parameter_bands(total, sampled, self.confidence)
+        return SweepResult(points=chunk, total_s=total, time_by_bound=by_bound, parameter_spread=spread)
 
 
     def restore(self, span: tuple[int, int], computed: Mapping[str, np.ndarray]) -> SweepResult:
@@ -183,14 +201,27 @@ class SweepPlan:
         if "total_s" not in computed or sizes != {stop - start}:
             raise PerfmodelError(f"the kept chunk of points {start}:{stop} holds {sorted(computed)} of lengths "
                                  f"{sorted(sizes)}, not the total_s and time_s:* arrays of {stop - start} points")
+        spread = tuple(np.asarray(computed[name]) for name in SPREAD_NAMES) if SPREAD_NAMES[0] in computed else None
+        if (spread is None) != (not self.parameter_sets):
+            raise PerfmodelError(f"the kept chunk of points {start}:{stop} was computed "
+                                 f"{'without' if spread is None else 'with'} parameter sets, this plan "
+                                 f"{'has' if self.parameter_sets else 'has none'}")
         return SweepResult(points=self.points(start, stop), total_s=np.asarray(computed["total_s"]),
                            time_by_bound={name.removeprefix("time_s:"): np.asarray(values)
-                                          for name, values in computed.items() if name.startswith("time_s:")})
+                                          for name, values in computed.items() if name.startswith("time_s:")},
+                           parameter_spread=spread)  # type: ignore[arg-type]
+
+
+def _total_s(arrays: ArrayEvaluation) -> np.ndarray:
+    """An evaluation's total time at every point: its ops and its program launch."""
+    total: np.ndarray = arrays.total_s.sum(axis=0) + arrays.program_s
+    return total
 
 
 def sweep_plan(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
                spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
-               parameters: Parameters = DATASHEET, chunk_points: int = 250_000) -> SweepPlan:
+               parameters: Parameters = DATASHEET, chunk_points: int = 250_000,
+               parameter_sets: Sequence[Parameters] = (), confidence: float = 0.8) -> SweepPlan:
     scenario, spec = dict(scenario or {}), dict(spec or {})
     if not scenario and not spec:
         raise PerfmodelError("a sweep needs at least one axis")
@@ -198,7 +229,8 @@ def sweep_plan(build: Callable[..., Graph], hardware: Hardware, scenario: Mappin
         raise PerfmodelError(f"chunk_points must be at least 1, got {chunk_points}")
     return SweepPlan(build=build, hardware=hardware, scenario={k: np.asarray(v) for k, v in scenario.items()},
                      spec={k: np.asarray(v) for k, v in spec.items()}, mode=mode, overlap=overlap,
-                     parameters=None if parameters is DATASHEET else parameters, chunk_points=chunk_points)
+                     parameters=None if parameters is DATASHEET else parameters, chunk_points=chunk_points,
+                     parameter_sets=tuple(parameter_sets), confidence=confidence)
 
 
 def sweep_chunks(plan: SweepPlan, mapper: Mapper = serial_map) -> Iterator[SweepResult]:
@@ -210,19 +242,24 @@ def concatenate(parts: Sequence[SweepResult]) -> SweepResult:
     """Chunks' results as one."""
     if not parts:
         raise PerfmodelError("no sweep chunk to join")
+    spreads = [part.parameter_spread for part in parts]
+    spread = None if any(item is None for item in spreads) else (
+        np.concatenate([item[0] for item in spreads]), np.concatenate([item[1] for item in spreads]))  # type: ignore[index]
     return SweepResult(points={name: np.concatenate([part.points[name] for part in parts]) for name in parts[0].points},
                        total_s=np.concatenate([part.total_s for part in parts]),
                        time_by_bound={label: np.concatenate([part.time_by_bound[label] for part in parts])
-                                      for label in parts[0].time_by_bound})
+                                      for label in parts[0].time_by_bound}, parameter_spread=spread)
 
 
 def sweep(build: Callable[..., Graph], hardware: Hardware, scenario: Mapping[str, AxisValues] | None = None,
           spec: Mapping[str, AxisValues] | None = None, *, mode: str | None = None, overlap: Overlap = "max",
           parameters: Parameters = DATASHEET, chunk_points: int = 250_000,
-          progress: Callable[[int, int], None] | None = None, mapper: Mapper = serial_map) -> SweepResult:
-    """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid."""
+          progress: Callable[[int, int], None] | None = None, mapper: Mapper = serial_map,
+          parameter_sets: Sequence[Parameters] = (), confidence: float = 0.8) -> SweepResult:
+    """Evaluate ``build(**scenario point)`` on ``hardware`` with ``spec`` fields, over the full grid
+    (with ``parameter_sets``: each point's spread over them too, ``SweepResult.parameter_spread``)."""
     plan = sweep_plan(build, hardware, scenario, spec, mode=mode, overlap=overlap, parameters=parameters,
-                      chunk_points=chunk_points)
+                      chunk_points=chunk_points, parameter_sets=parameter_sets, confidence=confidence)
     parts = []
     for part in sweep_chunks(plan, mapper):
         parts.append(part)

@@ -246,12 +246,8 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
             for batch in batches:
                 if batch > fits:
                     continue
-                decode = estimate.decode_s[batch - 1]
-                prefill = estimate.prefill_s
                 replicas = chips // layout.chips
-                tpot = decode + batch * prefill / output_tokens
-                rate = replicas * layout.dp * batch / (tpot * output_tokens)  # dp groups: a batch each
-                ttft = prefill + decode
+                ttft, tpot, rate = _aggregated(estimate, batch, replicas * layout.dp, output_tokens)
                 configurations.append(Configuration(
                     **base, disaggregated=False, layout=layout, workers=replicas, prefill_layout=None,
                     prefill_workers=0, max_batch=batch, speculation=speculation, chips=replicas * layout.chips,
@@ -260,18 +256,13 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                 if not disaggregation:
                     continue
                 for prefill_layout, prefill_time in prefill_s.items():
-                    link = kv_link(hardware, prefill_layout.chips, layout.chips)
-                    transfer = float(link.transfer_s(kv_transfer_bytes(architecture, prompt_tokens, kv_dtype)))
-                    ttft = prefill_time + transfer
+                    transfer = _transfer_s(architecture, hardware, prefill_layout, layout, prompt_tokens, kv_dtype)
                     for prefill_workers in range(1, chips // prefill_layout.chips + 1):
                         decode_workers = (chips - prefill_workers * prefill_layout.chips) // layout.chips
                         if decode_workers < 1:
                             break
-                        groups = decode_workers * layout.dp
-                        rate = min(prefill_workers / prefill_time, groups * batch / (decode * output_tokens))
-                        # prefill-bound: the decode workers run the batch that carries the rate, not the limit
-                        running = min(batch, estimate.batch_for(rate * output_tokens / groups))
-                        tpot = estimate.decode_s[running - 1]
+                        ttft, tpot, rate = _disaggregated(estimate, prefill_time + transfer, prefill_time, batch,
+                                                          prefill_workers, decode_workers * layout.dp, output_tokens)
                         used = prefill_workers * prefill_layout.chips + decode_workers * layout.chips
                         configurations.append(Configuration(
                             **base, disaggregated=True, layout=layout, workers=decode_workers,
@@ -294,6 +285,69 @@ def search(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware
                         output_tokens=output_tokens, ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s,
                         configurations=tuple(configurations), front=tuple(front), simulated=tuple(simulated),
                         workers_built=len(estimates))
+
+
+def _aggregated(estimate: _Estimate, batch: int, groups: int, output_tokens: int) -> tuple[float, float, float]:
+    """(TTFT, TPOT, requests/s) of ``groups`` replicas (or attention-dp groups) each running ``batch``
+    sequences full (module docstring, step 2)."""
+    decode, prefill = estimate.decode_s[batch - 1], estimate.prefill_s
+    tpot = decode + batch * prefill / output_tokens
+    return prefill + decode, tpot, groups * batch / (tpot * output_tokens)
+
+
+def _disaggregated(estimate: _Estimate, ttft: float, prefill_time: float, batch: int, prefill_workers: int,
+                   groups: int, output_tokens: int) -> tuple[float, float, float]:
+    """(TTFT, TPOT, requests/s) of ``prefill_workers`` prefill workers (``prefill_time`` a prompt) feeding
+    ``groups`` decode groups at batch limit ``batch`` (module docstring, step 2)."""
+    rate = min(prefill_workers / prefill_time, groups * batch / (estimate.decode_s[batch - 1] * output_tokens))
+    # prefill-bound: the decode workers run the batch that carries the rate, not the limit
+    running = min(batch, estimate.batch_for(rate * output_tokens / groups))
+    return ttft, estimate.decode_s[running - 1], rate
+
+
+def _transfer_s(architecture: Architecture, hardware: Hardware, prefill: Parallelism, decode: Parallelism,
+                prompt_tokens: int, kv_dtype: str) -> float:
+    link = kv_link(hardware, prefill.chips, decode.chips)
+    return float(link.transfer_s(kv_transfer_bytes(architecture, prompt_tokens, kv_dtype)))
+
+
+def reprice_front(architecture: Architecture, hardware_by_engine: Mapping[str, Hardware],
+                  front: Sequence[Configuration], *, prompt_tokens: int, output_tokens: int, largest_batch: int,
+                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", expert_weight_dtype: str | None = None,
+                  memory_utilization: float = 0.9, mapper: Mapper = serial_map) -> list[Configuration]:
+    """``front``'s configurations estimated again on ``hardware_by_engine`` (the same specs with other
+    efficiency parameters: a set drawn from each engine's fit's covariance) exactly as ``search``
+    estimated them: each worker's quick step costs (``largest_batch``: the largest batch limit the
+    search tried, which sized its KV cache), then the same formulas; the same deployments, their
+    TTFT, TPOT and rates repriced. In ``front``'s order; every configuration's engine must be given."""
+    scenario = Scenario(batch=1, prompt_tokens=prompt_tokens, generated_tokens=output_tokens,
+                        weight_dtype=weight_dtype, kv_dtype=kv_dtype, expert_weight_dtype=expert_weight_dtype)
+    budgets = {c.max_tokens_per_step for c in front}
+    if len(budgets) > 1:
+        raise PerfmodelError(f"a front priced at one token budget per step, got {sorted(budgets)}")
+    pieces = list(dict.fromkeys([(c.engine, c.layout, c.speculation) for c in front]
+                                + [(c.engine, c.prefill_layout, None) for c in front if c.prefill_layout is not None]))
+    estimator = _Estimator(architecture=architecture, hardware_by_engine=dict(hardware_by_engine), scenario=scenario,
+                           largest=largest_batch, budget=budgets.pop() if budgets else largest_batch,
+                           context=round(prompt_tokens + output_tokens / 2), prompt_tokens=prompt_tokens,
+                           memory_utilization=memory_utilization)
+    estimates = dict(zip(pieces, in_chunks(mapper, WORKERS_PER_TASK)(estimator, pieces), strict=True))
+    out = []
+    for c in front:
+        estimate = estimates[(c.engine, c.layout, c.speculation)]
+        if estimate is None or (c.prefill_layout is not None and estimates[(c.engine, c.prefill_layout, None)] is None):
+            raise PerfmodelError(f"{c.label} no longer fits on {hardware_by_engine[c.engine].name}")
+        if c.disaggregated:
+            assert c.prefill_layout is not None
+            prefill_time = estimates[(c.engine, c.prefill_layout, None)].prefill_s  # type: ignore[union-attr]
+            transfer = _transfer_s(architecture, hardware_by_engine[c.engine], c.prefill_layout, c.layout,
+                                   prompt_tokens, kv_dtype)
+            ttft, tpot, rate = _disaggregated(estimate, prefill_time + transfer, prefill_time, c.max_batch,
+                                              c.prefill_workers, c.workers * c.layout.dp, output_tokens)
+        else:
+            ttft, tpot, rate = _aggregated(estimate, c.max_batch, c.workers * c.layout.dp, output_tokens)
+        out.append(replace(c, ttft_s=ttft, tpot_s=tpot, tokens_per_s=rate * output_tokens, requests_per_s=rate))
+    return out
 
 
 def wide_expert_layouts(architecture: Architecture, hardware: Hardware, chips: int) -> list[Parallelism]:

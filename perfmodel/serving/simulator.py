@@ -52,17 +52,18 @@ recomputation shows up in them).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from perfmodel.errors import PerfmodelError
-from perfmodel.hardware.model import Hardware
+from perfmodel.hardware.model import Hardware, Parameters
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario
 from perfmodel.serving.speculation import Speculation, drafter
@@ -327,10 +328,25 @@ class Server:
                                           block_size=config.block_size, max_batch=config.max_batch,
                                           max_tokens_per_step=config.max_tokens_per_step,
                                           memory_utilization=config.memory_utilization, drafter=draft)
-        self.costs = StepCosts(architecture, hardware, scenario, parallelism, max_batch=config.max_batch,
-                               max_tokens_per_step=config.max_tokens_per_step, max_context=context,
-                               resident_bytes=self.kv.state_bytes, mode=mode, speculation=speculation)
+        self._context, self._mode = context, mode
+        self.costs = self._step_costs(hardware)
         self.mode = self.costs.mode
+
+    def _step_costs(self, hardware: Hardware) -> StepCosts:
+        config = self.config
+        return StepCosts(self.architecture, hardware, self.scenario, self.parallelism, max_batch=config.max_batch,
+                         max_tokens_per_step=config.max_tokens_per_step, max_context=self._context,
+                         resident_bytes=self.kv.state_bytes, mode=self._mode, speculation=self.speculation)
+
+    def repriced(self, parameters: Parameters) -> Server:
+        """This replica with its step costs priced with other efficiency ``parameters`` (a set drawn from
+        the fit's covariance: ``uncertainty.fit_samples``): the same KV cache (capacities and residency
+        read no efficiency) and scheduler, so ``simulate`` with the same seed replays the same arrivals
+        and lengths, and only the step times differ. Costs a step-cost grid (~26 array evaluations)."""
+        other = copy.copy(self)
+        other.hardware = replace(self.hardware, efficiency=parameters)
+        other.costs = other._step_costs(other.hardware)
+        return other
 
     def _blocks(self, tokens: int) -> int:
         """KV blocks that ``tokens`` tokens occupy (a sliding window keeps only its last tokens). Plain

@@ -40,7 +40,7 @@ estimate the tail (p99 of 200 requests is close to their second-largest value).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from perfmodel.errors import PerfmodelError
@@ -236,9 +236,12 @@ def size_deployment(architecture: Architecture, hardware: Hardware, targets: Seq
                     requests: int = DEFAULT_REQUESTS, seed: int = 0, weight_dtype: str = "bf16",
                     kv_dtype: str = "bf16", activation_dtype: str = "bf16", expert_weight_dtype: str | None = None,
                     mode: str | None = None, price_usd_per_chip_hour: float | None = None, memory_utilization: float = 0.9,
-                    block_size: int = 16) -> SystemSizing:
+                    block_size: int = 16,
+                    limit_factor: Callable[[Parallelism], Mapping[str, float]] | None = None) -> SystemSizing:
     """The fewest chips of ``hardware`` that serve ``load`` within every target (see the module
-    docstring). ``price_usd_per_chip_hour`` None: the spec's price, if it has one."""
+    docstring). ``price_usd_per_chip_hour`` None: the spec's price, if it has one. ``limit_factor``:
+    a further factor per metric (ttft, tpot) on the targets for the simulated check of a parallelism
+    (the parameter uncertainty of its step times, ``cli.held``); the screen takes the targets as given."""
     if not targets:
         raise PerfmodelError("give at least one TTFT or TPOT target")
     if requests < 1:
@@ -268,7 +271,7 @@ def size_deployment(architecture: Architecture, hardware: Hardware, targets: Seq
                         expert_weight_dtype=expert_weight_dtype)
     check = _Check(architecture=architecture, hardware=hardware, targets=tuple(targets), load=load, prompt=prompt,
                    output=output, requests=requests, seed=seed, scenario=scenario, mode=mode, price=price,
-                   memory_utilization=memory_utilization, block_size=block_size)
+                   memory_utilization=memory_utilization, block_size=block_size, limit_factor=limit_factor)
     best: Deployment | None = None
     misses: list[tuple[float, str]] = []
     ordered = sorted(candidates, key=lambda o: (_floor(o, load) * o.parallelism.chips,
@@ -306,7 +309,15 @@ class _Check:
     price: float | None
     memory_utilization: float
     block_size: int
+    limit_factor: Callable[[Parallelism], Mapping[str, float]] | None = None
     runs: int = 0
+
+    def targets_for(self, parallelism: Parallelism) -> tuple[Target, ...]:
+        """The targets the simulated check of ``parallelism`` holds (``limit_factor``)."""
+        if self.limit_factor is None:
+            return self.targets
+        factors = self.limit_factor(parallelism)
+        return tuple(replace(target, limit_s=target.limit_s * factors[target.metric]) for target in self.targets)
 
     def simulate(self, server: Server, load: ArrivalProcess | ClosedLoop, requests: int) -> ServingResult:
         self.runs += 1
@@ -318,6 +329,7 @@ class _Check:
         ``fewer_than_chips`` chips (None: a miss, added to ``misses`` as (how far over, why))."""
         parallelism = option.parallelism
         where = f"(tp {parallelism.tp}, pp {parallelism.pp})"
+        targets = self.targets_for(parallelism)
         try:
             server = self.server(parallelism)
             fixed = self.prompt.kind == "fixed" and self.output.kind == "fixed"
@@ -326,7 +338,7 @@ class _Check:
         except PerfmodelError as error:  # a request longer than the KV cache, no room for one...
             misses.append((math.inf, f"{where}: {error}"))
             return None
-        over = _worst(self.targets, alone)
+        over = _worst(targets, alone)
         if over is not None:
             misses.append((over[0], f"misses at zero load on {parallelism.chips} chips {where}: {over[1]}"))
             return None
@@ -336,7 +348,7 @@ class _Check:
             if len(results) >= MAX_SIMULATIONS:
                 return False
             results[replicas] = self.simulate(server, replica_load(self.load, replicas), self.requests)
-            return all(target.met(results[replicas]) for target in self.targets)
+            return all(target.met(results[replicas]) for target in targets)
 
         if isinstance(self.load, ClosedLoop):
             demand = self.load.users / (self.load.think_s + alone.e2e.mean) * output_tokens
@@ -350,7 +362,7 @@ class _Check:
         replicas = fewest_replicas(meets, floor=floor, probe=probe, cap=max(cap, floor))
         if replicas is None:
             tried = max(results)
-            over = _worst(self.targets, results[tried])
+            over = _worst(targets, results[tried])
             why = "" if over is None else f": at {tried} replicas {over[1]}"
             misses.append((math.inf if over is None else over[0],
                            f"no replica count up to {tried} of {where} meets the targets{why}"))

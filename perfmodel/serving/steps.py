@@ -148,50 +148,52 @@ class StepCosts:
         a, p = architecture, parallelism
         batches = np.arange(1, max_batch + 1, dtype=np.int64)
         decode_scenario = replace(scenario, batch=batches)
-        send = Graph(name="send", ops=[pipeline_send(decode_scenario, a, "decode")])
         contexts = np.unique(np.asarray(context_points, dtype=np.int64)) if context_points is not None else \
             np.unique(np.linspace(1, max(max_context, 2), CONTEXT_POINTS).round().astype(np.int64))
-        columns = []
         self.speculation = speculation
         draft = None if speculation is None else drafter(a, speculation, scenario, p)
-        for context in contexts:
-            if speculation is None:
-                graph = stage_graph(a, decode_scenario, p, phase="decode", context=int(context))
-                stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
-                                        stream_items=batches)
-                columns.append(np.broadcast_to(phase_time(stage, hardware, p, send), batches.shape))
-            else:
-                assert draft is not None
-                columns.append(self._speculative_step(a, hardware, decode_scenario, p, draft, speculation,
-                                                      int(context), resident_bytes))
+        if speculation is None:
+            # Every (batch, context) point of the grid in one evaluation: the graph with both the batch
+            # and the context arrays over the flattened grid (the same numbers as a column per context).
+            grid_batch, grid_context = np.repeat(batches, contexts.size), np.tile(contexts, batches.size)
+            grid = replace(scenario, batch=grid_batch)
+            graph = stage_graph(a, grid, p, phase="decode", context=grid_context)
+            send = Graph(name="send", ops=[pipeline_send(grid, a, "decode")])
+            stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                    stream_items=grid_batch)
+            table = np.broadcast_to(phase_time(stage, hardware, p, send), grid_batch.shape).reshape(
+                batches.size, contexts.size)
+        else:
+            assert draft is not None
+            table = np.stack([self._speculative_step(a, hardware, decode_scenario, p, draft, speculation,
+                                                     int(context), resident_bytes) for context in contexts], axis=1)
         self.contexts = [float(c) for c in contexts]
-        self._decode = np.stack(columns, axis=1).tolist()  # [batch - 1][context index]: plain floats, fast to read
+        self._decode = table.tolist()  # [batch - 1][context index]: plain floats, fast to read
         points = np.concatenate([np.geomspace(1, max_tokens_per_step, PREFILL_GEOMETRIC_POINTS),
                                  np.linspace(1, max_tokens_per_step, PREFILL_LINEAR_POINTS)])
         tokens = np.unique(points.round().astype(np.int64)) if prompt_points is None else \
             np.unique(np.asarray(prompt_points, dtype=np.int64))
         # Every token count at once: the prefill graph with the prompt length an array (the graph
         # builders broadcast it like a batch array), once per count of earlier tokens in the cache.
-        prompts = replace(scenario, batch=1, prompt_tokens=tokens)
-        send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
         earlier = np.zeros(1, dtype=np.int64) if prompt_points is not None else \
             np.unique(np.linspace(0, max(max_context - 1, 1), PREFILL_EARLIER_POINTS).round().astype(np.int64))
-        rows = []
-        for before in earlier:
-            graph = stage_graph(a, prompts, p, phase="prefill", context=tokens + int(before))
+        # Every (earlier, tokens) point at once, flattened as the decode grid is.
+        grid_tokens, grid_earlier = np.tile(tokens, earlier.size), np.repeat(earlier, tokens.size)
+        prompts = replace(scenario, batch=1, prompt_tokens=grid_tokens)
+        send = Graph(name="send", ops=[pipeline_send(prompts, a, "prefill")])
+        graph = stage_graph(a, prompts, p, phase="prefill", context=grid_tokens + grid_earlier)
+        stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
+                                stream_items=grid_tokens)
+        times = np.broadcast_to(phase_time(stage, hardware, p, send), grid_tokens.shape)
+        if draft is not None:  # the drafter reads every prompt too
+            split = draft[1]
+            graph = drafter_graph(a, draft, prompts, phase="prefill", context=grid_tokens + grid_earlier)
             stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
-                                    stream_items=tokens)
-            row = np.broadcast_to(phase_time(stage, hardware, p, send), tokens.shape)
-            if draft is not None:  # the drafter reads every prompt too
-                split = draft[1]
-                graph = drafter_graph(a, draft, prompts, phase="prefill", context=tokens + int(before))
-                stage = evaluate_arrays(graph, hardware, mode=self.mode, resident_bytes=resident_bytes,
-                                        stream_items=tokens)
-                row = row + np.broadcast_to(phase_time(stage, hardware, split, send), tokens.shape)
-            rows.append(row)
+                                    stream_items=grid_tokens)
+            times = times + np.broadcast_to(phase_time(stage, hardware, split, send), grid_tokens.shape)
         self.prefill_tokens = tokens.astype(float)
         self.prefill_earlier = [float(e) for e in earlier]
-        self.prefill_times = np.array(rows, dtype=float)  # [earlier index, token index]
+        self.prefill_times = np.array(times, dtype=float).reshape(earlier.size, tokens.size)  # [earlier, tokens]
         self.max_batch, self.max_tokens_per_step = max_batch, max_tokens_per_step
 
     def _speculative_step(self, a: Architecture, hardware: Hardware, decode_scenario: Scenario,

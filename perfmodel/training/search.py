@@ -13,6 +13,7 @@ evaluation, so a search over thousands of layouts takes seconds.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -116,6 +117,29 @@ def search(architecture: Architecture, hardware: Hardware, setup: TrainingSetup,
     results.sort(key=lambda result: result.step_s)
     return SearchResult(best=results[0] if results else None, ranked=tuple(results[:keep]), tried=tried,
                         rejected=rejected)
+
+
+def reprice(architecture: Architecture, hardware: Hardware, results: Sequence[TrainingResult], chips: int, *,
+            mode: str | None = None, domain_chips: int | None = None) -> list[TrainingResult]:
+    """``results`` of ``search`` priced again on ``hardware`` (the same spec with other efficiency
+    parameters: a set drawn from the fit's covariance) exactly as the search priced them: the layouts of
+    one recompute policy, tp and cp in one evaluation of their micro-batch costs. In ``results``' order;
+    a layout that no longer fits (another spec) is an error."""
+    execution = resolve_mode(hardware, mode)
+    domain = domain_chips or default_domain_chips(hardware, chips)
+    members: dict[tuple[TrainingSetup, int, int], list[Layout]] = {}
+    for result in results:
+        members.setdefault((result.setup, result.layout.tp, result.layout.cp), []).append(result.layout)
+    groups = [_Group(setup=setup, tp=tp, cp=cp, layouts=tuple(layouts)) for (setup, tp, cp), layouts in members.items()]
+    flops = model_flops_per_sequence(architecture, hardware, groups[0].setup) * groups[0].setup.global_batch \
+        if groups else 0.0
+    price = _GroupPricer(architecture=architecture, hardware=hardware, chips=chips, mode=execution, domain=domain,
+                         flops=flops)
+    priced = {(found.setup, found.layout): found for group in groups for found in price(group)[0]}
+    missing = [result.layout.label() for result in results if (result.setup, result.layout) not in priced]
+    if missing:
+        raise PerfmodelError(f"{', '.join(missing)} no longer fit(s) on {hardware.name}")
+    return [priced[(result.setup, result.layout)] for result in results]
 
 
 @dataclass(frozen=True, kw_only=True)
