@@ -457,6 +457,17 @@ def fp8_sample_records(directory: Path = SAMPLE_DIRECTORY) -> list[MeasurementRe
     return list(records(source, read_rows(source), {}))
 
 
+def rows_package_version(directory: Path, gpu: str, engine: str) -> str:
+    """The package version committed rows were read from (their ``package_version`` column)."""
+    import pandas as pd
+
+    for kind in TABLES:
+        path = sample_path(kind, directory, gpu, engine)
+        if path.is_file():
+            return str(pd.read_csv(path, usecols=["package_version"], nrows=1)["package_version"].iloc[0])
+    raise AIConfiguratorDataError(f"no committed rows of {engine} on {gpu} in {directory}")
+
+
 def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, engine: str = SAMPLE_ENGINE
                    ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
     """Records of committed rows (no package needed): the test sample, or a fit's rows (``write_fit_rows``);

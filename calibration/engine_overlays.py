@@ -125,6 +125,7 @@ class EngineFit:
     skipped: dict[str, int]
     versions: dict[str, str]
     step_latency_s: float = 0.0  # the step latency of the engine's own all-reduce kernels the fit ran with
+    package_version: str = ""    # the aiconfigurator-core version the rows come from
 
     @property
     def name(self) -> str:
@@ -249,8 +250,9 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     result = with_held_parameters(result, on_die)
     step = max((link.kernel_latency_s or 0.0 for link in stepped.links.values() if link.kind == "chip_to_chip"),
                default=0.0)
+    package = tables.rows_package_version(rows, gpu, engine) if rows is not None else tables.package_version()
     return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read,
-                     step_latency_s=step)
+                     step_latency_s=step, package_version=package)
 
 
 def overlay_text(fitted: EngineFit) -> str:
@@ -263,7 +265,7 @@ def overlay_text(fitted: EngineFit) -> str:
     read = ", ".join(f"{kind} {version}" for kind, version in fitted.versions.items())
     by_class = ", ".join(f"{name} {100 * error:.1f}%" for name, error in result.heldout_by_class.items())
     note = (f"fitted by perfmodel (calibration.engine_overlays) on {len(fitted.records)} per-op latencies that NVIDIA "
-            f"measured inside {fitted.engine} ({read}) on {fitted.gpu}: {tables.PACKAGE} {tables.package_version()}, "
+            f"measured inside {fitted.engine} ({read}) on {fitted.gpu}: {tables.PACKAGE} {fitted.package_version}, "
             f"license {tables.LICENSE}; a fixed random sample (seed 0) of each table; held-out median |error| "
             f"{100 * (result.heldout_median_abs_error or 0):.1f}% ({by_class})"
             + (f"; left at the datasheet: {', '.join(result.unidentified + result.at_bounds)}"
@@ -280,9 +282,11 @@ def overlay_text(fitted: EngineFit) -> str:
             # smallest all-reduces); the link's latency stays NCCL's; the fitted alphas, if any, stay
             # per-collective latencies (per implementation: ``nvlink/nccl``) in the efficiency block.
             step = fitted.step_latency_s
-            links[name] = {"kernel_latency": format_quantity(step, "seconds", digits=4),
-                           "all_reduce": tables.all_reduce_policy(fitted.gpu, fitted.engine),
-                           "field_sources": {"kernel_latency": "calibration", "all_reduce": "engine-all-reduce"}}
+            links[name] = {"all_reduce": tables.all_reduce_policy(fitted.gpu, fitted.engine),
+                           "field_sources": {"all_reduce": "engine-all-reduce"}}
+            if step > 0:  # none where the engine runs no kernel of its own (TensorRT-LLM on PCIe: NCCL only)
+                links[name]["kernel_latency"] = format_quantity(step, "seconds", digits=4)
+                links[name]["field_sources"]["kernel_latency"] = "calibration"
     result = dataclasses.replace(result, params=params)
     scheduling, sources = engine_step_overrides(fitted.engine)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,

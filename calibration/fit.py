@@ -551,7 +551,7 @@ POSTERIOR_DRAWS = 8000   # parameter vectors drawn to correct the covariance (sa
 PROPOSAL_SCALE = 1.25    # the proposal's standard deviations, in the Gauss-Newton ones: a little wider than the target
 # (in a dozen dimensions a proposal 2x wider leaves under 1% of the draws effective)
 MINIMUM_EFFECTIVE_DRAWS = 100
-POSTERIOR_ROUNDS = 4  # proposals: the Gauss-Newton normal, then up to three adapted to the weighted draws
+POSTERIOR_ROUNDS = 8  # proposals: the Gauss-Newton normal, then up to seven adapted to the weighted draws
 
 
 def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.ndarray, design: Design, solution,

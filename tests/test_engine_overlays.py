@@ -85,8 +85,16 @@ def test_every_engine_overlay_ships_loads_and_runs_graph_mode(gpu, engine):
     # Decode attention is its own kernel class with its own fitted floor (a few KB take 8-10 us on an H100).
     assert DECODE_ATTENTION in spec.efficiency.compute_latency_s
     assert 0 < spec.efficiency.latency(DECODE_ATTENTION, "bf16") < 30e-6
+    # The engine's all-reduce rule (vendor code) and its own kernels' measured step; the link's latency stays
+    # the collective library's. TensorRT-LLM without NVLink runs NCCL only: no kernel step of its own.
     link = next(link for link in spec.links.values() if link.kind == "chip_to_chip")
-    assert spec.field_sources[f"links.{link.name}.latency"] == "calibration"
+    assert link.all_reduce is not None and link.all_reduce.startswith(engine)
+    assert "engine-all-reduce" in spec.sources and spec.sources["engine-all-reduce"].url.startswith("https://github.com/")
+    if (engine, link.kind, link.name) == ("trtllm", "chip_to_chip", "pcie_p2p"):
+        assert link.kernel_latency_s is None
+    else:
+        assert spec.field_sources[f"links.{link.name}.kernel_latency"] == "calibration"
+        assert 0 < link.kernel_latency_s < 20e-6
 
 
 @pytest.mark.parametrize("gpu", ["l40s", "rtx-pro-6000"])
