@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from calibration.records import MeasurementRecord
+from perfmodel.costs.all_reduce import NCCL_LIBRARY
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.caveats import TRTLLM_SHARED_KV_GROUP_MAX
 from perfmodel.workload.io import dumps
@@ -77,6 +78,27 @@ TABLES = {
     "decode_attention": ("attention", "generation_attention_perf.parquet"),
     "all_reduce": ("comm", "custom_allreduce_perf.parquet"),
 }
+#: A library's own tables, read beside the engine's (``nccl_records``), not part of an engine's fit:
+#: NCCL's (``comm/nccl/<nccl version>``: ``ncclAllReduce`` and the other collectives by GPU count and message
+#: size, every GPU) time the class the engine hands NCCL (``<link>/nccl``) at every size, where the engine's
+#: own tables time it at a few. They agree with the engines' NCCL rows (``nccl_agreement``), but joined to the
+#: fit they make the held-out all-reduce error worse (H100 TensorRT-LLM 7.0% -> 7.7%, vLLM 5.6% -> 6.5%;
+#: ``benchmarks/all_reduce_heldout.py``): NCCL's small messages (6, 9.5, 16 us on 2, 4, 8 H100s) and its
+#: large ones (an intercept of about 70 us on 8 beside 4 us a MiB) are two protocols (LL/LL128 and Simple),
+#: which one alpha and one efficiency per class cannot both price.
+LIBRARY_TABLES = {"nccl_all_reduce": ("comm", "nccl_perf.parquet")}
+#: The folder a library's table lies under instead of the engine's.
+TABLE_OWNERS = {"nccl_all_reduce": "nccl"}
+#: The op class of NCCL's own all-reduces: priced as the engine's NCCL class, reported apart from the
+#: engine's all-reduces (whose held-out error is the one the overlays are judged on).
+NCCL_OP_CLASS = "all_reduce:nccl"
+#: The largest ratio (either way) of the engine's all-reduce rows the model hands NCCL to NCCL's own table at
+#: the same GPU count and size (the median over the shared sizes) for NCCL's rows of that GPU count to join
+#: the engine's fit. On H100, H200, A100 and B200 every engine agrees within 4% (the same NCCL, the same
+#: machine); on the L40S vLLM and SGLang on 4 GPUs take 1.34-1.41x NCCL's table at every large size and on 8
+#: GPUs 0.4-0.9x at mid sizes (another PCIe topology or NCCL setting than the NCCL table's, which TensorRT-LLM
+#: on the L40S matches within 2%): there NCCL's table is not the engine's NCCL and is not used.
+NCCL_AGREEMENT = 1.15
 #: Tables read only to test extrapolation (``benchmarks/engine_extrapolation.py``), never fitted.
 UNFITTED_TABLES = {"moe": ("moe", "moe_perf.parquet")}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
@@ -144,8 +166,8 @@ def _version_key(text: str):
 
 def versions(gpu: str, engine: str, kind: str, root: Path | None = None) -> tuple[str, ...]:
     """Engine versions measured for ``kind`` on ``gpu``, oldest first."""
-    family, filename = {**TABLES, **UNFITTED_TABLES}[kind]
-    folder = (root or data_root()) / GPU_FOLDERS[gpu] / family / engine
+    family, filename = {**TABLES, **UNFITTED_TABLES, **LIBRARY_TABLES}[kind]
+    folder = (root or data_root()) / GPU_FOLDERS[gpu] / family / TABLE_OWNERS.get(kind, engine)
     if not folder.is_dir():
         return ()
     found = [child.name for child in folder.iterdir() if (child / filename).is_file()]
@@ -163,9 +185,10 @@ def table(gpu: str, engine: str, kind: str, version: str | None = None, root: Pa
     chosen = version or measured[-1]
     if chosen not in measured:
         raise AIConfiguratorDataError(f"{gpu} {engine} {kind}: no version {chosen!r}; measured: {', '.join(measured)}")
-    family, filename = {**TABLES, **UNFITTED_TABLES}[kind]
-    path = (root or data_root()) / GPU_FOLDERS[gpu] / family / engine / chosen / filename
-    return Table(gpu=gpu, engine=engine, version=chosen, kind=kind, path=path)
+    family, filename = {**TABLES, **UNFITTED_TABLES, **LIBRARY_TABLES}[kind]
+    owner = TABLE_OWNERS.get(kind, engine)
+    path = (root or data_root()) / GPU_FOLDERS[gpu] / family / owner / chosen / filename
+    return Table(gpu=gpu, engine=owner, version=chosen, kind=kind, path=path)
 
 
 def read_rows(source: Table):
@@ -182,6 +205,7 @@ def read_rows(source: Table):
               "decode_attention": ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim",
                                    "kv_cache_dtype", "window_size", "latency"),
               "all_reduce": ("num_gpus", "message_size", "latency"),
+              "nccl_all_reduce": ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"),
               "moe": ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
                       "moe_ep_size", "distribution", "latency")}[source.kind]
     missing = [column for column in needed if column not in frame.columns]
@@ -191,13 +215,21 @@ def read_rows(source: Table):
     return frame
 
 
+def _family(kind: str) -> str:
+    return {**TABLES, **UNFITTED_TABLES, **LIBRARY_TABLES}[kind][0]
+
+
+def _filename(kind: str) -> str:
+    return {**TABLES, **UNFITTED_TABLES, **LIBRARY_TABLES}[kind][1]
+
+
 def _record(source: Table, name: str, op_class: str, latency_ms: float, op: Op, row: int) -> MeasurementRecord:
     return MeasurementRecord(
         name=name, op_class=op_class, duration_s=float(latency_ms) * 1e-3, device=source.gpu,
         tool=f"aiconfigurator:{source.engine}", tool_version=f"{source.engine} {source.version}; {PACKAGE} "
         f"{source.package_version or package_version()}", flops_source="analytic_shapes", bytes_source="model_derived",
-        source_file=f"{GPU_FOLDERS[source.gpu]}/{TABLES[source.kind][0]}/{source.engine}/{source.version}/"
-                    f"{TABLES[source.kind][1]}",
+        source_file=f"{GPU_FOLDERS[source.gpu]}/{_family(source.kind)}/{source.engine}/{source.version}/"
+                    f"{_filename(source.kind)}",
         source_row=int(row), clock="device", workload_json=dumps(Graph(name=name, ops=[op]), "json"))
 
 
@@ -224,9 +256,12 @@ def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
                      "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": "bf16"})
 
 
-def all_reduce_op(elements: int, gpus: int, link: str = "nvlink") -> Op:
+def all_reduce_op(elements: int, gpus: int, link: str = "nvlink", library: str | None = None) -> Op:
+    """A bf16 all-reduce of ``elements``; ``library`` ``"nccl"``: NCCL called directly (its own tables), not
+    the engine's choice (``costs.all_reduce.algorithms``)."""
     return Op(name="all_reduce", kind="collective", attrs={"collective": "all_reduce", "bytes": 2.0 * elements,
-                                                           "group_size": gpus, "dtype": "bf16", "link": link})
+                                                           "group_size": gpus, "dtype": "bf16", "link": link,
+                                                           **({"library": library} if library else {})})
 
 
 def _engine_of(row) -> str:
@@ -259,6 +294,10 @@ def unpriced(kind: str, row) -> str | None:
             return (f"decode_attention: TensorRT-LLM query groups above {TRTLLM_SHARED_KV_GROUP_MAX} heads a KV head "
                     "(its kernel re-reads the cache for every few query heads; not priced)")
         return None
+    if kind == "nccl_all_reduce":
+        if row["op_name"] != "all_reduce" or row["nccl_dtype"] != "half":
+            return "nccl: not a half-precision all-reduce (the engines' NCCL class is fitted on those)"
+        return "nccl all_reduce on one GPU" if int(row["num_gpus"]) < 2 else None
     if _eager(row):
         return "all_reduce: eager variant (serving runs the CUDA-graph one)"
     if "MNNVL" in str(row.get("kernel_source", "")).upper():
@@ -297,6 +336,10 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
             name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}"
             yield _record(source, name, kind, latency, attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim),
                           index)
+        elif kind == "nccl_all_reduce":
+            gpus, elements = int(row["num_gpus"]), int(row["message_size"])
+            yield _record(source, f"nccl_all_reduce_{gpus}x_{elements}", NCCL_OP_CLASS, latency,
+                          all_reduce_op(elements, gpus, SCALE_UP_LINKS.get(source.gpu, "nvlink"), NCCL_LIBRARY), index)
         else:
             gpus, elements = int(row["num_gpus"]), int(row["message_size"])
             yield _record(source, f"all_reduce_{gpus}x_{elements}", "all_reduce", latency,
@@ -316,28 +359,96 @@ def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):
 
 
 #: Rows per table (and per GEMM dtype) that one fit takes: enough to span every shape decade the grids hold.
-SAMPLE_ROWS = {"gemm": 400, "prefill_attention": 300, "decode_attention": 300, "all_reduce": 200}
+SAMPLE_ROWS = {"gemm": 400, "prefill_attention": 300, "decode_attention": 300, "all_reduce": 200,
+               "nccl_all_reduce": 200}
 STRATA = {"gemm": ("gemm_dtype",)}
+
+
+def nccl_agreement(engine_rows, nccl_rows, policy: str) -> dict[int, tuple[float, int]]:
+    """Per GPU count: the median ratio of the engine's all-reduce rows (priced rows of its table) that its rule
+    (``policy``) hands NCCL to NCCL's own table (priced rows) at the same message size, and how many sizes
+    were compared. GPU counts without a shared size are absent."""
+    import statistics
+
+    from perfmodel.costs.all_reduce import NVLS, RING, algorithms
+
+    own = {(int(gpus), int(size)): float(latency) for gpus, size, latency in
+           zip(nccl_rows["num_gpus"], nccl_rows["message_size"], nccl_rows["latency"], strict=True)}
+    ratios: dict[int, list[float]] = {}
+    for gpus, size, latency in zip(engine_rows["num_gpus"], engine_rows["message_size"], engine_rows["latency"],
+                                   strict=True):
+        key = (int(gpus), int(size))
+        if key in own and algorithms(policy, key[0], 2.0 * key[1]) in (NVLS, RING):
+            ratios.setdefault(key[0], []).append(float(latency) / own[key])
+    return {gpus: (statistics.median(values), len(values)) for gpus, values in sorted(ratios.items())}
+
+
+def agreeing_nccl_rows(engine_rows, nccl_rows, policy: str, skipped: dict[str, int] | None = None):
+    """NCCL's own rows that may join the engine's fit: those of the GPU counts where the engine's NCCL rows
+    agree with them within :data:`NCCL_AGREEMENT` (or where the engine hands NCCL no size NCCL's table
+    holds: nothing contradicts it); ``skipped`` counts the others with the ratio found. None of them
+    without an engine all-reduce table (nothing would use the class)."""
+    if engine_rows is None:
+        if skipped is not None and len(nccl_rows):
+            _count(skipped, "nccl all_reduce: the engine has no all-reduce table", len(nccl_rows))
+        return nccl_rows.iloc[:0]
+    keep = nccl_rows["num_gpus"].astype(int).map(lambda gpus: True)
+    for gpus, (ratio, compared) in nccl_agreement(engine_rows, nccl_rows, policy).items():
+        if max(ratio, 1 / ratio) > NCCL_AGREEMENT:
+            dropped = nccl_rows["num_gpus"].astype(int) == gpus
+            keep &= ~dropped
+            if skipped is not None:
+                _count(skipped, f"nccl all_reduce on {gpus} GPUs: the engine's NCCL rows take {ratio:.2f}x NCCL's "
+                                f"table ({compared} sizes; not the engine's NCCL)", int(dropped.sum()))
+    return nccl_rows[keep]
+
+
+def _chosen_rows(kind: str, frame, seed: int, skipped: dict[str, int] | None):
+    """The rows of ``frame`` (a ``kind`` table) one fit takes: a fixed sample of those the rules price (so every
+    sampled row becomes a record); ``skipped`` counts the rest by reason."""
+    reasons = frame.apply(lambda row: unpriced(kind, row), axis=1)
+    if skipped is not None:
+        for reason, count in reasons.dropna().value_counts().items():
+            _count(skipped, str(reason), int(count))
+    return sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()))
 
 
 def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: dict[str, str] | None = None,
                    root: Path | None = None) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
     """Records of every table measured for ``engine`` on ``gpu`` (a fixed random sample of each); the
     reasons rows were skipped; the version of each table read."""
-    found, skipped, read = [], {}, {}
+    found: list[MeasurementRecord] = []
+    skipped: dict[str, int] = {}
+    read: dict[str, str] = {}
     for kind in TABLES:
         source = table(gpu, engine, kind, (versions_by_kind or {}).get(kind), root)
         if source is None:
             continue
         read[kind] = source.version
-        frame = read_rows(source)
-        # The sample is drawn from the rows the rules price, so every sampled row becomes a record.
-        reasons = frame.apply(lambda row, kind=kind: unpriced(kind, row), axis=1)
-        for reason, count in reasons.dropna().value_counts().items():
-            _count(skipped, str(reason), int(count))
-        chosen = sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()))
-        found.extend(records(source, chosen, skipped))
+        found.extend(records(source, _chosen_rows(kind, read_rows(source), seed, skipped), skipped))
     return found, skipped, read
+
+
+def _priced(kind: str, frame):
+    return frame[frame.apply(lambda row: unpriced(kind, row), axis=1).isna()]
+
+
+def nccl_records(gpu: str, engine: str, *, seed: int = 0, root: Path | None = None,
+                 skipped: dict[str, int] | None = None) -> list[MeasurementRecord]:
+    """NCCL's own all-reduces on ``gpu`` (its newest table; a fixed sample), as records of the NCCL class of
+    ``engine``'s link, for the GPU counts where they agree with the engine's NCCL rows
+    (``agreeing_nccl_rows``); none where either table is missing. ``skipped`` counts the rows left out."""
+    mine, library = table(gpu, engine, "all_reduce", root=root), table(gpu, "nccl", "nccl_all_reduce", root=root)
+    if library is None:
+        return []
+    counts = {} if skipped is None else skipped
+    frame = read_rows(library)
+    reasons = frame.apply(lambda row: unpriced("nccl_all_reduce", row), axis=1)
+    for reason, count in reasons.dropna().value_counts().items():
+        _count(counts, str(reason), int(count))
+    agreeing = agreeing_nccl_rows(None if mine is None else _priced("all_reduce", read_rows(mine)),
+                                  frame[reasons.isna()], all_reduce_policy(gpu, engine), counts)
+    return list(records(library, sample(agreeing, SAMPLE_ROWS["nccl_all_reduce"], seed), counts))
 
 
 SAMPLE_DIRECTORY = Path(__file__).resolve().parent / "data" / "aiconfigurator"
@@ -365,11 +476,7 @@ def write_fit_rows(directory: Path = FIT_ROWS_DIRECTORY, gpu: str = FIT_ROWS_GPU
                    seed: int = 0) -> list[Path]:
     """The raw rows ``engine_records`` chooses for ``gpu``'s ``engine`` fit (seed 0: the shipped overlay's),
     so ``sample_records(directory, gpu, engine)`` gives that fit's records without the package."""
-    def chosen(kind, frame):
-        reasons = frame.apply(lambda row: unpriced(kind, row), axis=1)
-        return sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()))
-
-    return _write_rows(directory, gpu, engine, chosen)
+    return _write_rows(directory, gpu, engine, lambda kind, frame: _chosen_rows(kind, frame, seed, None))
 
 
 def _write_rows(directory: Path, gpu: str, engine: str, choose) -> list[Path]:
@@ -420,6 +527,46 @@ def all_reduce_sample_records(gpu: str, engine: str, directory: Path = SAMPLE_DI
     source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind="all_reduce", path=path,
                    package_version=str(frame["package_version"].iloc[0]))
     return list(records(source, read_rows(source), {}))
+
+
+#: NCCL's own all-reduce rows (half precision, every GPU count and size: 63 each) shipped beside
+#: :data:`ALL_REDUCE_SAMPLES`' engine tables on the same GPUs, so tests can compare the two and fit the NCCL
+#: class on both without the package.
+NCCL_SAMPLES = ("h100-sxm", "l40s")
+
+
+def write_nccl_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
+    """NCCL's newest all-reduce table on each GPU of :data:`NCCL_SAMPLES`, every row the rules price."""
+    from perfmodel.yaml_source import write_text_atomically
+
+    written = []
+    for gpu in NCCL_SAMPLES:
+        source = table(gpu, "nccl", "nccl_all_reduce")
+        if source is None:
+            raise AIConfiguratorDataError(f"{PACKAGE} has no NCCL table on {gpu}")
+        frame = read_rows(source).assign(package_version=package_version(), version=source.version)
+        priced = frame[frame.apply(lambda row: unpriced("nccl_all_reduce", row), axis=1).isna()]
+        output = sample_path("nccl_all_reduce", directory, gpu, "nccl")
+        write_text_atomically(output, priced.to_csv(index=False))
+        written.append(output)
+    return written
+
+
+def committed_rows(kind: str, gpu: str, engine: str, directory: Path = SAMPLE_DIRECTORY):
+    """A committed table sample (``engine`` ``"nccl"`` for NCCL's) as read_rows gives it, and its Table."""
+    import pandas as pd
+
+    path = sample_path(kind, directory, gpu, engine)
+    frame = pd.read_csv(path)
+    source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind=kind, path=path,
+                   package_version=str(frame["package_version"].iloc[0]))
+    return read_rows(source), source
+
+
+def nccl_sample_records(gpu: str, directory: Path = SAMPLE_DIRECTORY) -> list[MeasurementRecord]:
+    """Records of a shipped NCCL all-reduce table (:data:`NCCL_SAMPLES`; no package needed)."""
+    frame, source = committed_rows("nccl_all_reduce", gpu, "nccl", directory)
+    return list(records(source, frame, {}))
 
 
 #: The committed fp8 GEMM sample: ``FP8_SAMPLE_ROWS`` per-tensor (``fp8``) and as many block-scaled
@@ -488,5 +635,6 @@ def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, en
 
 
 if __name__ == "__main__":  # python -m calibration.aiconfigurator: rewrite the committed test rows
-    for written in write_sample() + write_fit_rows() + write_all_reduce_samples() + [write_fp8_sample()]:
+    for written in (write_sample() + write_fit_rows() + write_all_reduce_samples() + write_nccl_samples()
+                    + [write_fp8_sample()]):
         print(f"wrote {written}")

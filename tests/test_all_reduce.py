@@ -70,12 +70,12 @@ def _engine_link(policy: str, kernel_step_s: float = 3e-6):
     return dataclasses.replace(spec, links={**spec.links, "nvlink": link}, efficiency=None)
 
 
-def _collective_cost(hardware, elements, group: int):
+def _collective_cost(hardware, elements, group: int, **attrs):
     from perfmodel.costs.rules import CostContext, collective_cost
     from perfmodel.workload.ir import Op
 
     op = Op(name="ar", kind="collective", attrs={"collective": "all_reduce", "bytes": np.asarray(elements) * BF16,
-                                                  "group_size": group, "dtype": "bf16", "link": "nvlink"})
+                                                  "group_size": group, "dtype": "bf16", "link": "nvlink", **attrs})
     return collective_cost(op, CostContext(hardware=hardware))
 
 
@@ -155,3 +155,65 @@ def test_vllm_on_pcie_measures_its_kernel_step_on_two_gpus_and_prices_nccl_on_mo
     assert statistics.median(on_2_and_4) < 0.15
     _, without, _ = _fit_all_reduce("l40s", "vllm", None)
     assert statistics.median(np.abs(errors)) < 0.5 * statistics.median(np.abs(without))
+
+
+def test_an_op_that_calls_nccl_runs_nccls_algorithm_whatever_the_engines_rule():
+    # NCCL's own tables call ncclAllReduce at every size: the engine's rule (one-shot at 64 tokens of 4096 on 8
+    # H100s under TensorRT-LLM) does not apply; NCCL's algorithm does (NVLS on more than 2, a ring on 2).
+    assert A.algorithms("trtllm-sm90", 8, 64 * 4096 * BF16, A.NCCL_LIBRARY) == A.NVLS
+    assert A.algorithms("trtllm-sm90", 2, 64 * 4096 * BF16, A.NCCL_LIBRARY) == A.RING
+    assert A.algorithms("trtllm-sm80", 8, 128, A.NCCL_LIBRARY) == A.RING  # no multicast on A100's switch
+    swept = A.algorithms("vllm-sm90", 8, np.asarray([256, 1 << 20, 1 << 28]) * BF16, A.NCCL_LIBRARY)
+    assert list(swept) == [A.NVLS] * 3
+    hardware = _engine_link("trtllm-sm90")
+    nccl = _collective_cost(hardware, 64 * 4096, 8, library="nccl")
+    assert nccl.link_class == "nvlink/nccl"
+    assert float(nccl.link_latency_s) == pytest.approx(2 * hardware.links["nvlink"].latency_s)  # NVLS: 2 steps
+    assert _collective_cost(hardware, 64 * 4096, 8).link_class == "nvlink"  # the engine's own one-shot
+    # on a link that names no engine's rule, the op still prices as NCCL's class
+    assert _collective_cost(load_hardware("h100-sxm"), 4096, 8, library="nccl").link_class == "nvlink/nccl"
+    with pytest.raises(PerfmodelError, match="unknown all-reduce library 'mpi'.*nccl"):
+        _collective_cost(hardware, 4096, 8, library="mpi")
+
+
+def test_nccls_own_table_agrees_with_tensorrt_llms_nccl_rows_on_h100_but_not_vllms_on_l40s():
+    """The committed tables: NCCL's all-reduce (2.29.2 on H100, 2.27.3 on L40S) against the rows the engines
+    hand NCCL. TensorRT-LLM on 8 H100s (512K elements and from 4M) matches NCCL's table within 3% at every GPU
+    count, so all of NCCL's rows may join; vLLM on the L40S runs 1.3x slower than NCCL's table on 4 GPUs and
+    faster on 8 (another machine's PCIe), so only its 2-GPU rows join and the skipped count says why."""
+    from calibration import aiconfigurator as t
+
+    nccl_h100, _ = t.committed_rows("nccl_all_reduce", "h100-sxm", "nccl")
+    trtllm, _ = t.committed_rows("all_reduce", "h100-sxm", "trtllm")
+    agreement = t.nccl_agreement(trtllm, nccl_h100, "trtllm-sm90")
+    assert set(agreement) == {2, 4, 8} and all(compared >= 4 for _, compared in agreement.values())
+    assert all(abs(ratio - 1) < 0.03 for ratio, _ in agreement.values())
+    assert len(t.agreeing_nccl_rows(trtllm, nccl_h100, "trtllm-sm90")) == len(nccl_h100) == 63
+
+    nccl_l40s, _ = t.committed_rows("nccl_all_reduce", "l40s", "nccl")
+    vllm, _ = t.committed_rows("all_reduce", "l40s", "vllm")
+    agreement = t.nccl_agreement(vllm, nccl_l40s, "vllm-pcie")
+    assert abs(agreement[2][0] - 1) < 0.1 and agreement[4][0] > 1.25 and agreement[8][0] < 0.85
+    skipped: dict[str, int] = {}
+    kept = t.agreeing_nccl_rows(vllm, nccl_l40s, "vllm-pcie", skipped)
+    assert set(kept["num_gpus"]) == {2}
+    assert sum(skipped.values()) == len(nccl_l40s) - len(kept) and any("4 GPUs" in reason for reason in skipped)
+    assert len(t.agreeing_nccl_rows(None, nccl_l40s, "vllm-pcie")) == 0  # no engine table: no class to fit
+
+
+def test_nccls_rows_become_records_of_the_engines_nccl_class():
+    from calibration import aiconfigurator as t
+    from calibration.achievable import device_time_hardware
+    from calibration.engine_overlays import with_measured_step_latency
+    from calibration.fit import components
+
+    nccl = t.nccl_sample_records("h100-sxm")
+    assert len(nccl) == 63 and {record.op_class for record in nccl} == {t.NCCL_OP_CLASS}
+    assert {record.tool_version.split(";")[0] for record in nccl} == {"nccl 2.29.2"}
+    own = t.all_reduce_sample_records("h100-sxm", "trtllm")
+    hardware = with_measured_step_latency(device_time_hardware(load_hardware("h100-sxm")), own + nccl,
+                                          "trtllm-sm90")
+    # NCCL's small rows do not set the engine kernels' step (their class is NCCL's, not the engine's one-shot)
+    alone = with_measured_step_latency(device_time_hardware(load_hardware("h100-sxm")), own, "trtllm-sm90")
+    assert hardware.links["nvlink"].kernel_latency_s == alone.links["nvlink"].kernel_latency_s
+    assert set(components(nccl, hardware, "graph").link_names) == {"nvlink/nccl"}

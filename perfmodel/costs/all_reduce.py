@@ -214,14 +214,24 @@ def policy(name: str | None) -> Policy:
     return chosen
 
 
-def algorithms(name: str | None, group: int, payload) -> np.ndarray | str:
+#: An all-reduce op's ``library`` attribute: the collective library called directly, whatever the engine's
+#: rule would pick (NCCL's own tables time ``ncclAllReduce`` at every size; calibration fits the engine's
+#: NCCL class on them too).
+NCCL_LIBRARY = "nccl"
+LIBRARIES = (NCCL_LIBRARY,)
+
+
+def algorithms(name: str | None, group: int, payload, library: str | None = None) -> np.ndarray | str:
     """The algorithm ``name``'s engine runs for each payload (bytes; a number or an array over sweep
     points): a name, or an array of names. NCCL's is NVLS where the policy's fabric multicasts and the
-    group has more than 2 GPUs, else a ring."""
+    group has more than 2 GPUs, else a ring. ``library`` ``"nccl"``: NCCL's at every payload (an op that
+    calls NCCL itself, not through the engine's rule)."""
     chosen = policy(name)
+    if library not in (None, *LIBRARIES):
+        raise PerfmodelError(f"unknown all-reduce library {library!r}; known: {', '.join(LIBRARIES)}")
 
     def choose(value) -> str:
-        algorithm = chosen.choose(group, value)
+        algorithm = RING if library == NCCL_LIBRARY else chosen.choose(group, value)
         return NVLS if algorithm == RING and chosen.multicast and group > 2 else algorithm
 
     if np.ndim(payload) == 0:
