@@ -1,10 +1,12 @@
-# python benchmarks/all_reduce_heldout.py [gpu:engine ...]  (needs the calibration extra: aiconfigurator-core)
+# python benchmarks/all_reduce_heldout.py [--full] [gpu:engine ...]  (needs the calibration extra: aiconfigurator-core)
 """Held-out all-reduce error per GPU/engine: fit on a random half (seed 0) of the engine's all-reduce rows
 (the overlay fit's sample), predict the other half; median |error| by GPU count, and the median signed error
 by GPU count and payload decade. Twice: on the engine's rows alone ("engine", as the overlays fit), and with
 NCCL's own all-reduce table joining the training half where it agrees with the engine's NCCL rows ("+nccl":
 ``aiconfigurator.nccl_records``; the held-out half is the engine's rows either way). Also prints the
-agreement (engine / NCCL median ratio per GPU count at the sizes the engine hands NCCL)."""
+agreement (engine / NCCL median ratio per GPU count at the sizes the engine hands NCCL). ``--full``: also the
+whole overlay fit (``engine_overlays.fit_engine``, every table) without and with NCCL's rows: the NCCL class's
+fitted efficiency and alpha, and the fit's own held-out all-reduce error."""
 import collections
 import math
 import statistics
@@ -59,7 +61,20 @@ def summary(rows):
     return head, "; ".join(f"p{p}/{d}:{100*statistics.median(v):+.0f}" for (p, d), v in sorted(dec.items()))
 
 
-groups = sys.argv[1:] or [f"{g}:{e}" for g in t.GPU_FOLDERS for e in t.ENGINES]
+def full(gpu, engine):
+    for label, with_nccl in (("engine", False), ("+nccl", True)):
+        fitted = eo.fit_engine(gpu, engine, heldout=False, nccl=with_nccl)
+        params = {name: f"{value:.3g} +- {error:.2g}" for name, (value, error) in fitted.result.params.items()
+                  if "nccl" in name}
+        held = {name: f"{100 * error:.1f}%" for name, error in fitted.result.heldout_by_class.items()
+                if name.startswith("all_reduce")}
+        print(f"  full fit {label:6s}: {params}; held-out {held}")
+
+
+arguments = sys.argv[1:]
+whole = "--full" in arguments
+arguments = [argument for argument in arguments if argument != "--full"]
+groups = arguments or [f"{g}:{e}" for g in t.GPU_FOLDERS for e in t.ENGINES]
 for item in groups:
     gpu, engine = item.split(":")
     if t.table(gpu, engine, "all_reduce") is None:
@@ -70,3 +85,5 @@ for item in groups:
         head, decades = summary(rows)
         print(f"  {label:6s} ({added:2d} NCCL rows) {head}")
         print(f"         decades (bytes 1e<d>) median signed err: {decades}")
+    if whole:
+        full(gpu, engine)

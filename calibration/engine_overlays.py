@@ -227,10 +227,12 @@ def with_held_parameters(result, held: dict[str, tuple[float, float]]):
 
 def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
                versions_by_kind: dict[str, str] | None = None, root: Path | None = None,
-               rows: Path | None = None) -> EngineFit:
+               rows: Path | None = None, nccl: bool = False) -> EngineFit:
     """Fit ``gpu``'s parameters to ``engine``'s tables (a fixed sample); ``heldout=False`` skips the extra
     held-out splits (the one random-half split per class is always reported). ``rows``: a folder of the
-    rows that sample chose, committed (``aiconfigurator.write_fit_rows``), read instead of the package."""
+    rows that sample chose, committed (``aiconfigurator.write_fit_rows``), read instead of the package.
+    ``nccl``: NCCL's own all-reduce rows join (``aiconfigurator.nccl_records``, read from the package); off
+    for the shipped overlays (``aiconfigurator.LIBRARY_TABLES`` says why)."""
     from calibration.fit import fit
     from perfmodel.hardware.loader import load_hardware
 
@@ -239,6 +241,8 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     else:
         records, skipped, read = tables.engine_records(gpu, engine, seed=seed, versions_by_kind=versions_by_kind,
                                                        root=root)
+    if nccl:
+        records += tables.nccl_records(gpu, engine, seed=seed, root=root, skipped=skipped)
     spec = load_hardware(gpu)
     streams = memory_streams(gpu, spec)
     records += streams
