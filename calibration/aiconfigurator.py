@@ -68,9 +68,14 @@ def all_reduce_policy(gpu: str, engine: str) -> str:
     architecture = GPU_ARCHITECTURES[gpu]
     if engine == "trtllm":
         return "trtllm-sm80" if architecture == "sm80" else "trtllm-sm90" if architecture == "sm90" else "trtllm-sm100"
+    rack = "-nvl72" if gpu in NVL72_GPUS else ""  # vLLM and SGLang run NCCL across its 4-GPU trays
     if engine == "vllm":
-        return f"vllm-{architecture}"
-    return "sglang-sm80" if architecture == "sm80" else "sglang-nvlink"
+        return f"vllm-{architecture}{rack}"
+    return "sglang-sm80" if architecture == "sm80" else "sglang-nvl72" if rack else "sglang-nvlink"
+
+
+#: GPUs whose tables were measured on an NVL72 rack (4-GPU compute trays; costs.all_reduce.NVL72_TRAY_GPUS).
+NVL72_GPUS = ("gb200", "gb300")
 #: A kind of measurement -> (family folder, table file).
 TABLES = {
     "gemm": ("gemm", "gemm_perf.parquet"),

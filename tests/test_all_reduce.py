@@ -217,3 +217,22 @@ def test_nccls_rows_become_records_of_the_engines_nccl_class():
     alone = with_measured_step_latency(device_time_hardware(load_hardware("h100-sxm")), own, "trtllm-sm90")
     assert hardware.links["nvlink"].kernel_latency_s == alone.links["nvlink"].kernel_latency_s
     assert set(components(nccl, hardware, "graph").link_names) == {"nvlink/nccl"}
+
+
+def test_vllm_and_sglang_on_an_nvl72_rack_run_nccl_beyond_a_tray():
+    """On GB200/GB300 NVL72 (4-GPU compute trays) vLLM's and SGLang's custom all-reduce needs every rank on one
+    node: a group of 8 or 16 runs NCCL at every size; within a tray the rule is the one on an 8-GPU node."""
+    from calibration import aiconfigurator as tables
+    from perfmodel.costs.all_reduce import NVL72_TRAY_GPUS, POLICIES, RING, policy
+    from perfmodel.hardware.model import ALL_REDUCE_POLICY_NAMES
+
+    assert tuple(POLICIES) == ALL_REDUCE_POLICY_NAMES
+    for gpu in tables.NVL72_GPUS:
+        for engine, node_rule in (("vllm", f"vllm-{tables.GPU_ARCHITECTURES[gpu]}"), ("sglang", "sglang-nvlink")):
+            rack, node = policy(tables.all_reduce_policy(gpu, engine)), policy(node_rule)
+            for payload in (2e3, 2e5, 2e6):
+                for group in (2, NVL72_TRAY_GPUS):
+                    assert rack.choose(group, payload) == node.choose(group, payload)
+                for group in (8, 16):
+                    assert rack.choose(group, payload) == RING
+    assert tables.all_reduce_policy("b300", "vllm") == "vllm-sm103"  # an 8-GPU HGX node: the node's rule

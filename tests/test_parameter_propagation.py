@@ -89,8 +89,19 @@ def test_serve_propagates_reproducibly_and_says_what_it_rests_on(capsys):
     assert first["tpot_p50_s"]["high"] > alone["tpot_p50_s"]["high"]
 
 
-def test_a_device_without_a_fit_block_says_so(capsys):
-    command = [*SERVE[:6], "trtllm", *SERVE[7:]]
+def test_a_device_without_a_fit_block_says_so(capsys, tmp_path):
+    """The shipped TensorRT-LLM overlay with its fit block cut: served from the path, it keeps the model-form
+    interval and says why."""
+    from perfmodel.hardware.loader import resolve_spec
+
+    text = resolve_spec("h100-sxm-trtllm").read_text()
+    start = text.index("\n  fit:\n")
+    end = next((index for index in range(start + 1, len(text)) if text.startswith("\n", index)
+                and not text.startswith("\n   ", index)), len(text))
+    path = tmp_path / "h100-sxm-trtllm.yaml"
+    path.write_text(text[:start] + text[end:])
+    assert load_for_prediction(str(path)).efficiency.fit is None
+    command = ["serve", "--model", "llama-3.1-8b", "--on", str(path), *SERVE[7:]]
     assert main(command) == 0
     basis = json.loads(capsys.readouterr().out)["intervals"]["basis"]
     assert "model-form error only (h100-sxm-trtllm stores no fit covariance)" in basis
@@ -194,9 +205,6 @@ def test_search_front_intervals_propagate_each_engines_fit(capsys):
     assert {point["engine"] for point in both} == {"trtllm", "sglang"}  # both engines reach the front
     for point, model_form in zip(both, alone, strict=True):
         block, other = point["intervals"], model_form["intervals"]
-        if point["engine"] == "trtllm":  # its overlay stores no covariance: the model-form interval, saying so
-            assert "h100-sxm-trtllm stores no fit covariance" in block["basis"] and block == other
-            continue
         assert f"h100-sxm-{point['engine']}'s fit covariance" in block["basis"]
         for name in ("tokens_per_s_per_user", "tokens_per_s_per_chip"):
             assert block[name]["low"] <= other[name]["low"] * (1 + 1e-12)

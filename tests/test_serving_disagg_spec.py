@@ -170,16 +170,18 @@ def test_short_prompts_favour_aggregation(big):
 
 
 def test_an_idle_decode_worker_admits_at_once(big):
-    """One request alone: TTFT = its prefill + the transfer; TPOT = the decode worker's steps."""
+    """One request alone: TTFT = its prefill step from an idle engine (device and host work add up) + the
+    transfer; TPOT = the decode worker's steps (host work overlapped)."""
     architecture, hardware = big
     server = Server(architecture, hardware, Parallelism(tp=4), config=ServingConfig(max_batch=8), max_context=4200)
     deployment = Disaggregated(prefill=server, decode=server, prefill_workers=1, decode_workers=1,
                                link=kv_link(hardware, 4, 4))
     result = deployment.simulate(np.array([0.0]), np.array([4000]), np.array([50]))
-    prefill = server.costs.prefill_s(4000, 0.0)
+    prefill = server.costs.step_s(server.costs.prefill_s(4000, 0.0), 1, pipelined=False)
+    assert server.costs.engine_step is not None and prefill > server.costs.prefill_s(4000, 0.0)
     transfer = float(deployment.link.transfer_s(kv_transfer_bytes(architecture, 4000, "bf16")))
     assert result.first_s[0] == pytest.approx(prefill + transfer, rel=1e-9)
-    assert result.tpot.mean == pytest.approx(server.costs.decode_s(1, 4025.5), rel=0.02)
+    assert result.tpot.mean == pytest.approx(server.costs.step_s(server.costs.decode_s(1, 4025.5), 1), rel=0.02)
 
 
 SERVE = ["serve", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--requests", "30", "--max-batch", "16"]

@@ -175,6 +175,22 @@ def _pcie(custom: Choice) -> Choice:
     return choose
 
 
+# A Grace-Blackwell NVL72 rack joins 18 compute trays of 4 GPUs over one NVLink fabric
+# (https://www.nvidia.com/en-us/data-center/gb300-nvl72/: 72 GPUs, 36 Grace CPUs; likewise GB200 NVL72).
+# vLLM's custom all-reduce needs every rank on one node and is disabled otherwise ("Custom allreduce is
+# disabled because this process group spans across nodes": custom_all_reduce.py, in_the_same_node_as; its
+# symmetric-memory path likewise), and SGLang's copy of that file does the same: a group larger than a tray
+# runs NCCL. NVIDIA's GB300 tables show the change at that size: SGLang's graph-timed 1 KiB all-reduce takes
+# 3.6-3.8 us on 2 and 4 GPUs, 28 us on 8 and 49 us on 16.
+NVL72_TRAY_GPUS = 4
+
+
+def _within_tray(custom: Choice) -> Choice:
+    def choose(group: int, payload: float) -> str:
+        return custom(group, payload) if group <= NVL72_TRAY_GPUS else RING
+    return choose
+
+
 def _fastest(group: int, payload: float) -> str:  # a stand-in; the cost rule judges the default itself
     raise PerfmodelError("the default all-reduce is judged by bandwidth, not by a table")
 
@@ -195,6 +211,9 @@ _POLICIES = (
     Policy(name="sglang-sm80", choose=_sglang, source=SGLANG_SOURCE),
     Policy(name="sglang-nvlink", choose=_sglang, source=SGLANG_SOURCE, multicast=True),
     Policy(name="sglang-pcie", choose=_pcie(_sglang), source=SGLANG_SOURCE),
+    Policy(name="vllm-sm100-nvl72", choose=_within_tray(_vllm("sm100")), source=VLLM_SOURCE, multicast=True),
+    Policy(name="vllm-sm103-nvl72", choose=_within_tray(_vllm("sm103")), source=VLLM_SOURCE, multicast=True),
+    Policy(name="sglang-nvl72", choose=_within_tray(_sglang), source=SGLANG_SOURCE, multicast=True),
 )
 POLICIES: dict[str, Policy] = {}
 for _policy in _POLICIES:

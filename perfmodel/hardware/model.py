@@ -191,7 +191,7 @@ class Link:
 # cost layer that defines each rule (``costs.all_reduce`` registers exactly these; it refuses to load otherwise).
 ALL_REDUCE_POLICY_NAMES = ("fastest", "trtllm-sm80", "trtllm-sm90", "trtllm-sm100", "trtllm-pcie", "vllm-sm80",
                            "vllm-sm90", "vllm-sm100", "vllm-sm103", "vllm-pcie", "sglang-sm80", "sglang-nvlink",
-                           "sglang-pcie")
+                           "sglang-pcie", "vllm-sm100-nvl72", "vllm-sm103-nvl72", "sglang-nvl72")
 
 
 # The overheads of an execution mode, one table: YAML field (``scheduling.modes.<mode>.<field>``) ->
