@@ -59,6 +59,8 @@ ENGINES = ("trtllm", "vllm", "sglang")
 #: every pre-Blackwell GPU to its SM90 table and every later one to SM100; vLLM has 9.0, 10.0 and 10.3).
 GPU_ARCHITECTURES = {"a100-sxm-80gb": "sm80", "h100-sxm": "sm90", "h200-sxm": "sm90", "b200": "sm100",
                      "gb200": "sm100", "b300": "sm103", "gb300": "sm103", "l40s": "sm89", "rtx-pro-6000": "sm120"}
+#: GPUs whose tables were measured on an NVL72 rack (4-GPU compute trays; costs.all_reduce.NVL72_TRAY_GPUS).
+NVL72_GPUS = ("gb200", "gb300")
 
 
 def all_reduce_policy(gpu: str, engine: str) -> str:
@@ -73,9 +75,6 @@ def all_reduce_policy(gpu: str, engine: str) -> str:
         return f"vllm-{architecture}{rack}"
     return "sglang-sm80" if architecture == "sm80" else "sglang-nvl72" if rack else "sglang-nvlink"
 
-
-#: GPUs whose tables were measured on an NVL72 rack (4-GPU compute trays; costs.all_reduce.NVL72_TRAY_GPUS).
-NVL72_GPUS = ("gb200", "gb300")
 #: A kind of measurement -> (family folder, table file).
 TABLES = {
     "gemm": ("gemm", "gemm_perf.parquet"),
@@ -515,8 +514,7 @@ def write_all_reduce_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
         source = table(gpu, engine, "all_reduce")
         if source is None:
             raise AIConfiguratorDataError(f"{PACKAGE} has no all-reduce table of {engine} on {gpu}")
-        frame = read_rows(source).assign(package_version=package_version())
-        priced = frame[frame.apply(lambda row: unpriced("all_reduce", row), axis=1).isna()]
+        priced = _priced("all_reduce", read_rows(source).assign(package_version=package_version()))
         output = sample_path("all_reduce", directory, gpu, engine)
         write_text_atomically(output, priced.to_csv(index=False))
         written.append(output)
@@ -525,13 +523,8 @@ def write_all_reduce_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
 
 def all_reduce_sample_records(gpu: str, engine: str, directory: Path = SAMPLE_DIRECTORY) -> list[MeasurementRecord]:
     """Records of a shipped all-reduce table (:data:`ALL_REDUCE_SAMPLES`; no package needed)."""
-    import pandas as pd
-
-    path = sample_path("all_reduce", directory, gpu, engine)
-    frame = pd.read_csv(path)
-    source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind="all_reduce", path=path,
-                   package_version=str(frame["package_version"].iloc[0]))
-    return list(records(source, read_rows(source), {}))
+    frame, source = committed_rows("all_reduce", gpu, engine, directory)
+    return list(records(source, frame, {}))
 
 
 #: NCCL's own all-reduce rows (half precision, every GPU count and size: 63 each) shipped beside
@@ -549,8 +542,8 @@ def write_nccl_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
         source = table(gpu, "nccl", "nccl_all_reduce")
         if source is None:
             raise AIConfiguratorDataError(f"{PACKAGE} has no NCCL table on {gpu}")
-        frame = read_rows(source).assign(package_version=package_version(), version=source.version)
-        priced = frame[frame.apply(lambda row: unpriced("nccl_all_reduce", row), axis=1).isna()]
+        priced = _priced("nccl_all_reduce",
+                         read_rows(source).assign(package_version=package_version(), version=source.version))
         output = sample_path("nccl_all_reduce", directory, gpu, "nccl")
         write_text_atomically(output, priced.to_csv(index=False))
         written.append(output)
@@ -559,9 +552,14 @@ def write_nccl_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
 
 def committed_rows(kind: str, gpu: str, engine: str, directory: Path = SAMPLE_DIRECTORY):
     """A committed table sample (``engine`` ``"nccl"`` for NCCL's) as read_rows gives it, and its Table."""
+    return _read_committed(sample_path(kind, directory, gpu, engine), gpu, engine, kind)
+
+
+def _read_committed(path: Path, gpu: str, engine: str, kind: str):
+    """Rows written by one of the ``write_*`` functions here (they carry ``version`` and ``package_version``
+    columns), as read_rows gives them, and their Table."""
     import pandas as pd
 
-    path = sample_path(kind, directory, gpu, engine)
     frame = pd.read_csv(path)
     source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind=kind, path=path,
                    package_version=str(frame["package_version"].iloc[0]))
@@ -600,23 +598,15 @@ def write_fp8_sample(directory: Path = SAMPLE_DIRECTORY) -> Path:
 
 def fp8_sample_records(directory: Path = SAMPLE_DIRECTORY) -> list[MeasurementRecord]:
     """Records of the committed fp8 GEMM sample (no package needed)."""
-    import pandas as pd
-
-    path = fp8_sample_path(directory)
-    frame = pd.read_csv(path)
-    source = Table(gpu=SAMPLE_GPU, engine=FP8_SAMPLE_ENGINE, version=str(frame["version"].iloc[0]), kind="gemm",
-                   path=path, package_version=str(frame["package_version"].iloc[0]))
-    return list(records(source, read_rows(source), {}))
+    frame, source = _read_committed(fp8_sample_path(directory), SAMPLE_GPU, FP8_SAMPLE_ENGINE, "gemm")
+    return list(records(source, frame, {}))
 
 
 def rows_package_version(directory: Path, gpu: str, engine: str) -> str:
     """The package version committed rows were read from (their ``package_version`` column)."""
-    import pandas as pd
-
     for kind in TABLES:
-        path = sample_path(kind, directory, gpu, engine)
-        if path.is_file():
-            return str(pd.read_csv(path, usecols=["package_version"], nrows=1)["package_version"].iloc[0])
+        if sample_path(kind, directory, gpu, engine).is_file():
+            return committed_rows(kind, gpu, engine, directory)[1].package_version
     raise AIConfiguratorDataError(f"no committed rows of {engine} on {gpu} in {directory}")
 
 
@@ -624,18 +614,13 @@ def sample_records(directory: Path = SAMPLE_DIRECTORY, gpu: str = SAMPLE_GPU, en
                    ) -> tuple[list[MeasurementRecord], dict[str, int], dict[str, str]]:
     """Records of committed rows (no package needed): the test sample, or a fit's rows (``write_fit_rows``);
     the reasons rows were skipped; the engine version of each table."""
-    import pandas as pd
-
     found: list[MeasurementRecord] = []
     skipped: dict[str, int] = {}
     read: dict[str, str] = {}
     for kind in TABLES:
-        path = sample_path(kind, directory, gpu, engine)
-        frame = pd.read_csv(path)
-        source = Table(gpu=gpu, engine=engine, version=str(frame["version"].iloc[0]), kind=kind,
-                       path=path, package_version=str(frame["package_version"].iloc[0]))
+        frame, source = committed_rows(kind, gpu, engine, directory)
         read[kind] = source.version
-        found.extend(records(source, read_rows(source), skipped))
+        found.extend(records(source, frame, skipped))
     return found, skipped, read
 
 
