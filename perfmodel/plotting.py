@@ -300,25 +300,50 @@ def plot_time_breakdown(evaluations, ax=None, *, by: str = "bound", total_interv
     return ax
 
 
-def plot_pareto(options_by_system: dict, ax=None):
-    """Sizing options: chips against TPOT per system, Pareto-optimal options joined by a line."""
+DODGE = 1.06  # x factor between sized deployments that share a chip count (log axis)
+
+
+def plot_pareto(options_by_system: dict, ax=None, *, chosen: dict | None = None, chosen_intervals: dict | None = None,
+                tpot_targets_s: Sequence[tuple[str, float]] = (), title: str | None = None):
+    """Sizing options: chips against TPOT per system (``llm.sizing.SizingOption``s: the steady-state
+    screen), Pareto-optimal options joined by a line. ``chosen``: system -> ``(chips, TPOT in s)`` of the
+    deployment it was sized to, a star each; ``chosen_intervals``: system -> the ``Interval`` of that TPOT
+    (or None), its error bar; ``tpot_targets_s``: ``(label, seconds)`` of TPOT targets, dashed lines.
+    Deployments of several systems on the same number of chips are drawn a few percent apart
+    (``DODGE``) so that their error bars do not hide each other."""
     from perfmodel.llm.sizing import pareto
 
     ax = _new_axes(ax)
-    for name, options in options_by_system.items():
-        if not options:
-            continue
-        line = ax.scatter([o.chips for o in options], [o.tpot_s * 1e3 for o in options], alpha=0.35, label=None)
-        front = sorted(pareto(options), key=lambda o: o.chips)
-        ax.plot([o.chips for o in front], [o.tpot_s * 1e3 for o in front], marker="o", color=line.get_facecolor()[0],
-                label=f"{name} (Pareto front)")
+    chosen, chosen_intervals = chosen or {}, chosen_intervals or {}
+    sharing: dict[int, list[str]] = {}
+    for name, (chips, _) in chosen.items():
+        sharing.setdefault(chips, []).append(name)
+    for index, (name, options) in enumerate(options_by_system.items()):
+        colour = f"C{index % 10}"  # one colour a system for its options, front, deployment and error bar
+        if options:
+            ax.scatter([o.chips for o in options], [o.tpot_s * 1e3 for o in options], alpha=0.35, color=colour)
+            front = sorted(pareto(options), key=lambda o: o.chips)
+            if front:
+                ax.plot([o.chips for o in front], [o.tpot_s * 1e3 for o in front], marker="o", color=colour,
+                        label=f"{name} (Pareto front)")
+        if name in chosen:
+            chips, tpot_s = chosen[name]
+            peers = sharing[chips]
+            chips = chips * DODGE ** (peers.index(name) - (len(peers) - 1) / 2)
+            ax.plot([chips], [tpot_s * 1e3], marker="*", markersize=14, color=colour, markeredgecolor="black",
+                    linestyle="none", label=f"{name}: sized deployment")
+            if chosen_intervals.get(name) is not None:
+                _interval_bars(ax, [chips], [chosen_intervals[name]], scale=1e3, colour=colour, label=name)
+    for index, (label, seconds) in enumerate(tpot_targets_s):
+        ax.axhline(seconds * 1e3, color="gray", linestyle=(0, (4, 2 + 2 * index)), linewidth=1, label=label)
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("chips")
     ax.set_ylabel("TPOT (ms)")
-    ax.set_title("Sizing options: chips vs time per output token")
+    ax.set_title(title or "Sizing options: chips vs time per output token", fontsize="medium")
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(fontsize=MIN_FONT_PT)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=MIN_FONT_PT)
     return ax
 
 

@@ -302,7 +302,9 @@ COMMANDS = {
         "--requests": _counts(["6"], work=True), "--seed": (["2"], ["-1", "1.5", "abc"]),
         "--price": (["2.5", "h100-sxm=2.5"], ["-2.5", "abc", "", "h100-sxm=x", "nan", "inf", "h100-sxm=", "=2"]),
         "--rank": (["cost", "watts"], ["", "bogus"]), "--weights": (["bf16"], DTYPE_VALUES),
-        "--set": (SET_VALUES[:1], SET_VALUES), "--on": (["h100-sxm"], SPEC_VALUES)}, stub="simulator"),
+        "--set": (SET_VALUES[:1], SET_VALUES), "--chart": (["chart.png", "chart.svg"], OUTPUT_BAD),
+        "--on": (["h100-sxm"], SPEC_VALUES)},
+        outputs={"--chart": (".png", ".svg", ".pdf")}, stub="simulator"),
     "train": Command(["train", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "8", "--global-batch", "16",
                       "--seq", "1024", "--json"], {
         "--chips": _counts(["8", "16"]), "--global-batch": _counts(["16", "32"]), "--seq": _counts(["1024"]),

@@ -30,6 +30,7 @@ from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import mode_choices, mode_help
 from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
+from perfmodel.uncertainty import TIME
 from perfmodel.units import format_quantity, parse_quantity
 
 DEFAULT_SYSTEMS = "h100-sxm,tpu-v5e,cerebras-wse-3,groq-lpu-v1,ibm-spyre"
@@ -123,6 +124,11 @@ def register(commands) -> None:
     size.add_argument("--at-median", action="store_true",
                       help="size so that the targets hold at the median of the model's error instead of at "
                            "--confidence")
+    size.add_argument("--chart", type=Path, metavar="FILE.png",
+                      help="also draw every deployment the screen considered, chips against TPOT per system (Pareto "
+                           "fronts joined), each system's sized deployment as a star with its simulated p50 TPOT's "
+                           "--confidence interval as an error bar where there is evidence, and the TPOT targets "
+                           "(.png, .svg or .pdf)")
     size.add_argument("--json", action="store_true")
     size.set_defaults(handler=_size)
 
@@ -362,7 +368,10 @@ def _size(args) -> int:
     from perfmodel.llm.catalog import load_architecture
     from perfmodel.llm.caveats import engine_caveats
     from perfmodel.serving.sizing import SystemSizing, parameter_set, rank, size_deployment
+    from perfmodel.yaml_source import check_output_path
 
+    if args.chart is not None:  # before any work: a bad path costs nothing
+        check_output_path(args.chart, "--chart", (".png", ".svg", ".pdf"))
     _check_counts(args, ("prompt", "gen", "users", "requests"))
     resolve_checkpoint_dtypes(args)
     targets, load = _size_targets(args), _size_load(args)
@@ -376,9 +385,10 @@ def _size(args) -> int:
 
     metrics = list(dict.fromkeys(target.metric for target in targets))
 
-    def size_on(name: str) -> tuple[SystemSizing, str | None, dict | None]:
-        """One system's sizing, why it could not be sized (None: it was), and the confidence its targets
-        were held at (None: not sized)."""
+    def size_on(name: str) -> tuple[SystemSizing, str | None, dict | None, object]:
+        """One system's sizing, why it could not be sized (None: it was), the confidence its targets
+        were held at (None: not sized), and for --chart the interval of its deployment's p50 TPOT (None:
+        no deployment or no chart)."""
         hardware = load_for_prediction(name, overrides=overrides, ideal=args.ideal, engine=args.engine)
         for said in engine_caveats(architecture, hardware):
             print(f"perfmodel: note: {said}", file=sys.stderr)
@@ -386,14 +396,14 @@ def _size(args) -> int:
             mode = resolve_mode(hardware, args.mode)
         except PerfmodelError as error:
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode="-", best=None, note=str(error),
-                                closest=None, simulations=0), str(error), None
+                                closest=None, simulations=0), str(error), None, None
         weights, kv, activations = args.weights, args.kv or "bf16", args.activations
         if not _supports(hardware, weights) and weights in ("bf16", "fp16"):  # the spec offers the other one
             weights = kv = activations = "fp16" if weights == "bf16" else "bf16"
         if not (_supports(hardware, weights) and _supports(hardware, activations)):
             reason = f"{hardware.name} has no engine for {weights} weights with {activations} activations"
             return SystemSizing(hardware=name, parameters=parameter_set(hardware), mode=mode, best=None, note=reason,
-                                closest=None, simulations=0), reason, None
+                                closest=None, simulations=0), reason, None, None
         held = held_targets(architecture, hardware, None if args.at_median else args.confidence,
                             intervals.sets_asked(args), prompt_tokens=max(round(prompt.mean), 1),
                             output_tokens=max(round(output.mean), 1), weight_dtype=weights, kv_dtype=kv,
@@ -403,17 +413,25 @@ def _size(args) -> int:
                                  activation_dtype=activations, expert_weight_dtype=args.expert_weights, mode=args.mode,
                                  price_usd_per_chip_hour=prices.get(name, prices.get("")), limit_factor=held.extra)
         block = held.block(None if sizing.best is None else sizing.best.parallelism, metrics)
-        return replace(sizing, hardware=name), None, {key: value for key, value in block.items() if key != "level"}
+        tpot = None
+        if args.chart is not None and sizing.best is not None:  # the served rows' band, as serve prints it
+            tpot = intervals.intervals(hardware, "served", args.confidence,
+                                       {"tpot": (sizing.best.tpot.p50, TIME)})["tpot"]
+        return (replace(sizing, hardware=name), None, {key: value for key, value in block.items() if key != "level"},
+                tpot)
 
-    sizings, unavailable, confidence = [], {}, {}
+    sizings, unavailable, confidence, tpot_intervals = [], {}, {}, {}
     with fanout(args, "system") as mapper:  # each system is sized on its own: one piece of work
-        for name, (sizing, reason, held_at) in zip(names, mapper(size_on, names), strict=True):
+        for name, (sizing, reason, held_at, tpot) in zip(names, mapper(size_on, names), strict=True):
             sizings.append(sizing)
+            tpot_intervals[name] = tpot
             if reason is not None:
                 unavailable[name] = reason
             if held_at is not None:
                 confidence[name] = held_at
     ranked = rank(sizings, by=args.rank)
+    if args.chart is not None:
+        _size_chart(args.chart, architecture, ranked, tpot_intervals, targets)
     if args.json:
         data = {}
         for place, sizing in enumerate(ranked, start=1):
@@ -431,6 +449,23 @@ def _size(args) -> int:
     print(f"targets held at {level} (each system's simulated times must stay under the target x its factor): "
           + "; ".join(f"{name} {_factors(item['limit_factors'])} ({item['basis']})" for name, item in confidence.items()))
     return 0
+
+
+def _size_chart(path: Path, architecture, ranked, tpot_intervals: dict, targets) -> None:
+    """``--chart``: the screen's options of every system (chips against TPOT), each sized deployment at its
+    simulated p50 TPOT with that figure's interval, the TPOT targets (``plotting.plot_pareto``)."""
+    from perfmodel.plotting import plot_pareto, save_figure
+
+    options = {sizing.hardware: list(sizing.considered) for sizing in ranked}
+    chosen = {sizing.hardware: (sizing.best.chips, sizing.best.tpot.p50) for sizing in ranked
+              if sizing.best is not None}
+    lines = [(f"target: {target.label} <= {format_quantity(target.limit_s, 'seconds')}", target.limit_s)
+             for target in targets if target.metric == "tpot"]
+    title = (f"{architecture.name}: deployments considered and sized\n"
+             "dots: the steady-state screen (TPOT at the largest batch that meets the targets); line: its Pareto front\n"
+             "star: each system's sized deployment at its simulated p50 TPOT")
+    save_figure(plot_pareto(options, chosen=chosen, chosen_intervals=tpot_intervals, tpot_targets_s=lines,
+                            title=title), path)
 
 
 def _factors(factors: dict) -> str:

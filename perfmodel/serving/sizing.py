@@ -168,6 +168,7 @@ class SystemSizing:
     note: str
     closest: SizingOption | None  # without an answer: the screen's fastest option (lowest TPOT)
     simulations: int
+    considered: tuple[SizingOption, ...] = ()  # every option the steady-state screen priced (for charts)
 
     def to_dict(self) -> dict:
         return {"hardware": self.hardware, "parameters": self.parameters, "mode": self.mode,
@@ -265,7 +266,7 @@ def size_deployment(architecture: Architecture, hardware: Hardware, targets: Seq
         note = "no option fits" if closest is None else (
             f"misses the targets in steady state; fastest: TPOT {_s(closest.tpot_s)}, TTFT "
             f"{_s(closest.ttft_s)} on {closest.parallelism.chips} chip{'' if closest.parallelism.chips == 1 else 's'}")
-        return SystemSizing(**base, best=None, note=note, closest=closest, simulations=0)
+        return SystemSizing(**base, best=None, note=note, closest=closest, simulations=0, considered=tuple(screen))
     scenario = Scenario(batch=1, prompt_tokens=prompt_tokens, generated_tokens=output_tokens,
                         weight_dtype=weight_dtype, kv_dtype=kv_dtype, activation_dtype=activation_dtype,
                         expert_weight_dtype=expert_weight_dtype)
@@ -284,7 +285,7 @@ def size_deployment(architecture: Architecture, hardware: Hardware, targets: Seq
             best = found
     note = "meets the targets" if best is not None else min(misses)[1] if misses else "no option fits"
     return SystemSizing(**base, best=best, note=note, closest=None if best is not None else min(
-        candidates, key=lambda o: o.tpot_s), simulations=check.runs)
+        candidates, key=lambda o: o.tpot_s), simulations=check.runs, considered=tuple(screen))
 
 
 def _floor(option: SizingOption, load: ArrivalProcess | ClosedLoop) -> int:
