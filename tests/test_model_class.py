@@ -39,8 +39,13 @@ FAMILY_CONFIGS = {
     "llama4_text (every layer MoE)": {"model_type": "llama4_text", "num_hidden_layers": 4},
     "gemma3_text": {"model_type": "gemma3_text", "num_hidden_layers": 12},
     "mistral": {"model_type": "mistral", "num_hidden_layers": 2},
+    "mistral (window 32)": {"model_type": "mistral", "num_hidden_layers": 2, "sliding_window": 32},
+    "qwen2 (window from layer 1)": {"model_type": "qwen2", "num_hidden_layers": 2, "use_sliding_window": True,
+                                    "sliding_window": 32, "max_window_layers": 1},
+    "gemma2 (window 32)": {"model_type": "gemma2", "num_hidden_layers": 2, "sliding_window": 32},
     "phi3": {"model_type": "phi3", "num_hidden_layers": 2},
     "granite": {"model_type": "granite", "num_hidden_layers": 2},
+    "granitemoe": {"model_type": "granitemoe", "num_hidden_layers": 2},
     "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2},
     "llama": {"model_type": "llama", "num_hidden_layers": 2},
     "gptj": {"model_type": "gptj", "n_layer": 2},
@@ -75,6 +80,28 @@ def test_family_parameter_count_equals_the_meta_model_by_module_kind(label):
     assert set(by_kind) == set(MODULE_KINDS)
 
 
+# The issue's families as their config classes define them by default (every field its default value, the whole
+# depth): the class each serves tokens with, a multimodal wrapper's text model included (llama4, gemma3).
+DEFAULT_FAMILIES = ("deepseek_v3", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text", "gemma3", "gemma3_text",
+                    "mistral", "phi3", "granite", "granitemoe", "mixtral", "llama", "qwen3_next", "qwen3_5_text",
+                    "qwen3_5_moe_text", "nemotron_h")
+
+
+@pytest.mark.parametrize("model_type", DEFAULT_FAMILIES)
+def test_family_defaults_count_exactly_by_module_kind(model_type):
+    config = {"model_type": model_type}
+    total, by_kind = _meta_counts(config)
+    architecture = architecture_from_class(config, model_type)
+    assert architecture.parameter_count() == total and architecture.parameters_by_kind() == by_kind
+
+
+@pytest.mark.parametrize("model_type", ["granitemoehybrid", "bamba"])
+def test_state_space_defaults_are_refused_as_pure_state_space_models(model_type):
+    """Granite-4.0-H's and Bamba's config classes default to Mamba-2 in every layer (no attention): refused, named."""
+    with pytest.raises(PerfmodelError, match="every layer is a linear-attention"):
+        architecture_from_class({"model_type": model_type}, model_type)
+
+
 @pytest.mark.parametrize("name", SHIPPED_CLASS_MODELS)
 def test_shipped_record_is_what_the_class_gives(name):
     """The stored record (read at run time without torch) is the class reading, and counts the meta model."""
@@ -87,8 +114,12 @@ def test_shipped_record_is_what_the_class_gives(name):
 
 
 def test_the_families_of_the_issue_ship():
-    assert {"deepseek-v3", "deepseek-r1", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
-            "gpt-oss-120b", "llama-4-scout", "llama-4-maverick"} <= set(model_names())
+    """Every model the issue's catalog names, each config naming its source."""
+    issue = {"deepseek-v3", "deepseek-r1", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
+             "gpt-oss-120b", "llama-4-scout", "llama-4-maverick", "gemma-3-27b", "mistral-small-3-24b",
+             "mistral-large-2", "phi-4", "granite-3.1-8b", "granite-4.0-h-small"}
+    assert issue <= set(model_names())
+    assert all(str(load_config(name).get("_source", "")).startswith("https://") for name in issue)
 
 
 def test_issue_figures():
@@ -116,7 +147,9 @@ def _static_cache_bytes_per_token(config, context):
 
 @pytest.mark.parametrize("label, context", [("llama", 64), ("qwen3", 64), ("gpt_oss", 512), ("gemma3_text", 2048),
                                             ("mistral", 64), ("deepseek_v3", 64), ("qwen3_moe", 64),
-                                            ("llama4_text", 128)])
+                                            ("llama4_text", 128), ("mistral (window 32)", 64), ("phi3", 64),
+                                            ("granite", 64), ("mixtral", 64), ("qwen2 (window from layer 1)", 64),
+                                            ("gemma2 (window 32)", 64), ("granitemoe", 64)])
 def test_kv_bytes_equal_what_the_cache_class_allocates(label, context):
     """Per family, the KV bytes a token keeps are what the class's StaticCache allocates: windowed layers capped
     at their window (gpt-oss 128, Gemma 3 1024, Llama 4's chunks: 32 here), MLA's compressed latent and rotary key
@@ -193,12 +226,20 @@ def test_qwen3_235b_decode_streams_the_active_experts_by_hand():
 
 def test_deepseek_v3_decode_is_bound_by_weights_on_h200():
     """DeepSeek-V3 in fp8 on 8 H200s at batch 8: 64 routed tokens reach 64 of 256 experts in each of the 58 MoE
-    layers, plus the shared expert; the step is bound by those weights on the datasheet roofline."""
+    layers, plus the shared expert; the step is bound by those weights on the datasheet roofline. By hand, one byte a
+    weight: each of the 61 layers reads the replicated down-projections of latent attention (q_a 7168 -> 1536,
+    kv_a_proj_with_mqa 7168 -> 512 + 64, as vLLM's ReplicatedLinear), its tp shard of q_b (1536 -> 16 heads x 192),
+    of kv_b (absorbed into W_UK and W_UV: 512 x 16 x (128 + 128)) and of o_proj (16 x 128 -> 7168); each MoE layer
+    the replicated router, the 64 reached experts' 1/8 slices (3 x 7168 x 256) and the shared expert's; each of the
+    3 dense layers its MLP's shard (3 x 7168 x 18432 / 8); then the LM head's shard (129280 / 8 rows)."""
     a = load_architecture("deepseek-v3")
     scenario = Scenario(batch=8, prompt_tokens=1024, generated_tokens=1, weight_dtype="fp8")
     graph = stage_graph(a, scenario, Parallelism(tp=8), phase="decode", context=1024)
     (routed,) = [op for op in graph.ops if op.name == "layers.moe.experts.gate_up"]
     assert (routed.attrs["batch"], routed.attrs["n"], routed.count) == (64, 2 * 2048 // 8, 58)
+    attention = 7168 * 1536 + 1536 * 16 * 192 + 7168 * 576 + 512 * 16 * 256 + 16 * 128 * 7168
+    moe = 7168 * 256 + 64 * 3 * 7168 * 256 + 3 * 7168 * 256
+    assert _weight_bytes(graph) == 61 * attention + 58 * moe + 3 * 3 * 7168 * 18432 // 8 + 7168 * 129280 // 8
     h200 = load_hardware("h200-sxm")
     result = llm_predict(a, h200, scenario, Parallelism(tp=8), mode="graph")
     floor = _weight_bytes(graph) / h200.memory[-1].bandwidth_bytes_per_s
@@ -691,6 +732,38 @@ def test_models_list_shows_the_layer_mix_and_state(capsys):
     assert rows["granite-4.0-h-small"]["linear_mixer"] == "mamba2" and rows["llama-3.1-8b"]["linear_layers"] == 0
     assert main(["models", "list"]) == 0
     assert "48 (12 attention + 36 gated delta net)" in capsys.readouterr().out
+
+
+def test_models_list_shows_the_issues_columns(capsys):
+    """models list: attention kind, experts (routed, shared, active), KV bytes per token and parameters (total,
+    active) of the issue's families, by hand. DeepSeek-V3: MLA caching 576 elements a layer, 8 of 256 routed experts
+    + a 2,048-wide shared one in 58 of 61 layers, so 58 x 248 experts of 3 x 7168 x 2048 are idle per token."""
+    import json
+
+    from perfmodel.cli import main
+
+    assert main(["models", "list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    deepseek = rows["deepseek-v3"]
+    assert (deepseek["attention"], deepseek["experts"], deepseek["experts_per_token"], deepseek["shared_experts_width"],
+            deepseek["moe_layers"]) == ("MLA", 256, 8, 2048, 58)
+    assert deepseek["kv_bytes_per_token_bf16"] == 61 * 576 * 2
+    assert deepseek["parameters"] == 671_026_404_352
+    assert deepseek["active_parameters"] == 671_026_404_352 - 58 * 248 * 3 * 7168 * 2048
+    qwen = rows["qwen3-235b-a22b"]
+    assert (qwen["attention"], qwen["experts"], qwen["experts_per_token"], qwen["shared_experts_width"]) == \
+        ("GQA", 128, 8, 0)
+    assert qwen["kv_bytes_per_token_bf16"] == 94 * 2 * 4 * 128 * 2
+    assert qwen["active_parameters"] == qwen["parameters"] - 94 * 120 * 3 * 4096 * 1536
+    assert rows["gpt-oss-120b"]["attention"] == "GQA, full/window 128"
+    assert rows["gemma-3-27b"]["attention"] == "GQA, full/window 1024"
+    assert rows["llama-4-maverick"]["attention"] == "GQA, full/window 8192"
+    assert (rows["llama-4-maverick"]["experts"], rows["llama-4-maverick"]["shared_experts_width"]) == (128, 8192)
+    assert rows["granite-3.1-8b"]["attention"] == "GQA" and rows["granite-3.1-8b"]["experts"] == 1
+    assert main(["models", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "MLA" in text and "8 of 256 + shared (2048 wide), 58 of 61 layers" in text and "68.6 KiB" in text
+    assert "671.03 B (37.55 B)" in text
 
 
 def test_eager_capture_refuses_hybrids():
