@@ -369,12 +369,18 @@ def test_block_scaled_weights_carry_their_scales_in_memory_and_traffic(dtype, bi
 @pytest.mark.parametrize(("device", "activation", "weight", "side"), [
     ("h200-sxm", "bf16", "mxfp4", "8 per weight"), ("h200-sxm", "bf16", "nvfp4", "8 per weight"),
     ("h200-sxm", "bf16", "fp8_block", "4 per weight"), ("h200-sxm", "fp8", "fp8_block", "2 per output per 128 of k"),
-    ("b200", "fp4", "nvfp4", "none"), ("b200", "fp8", "mxfp8", "none"), ("h200-sxm", "bf16", "bf16", "none")])
+    ("b200", "fp4", "nvfp4", "none"), ("b200", "fp8", "mxfp8", "none"), ("h200-sxm", "bf16", "bf16", "none"),
+    ("b200", "fp8", "mxfp4", "none"), ("rtx-pro-6000", "fp4", "mxfp4", "none"),
+    ("h200-sxm", "fp8", "mxfp4", "8 per weight"), ("h200-sxm", "fp8", "nvfp4", "8 per weight"),
+    ("mi300x", "fp8", "mxfp4", "8 per weight"), ("h200-sxm", "fp8", "mxfp8", "2 per output per 32 of k"),
+    ("l40s", "fp8", "mxfp8", "2 per output per 32 of k")])
 def test_block_scaled_weights_are_dequantized_or_run_natively_as_defined(device, activation, weight, side):
     """Under bf16 activations block-scaled weights are dequantized in the kernel on the vector engine (convert and
     scale: 4 per 8-bit element, unpack too: 8 per 4-bit one, as int8/int4); under activations of their element
     width the MMA runs them at that rate, Blackwell's block-scaled MMA applying the scales itself, while fp8_block
-    on Hopper multiplies the fp32 partial sums by the block scales every 128 of k (DeepSeek-V3, section 3.3.2)."""
+    on Hopper multiplies the fp32 partial sums by the block scales every 128 of k (DeepSeek-V3, section 3.3.2).
+    Without block-scaled MMA (Hopper, Ada, MI300X) fp4 elements under fp8 activations are converted one by one (no
+    fp4 MMA), and mxfp8's per-32 scales are applied to the partial sums every 32 of k."""
     from perfmodel.costs.rules import CostContext, op_cost
 
     m, k, n = 16, 7168, 4096
@@ -384,10 +390,21 @@ def test_block_scaled_weights_are_dequantized_or_run_natively_as_defined(device,
             attrs={"m": m, "n": n, "k": k, "batch": 1, "dtype": activation})
     cost = op_cost(op, CostContext(hardware=load_hardware(device)))
     expected = {"8 per weight": 8 * k * n, "4 per weight": 4 * k * n, "2 per output per 128 of k": 2 * m * n * (k // 128),
-                "none": 0}[side]
+                "2 per output per 32 of k": 2 * m * n * (k // 32), "none": 0}[side]
     assert float(cost.side_flops or 0) == expected
     assert cost.peak_dtype == {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4"}[activation]
     assert (cost.side_engine is not None) == (expected > 0)
+
+
+def test_block_scaled_mma_is_blackwells():
+    """Native MX/NVFP4 MMA where the tensor cores run fp4 (Blackwell: B200, B300, GB200, GB300, RTX PRO 6000), not on
+    Hopper, Ada, Ampere or MI300X, nor on TPUs."""
+    from perfmodel.costs.rules import has_block_scaled_mma
+
+    native = {name: has_block_scaled_mma(load_hardware(name)) for name in
+              ("b200", "b300", "gb200", "gb300", "rtx-pro-6000", "h100-sxm", "h200-sxm", "l40s", "a100-sxm-80gb",
+               "mi300x", "tpu-v6e")}
+    assert {name for name, flag in native.items() if flag} == {"b200", "b300", "gb200", "gb300", "rtx-pro-6000"}
 
 
 def test_block_scaled_formats_are_weight_formats_only():

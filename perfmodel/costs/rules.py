@@ -614,24 +614,42 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
 
 
 def dequantize_flops(op: Op, weight_elements: ArrayLike, outputs_per_k_block: ArrayLike = 0.0,
-                     k: ArrayLike = 0.0) -> SIValue:
+                     k: ArrayLike = 0.0, block_scaled_mma: bool = True) -> SIValue:
     """Vector-engine work inside a matmul with quantized weights (``conventions``): integer weights under
     float activations, and block-scaled weights under 16-bit or wider float activations, are dequantized,
     ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT`` FLOP-equivalents per weight element, once per pass over
     the weights; fp8_block weights under fp8 activations run natively, their block scales applied to the
-    fp32 partial sums every 128 of ``k`` (``outputs_per_k_block``: batch x m x n output elements)."""
+    fp32 partial sums every 128 of ``k`` (``outputs_per_k_block``: batch x m x n output elements). The MX
+    and NVFP4 formats under activations of their element width run natively where the matrix engine has
+    block-scaled MMA (``block_scaled_mma``, ``has_block_scaled_mma``); without it, fp4 elements under fp8
+    activations are converted element by element (as under bf16), and mxfp8's fp8 elements run on the fp8
+    MMA with their scales applied to the partial sums every block of k (32), as fp8_block's every 128."""
     if len(op.inputs) < 2 or op.inputs[1].role != "weight":
         return 0.0
     weight, activation = get_dtype(op.inputs[1].dtype), get_dtype(op.inputs[0].dtype)
     if activation.kind != "float":
         return 0.0
-    if weight.block_scaled and activation.bytes_per_element < C.BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES:
-        if weight.name != "fp8_block":
-            return 0.0
-        promotions = np.ceil(floats(k) / C.FP8_BLOCK_PROMOTION_K)
-        return C.BLOCK_SCALE_FLOPS_PER_PROMOTION * floats(outputs_per_k_block) * promotions
     per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight.name, 0.0)
+    if weight.block_scaled and activation.bytes_per_element < C.BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES:
+        if weight.name != "fp8_block" and block_scaled_mma:
+            return 0.0
+        element = get_dtype(weight.element or weight.name)
+        if element.bits < activation.bits:  # no MMA for the narrower element: each one converted (W4A8)
+            return per_weight * floats(weight_elements)
+        block_k = C.FP8_BLOCK_PROMOTION_K if weight.name == "fp8_block" else weight.scale_block
+        promotions = np.ceil(floats(k) / block_k)
+        return C.BLOCK_SCALE_FLOPS_PER_PROMOTION * floats(outputs_per_k_block) * promotions
     return per_weight * floats(weight_elements) if per_weight else 0.0
+
+
+def has_block_scaled_mma(hardware: Hardware) -> bool:
+    """Whether a matrix engine applies MX / NVFP4 block scales inside its MMA instruction. Read from the
+    engines' dtypes: a matrix engine that runs fp4 has it. NVIDIA's FP4 tensor cores arrived with Blackwell
+    together with block-scaled MMA (PTX ISA 8.7: ``tcgen05.mma`` ``.kind::mxf8f6f4`` / ``.kind::mxf4nvf4``
+    with ``.block_scale`` on sm_100a, ``mma.sync`` ``.block_scale`` on sm_120a: B200, B300, GB200, GB300, RTX
+    PRO 6000); AMD's FP4 arrived with CDNA 4's scaled MFMA (``V_MFMA_SCALE_F32_*_F8F6F4``, MI350 series ISA).
+    Hopper (H100, H200), Ada, Ampere and CDNA 3 (MI300X) have neither FP4 nor block-scaled MMA."""
+    return any(engine.kind == "matrix" and runs(engine, "fp4") for engine in hardware.compute.values())
 
 
 def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
@@ -650,7 +668,8 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = matmul_flops(m, n, k, batch)
-    dequantize = dequantize_flops(op, batch * floats(k) * n, batch * floats(m) * n, k)
+    dequantize = dequantize_flops(op, batch * floats(k) * n, batch * floats(m) * n, k,
+                                  has_block_scaled_mma(context.hardware))
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
     # The dequantizing engine works inside the kernel, so its time bounds every candidate's compute time.
     side_s = 0.0 if vector is None else compute_time_s(dequantize, compute_rate_flops_per_s(
