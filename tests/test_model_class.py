@@ -338,6 +338,26 @@ def test_gemma3_27b_is_its_text_model_with_five_sliding_layers_to_one_full():
     assert gemma.kv_cache_bytes(8192, 2) == per_layer * (52 * 1024 + 10 * 8192)
 
 
+@pytest.mark.parametrize("text_type", ["mistral", "ministral3", None])
+def test_mistral3_configs_are_read_as_their_text_model(tmp_path, text_type):
+    """Mistral Small 3.1/3.2 (and Ministral 3) ship as Mistral3ForConditionalGeneration: the text model named by
+    text_config's model_type (the class's default, mistral, when it names none) serves the tokens, counted exactly;
+    the eager capture takes the same text model."""
+    import json
+
+    from perfmodel.llm.eager import supports, text_config
+
+    text = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 64,
+            **({"model_type": text_type} if text_type else {})}
+    config = {"model_type": "mistral3", "text_config": text, "vision_config": {"hidden_size": 32}}
+    path = tmp_path / "mistral3.json"
+    path.write_text(json.dumps(config))
+    architecture = load_architecture(path)
+    assert architecture.parameter_count() == _meta_counts({**text, "model_type": text_type or "mistral"})[0]
+    assert supports(config) is None and text_config(config)["model_type"] == (text_type or "mistral")
+
+
 def test_phi4_fused_projections_are_read():
     """Phi-4 (Phi3ForCausalLM) fuses q/k/v and gate/up: read as 40 query and 10 KV heads of 128 and a 17,920-wide
     gated MLP."""
@@ -491,14 +511,16 @@ def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib)
 
 # More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
 # meta model's count, kind by kind) or refused naming the module or kind that does not fit.
-MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2",
+MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2 (top-6)", "glm4_moe", "glm", "phimoe", "cohere", "cohere2",
                  "gemma2",
                  "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
 
 
 @pytest.mark.parametrize("family", MORE_FAMILIES)
 def test_more_families_count_exactly(family):
-    config = {"model_type": family, "num_hidden_layers": 2}
+    config = {"model_type": family.split(" ")[0], "num_hidden_layers": 2}
+    if family == "deepseek_v2 (top-6)":  # (its config class gives no top-k: DeepSeek-V2's config.json routes to 6)
+        config["num_experts_per_tok"] = 6
     total, by_kind = _meta_counts(config)
     architecture = architecture_from_class(config, family)
     assert architecture.parameter_count() == total and architecture.parameters_by_kind() == by_kind
@@ -513,6 +535,16 @@ def test_more_families_count_exactly(family):
 def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
     with pytest.raises(PerfmodelError, match=needle):
         architecture_from_class({"model_type": family, "num_hidden_layers": 2}, family)
+
+
+@pytest.mark.parametrize("top_k, needle", [(None, "gives no num_experts_per_tok"), (0, "'num_experts_per_tok'"),
+                                           (65, "from 1 to the 64 experts")])
+def test_a_moe_without_a_valid_top_k_is_refused(top_k, needle):
+    """The router's top-k is read by hand: DeepSeek-V2's config class leaves it None (transformers' router could not
+    run); it is refused naming the field, not priced as top-1."""
+    config = {"model_type": "deepseek_v2", "num_hidden_layers": 2, "num_experts_per_tok": top_k}
+    with pytest.raises(PerfmodelError, match=needle):
+        architecture_from_class(config, "deepseek_v2")
 
 
 def test_mamba1_hybrids_and_pure_state_space_models_are_refused():

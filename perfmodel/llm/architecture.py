@@ -594,7 +594,19 @@ STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_sh
 # Multimodal configs whose text model (``text_config``) serves the tokens: its model_type in transformers.
 # The vision encoder is not priced.
 MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
-                          "qwen3_5_moe": "qwen3_5_moe_text"}
+                          "qwen3_5_moe": "qwen3_5_moe_text", "mistral3": "mistral"}
+# Wrappers whose text_config names its own model type (Mistral3ForConditionalGeneration: Mistral Small 3.1/3.2's
+# text model is "mistral", Ministral 3's "ministral3"); the type above when it names none (the class's default).
+TEXT_CONFIG_NAMES_ITS_TYPE = ("mistral3",)
+
+
+def text_model_type(config: Mapping) -> str:
+    """The model type that serves a multimodal config's tokens (``MULTIMODAL_TEXT_MODELS``)."""
+    wrapper, text = config["model_type"], config.get("text_config")
+    named = text.get("model_type") if isinstance(text, Mapping) else None
+    if wrapper in TEXT_CONFIG_NAMES_ITS_TYPE and isinstance(named, str) and named:
+        return named
+    return MULTIMODAL_TEXT_MODELS[wrapper]
 
 
 def is_native_block(config: Mapping) -> bool:

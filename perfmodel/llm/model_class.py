@@ -26,6 +26,7 @@ from perfmodel.llm.architecture import (
     LatentAttention,
     RecurrentMixer,
     _activation,
+    text_model_type,
 )
 
 MODULE_KINDS = ("embedding", "attention", "linear_attention", "mlp", "experts", "shared_experts", "router", "norms",
@@ -60,7 +61,7 @@ def meta_model(config: Mapping) -> tuple[Any, Any]:
     fields = {key: value for key, value in config.items() if not key.startswith("_")}
     model_type = fields.pop("model_type", None)
     if model_type in MULTIMODAL_TEXT_MODELS:  # a multimodal config: its text model is what serves tokens
-        fields, model_type = dict(fields.get("text_config") or {}), MULTIMODAL_TEXT_MODELS[model_type]
+        fields, model_type = dict(fields.get("text_config") or {}), text_model_type(config)
         fields.pop("model_type", None)
     fields.pop("architectures", None)
     fields.pop("auto_map", None)
@@ -350,6 +351,21 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
     return tuple(windows)
 
 
+def _experts_per_token(hf_config: Any, experts: int) -> int:
+    """The router's top-k, read by hand (no shape holds it): a model with experts must give it (DeepSeek-V2's
+    config class leaves ``num_experts_per_tok`` None, which its router cannot run with), never taken as 1."""
+    for field_name in ("num_experts_per_tok", "experts_per_token"):
+        value = getattr(hf_config, field_name, None)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= experts:
+            raise PerfmodelError(f"config field {field_name!r}: expected the experts each token is routed to, a whole "
+                                 f"number from 1 to the {experts} experts, got {value!r}")
+        return value
+    raise PerfmodelError(f"the model has {experts} routed experts but the config gives no num_experts_per_tok: the "
+                         "router's top-k prices every MoE layer; give it")
+
+
 def _mtp_modules(hf_config: Any) -> int:
     """DeepSeek-V3's multi-token-prediction modules (``num_nextn_predict_layers``), read by hand: the
     transformers class does not build them (its checkpoint loader drops ``model.layers.61.*``). Each is one
@@ -418,7 +434,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
                    for params in layers.values()) or expert_bias
     windows = _windows(hf_config, len(layers))
     uniform = windows is None or len(set(windows)) == 1
-    top_k = getattr(hf_config, "num_experts_per_tok", None) or getattr(hf_config, "experts_per_token", None) or 1
+    top_k = _experts_per_token(hf_config, experts["experts"]) if experts else 1
     positions = getattr(hf_config, "max_position_embeddings", None) or getattr(hf_config, "n_positions", None)
     if not isinstance(positions, int) or positions < 1:
         raise PerfmodelError(f"the config's max_position_embeddings is {positions!r}: perfmodel checks every scenario's "
@@ -429,7 +445,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         name=name, hidden=hidden, layers=len(layers), heads=heads, intermediate=intermediate, vocab=vocab,
         max_positions=int(positions), tied_embeddings="lm_head.weight" not in shapes, gated_mlp=gated,
         mlp_bias=mlp_bias, layer_norm_bias=any(key.endswith(".bias") for key in norm_names[0]),
-        norms_per_layer=norms, experts_per_token=int(top_k) if experts else 1, lm_head_bias="lm_head.bias" in shapes,
+        norms_per_layer=norms, experts_per_token=top_k, lm_head_bias="lm_head.bias" in shapes,
         sliding_window=(windows[0] or None) if windows and uniform else None,
         layer_windows=None if uniform else windows,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
