@@ -272,6 +272,52 @@ def test_mixed_layers_are_grouped():
     assert counts["layers.attn.kv_b_proj"] == 61
 
 
+def test_chunked_attention_pairs_by_hand():
+    """Chunked local attention (chunks of 4): a causal query at position p sees (p mod 4) + 1 keys; a query without a
+    mask (decode) the keys of the last position's chunk; a sliding window of 4 sees up to 4 keys whatever the chunk."""
+    from perfmodel.costs.traffic import attended_pairs
+
+    assert attended_pairs(10, 10, True, 4, chunked=True) == (1 + 2 + 3 + 4) * 2 + 1 + 2
+    assert attended_pairs(3, 10, True, 4, chunked=True) == 4 + 1 + 2  # positions 7, 8, 9
+    assert attended_pairs(10, 10, True, 4) == 1 + 2 + 3 + 4 * 7
+    assert attended_pairs(1, 9, False, 4, chunked=True) == 1 and attended_pairs(1, 8, False, 4, chunked=True) == 4
+    assert attended_pairs(1, 9, False, 4) == 4
+
+
+def test_llama4_chunked_layers_see_their_chunk_only():
+    """Llama 4 Maverick's 36 chunked layers (8,192-token chunks; every fourth layer is global): at a context of
+    10,000 a decode query (position 9,999) sees the 1,808 keys of its chunk and reads only those; a 32,768-token
+    prefill scores 4 chunks of 8,192 x 8,193 / 2 pairs, where a sliding window of 8,192 would score 1.75x that."""
+    from perfmodel.costs.rules import CostContext, op_cost
+
+    a, h200 = load_architecture("llama-4-maverick"), load_hardware("h200-sxm")
+    assert a.chunked_attention and a.layer_windows.count(8192) == 36 and a.layer_windows.count(0) == 12
+    assert not load_architecture("gpt-oss-20b").chunked_attention
+    per_pair = 40 // 8 * (4 * 128 + 5)  # 5 query heads a chip: q.k and p.v (2 x 2 x 128) and the softmax (5)
+
+    def attention(phase, context):
+        scenario = Scenario(batch=1, prompt_tokens=context, generated_tokens=1)
+        graph = stage_graph(a, scenario, Parallelism(tp=8), phase=phase, context=context)
+        return {op.attrs.get("chunked", False): (op, op_cost(op, CostContext(hardware=h200)))
+                for op in graph.ops if op.kind == "attention"}
+
+    decode = attention("decode", 10_000)
+    assert decode[True][0].count == 36 and decode[False][0].count == 12
+    assert float(decode[True][1].flops) == 1808 * per_pair and float(decode[False][1].flops) == 10_000 * per_pair
+    kv_read = 1808 * 2 * 128 * 2  # one KV head a chip, K and V of 128, bf16
+    assert float(decode[True][1].bytes_by_level[-1]) == kv_read + 5 * 2 * 128 * 2  # + the query in, the output out
+    prefill = attention("prefill", 32_768)
+    assert float(prefill[True][1].flops) == 4 * 8192 * 8193 // 2 * per_pair
+
+
+def test_sliding_and_chunked_layers_in_one_model_are_refused():
+    config = {"model_type": "llama4_text", "num_hidden_layers": 2, "layer_types": ["sliding_attention",
+                                                                                  "chunked_attention"],
+              "sliding_window": 16}
+    with pytest.raises(PerfmodelError, match="mixes sliding_attention and chunked_attention"):
+        architecture_from_class(config, "mixed")
+
+
 def test_pipeline_stage_is_the_heaviest_slice():
     a = load_architecture("deepseek-v3")
     stage = a.stage_layers(2)
@@ -806,7 +852,7 @@ def test_models_list_shows_the_issues_columns(capsys):
     assert qwen["active_parameters"] == qwen["parameters"] - 94 * 120 * 3 * 4096 * 1536
     assert rows["gpt-oss-120b"]["attention"] == "GQA, full/window 128"
     assert rows["gemma-3-27b"]["attention"] == "GQA, full/window 1024"
-    assert rows["llama-4-maverick"]["attention"] == "GQA, full/window 8192"
+    assert rows["llama-4-maverick"]["attention"] == "GQA, full/chunk 8192"
     assert (rows["llama-4-maverick"]["experts"], rows["llama-4-maverick"]["shared_experts_width"]) == (128, 8192)
     assert rows["granite-3.1-8b"]["attention"] == "GQA" and rows["granite-3.1-8b"]["experts"] == 1
     assert main(["models", "list"]) == 0

@@ -27,6 +27,7 @@ from perfmodel.costs import conventions as C
 from perfmodel.costs.topology import group_span, ring_links, span_steps
 from perfmodel.costs.traffic import (
     attended_pairs,
+    chunk_start,
     flash_attention_elements_moved,
     matmul_elements_moved,
     padded_bytes,
@@ -708,7 +709,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     Grouped KV heads (GQA/MQA): ``kv_heads`` K/V heads each serve ``heads / kv_heads`` query heads;
     a flash kernel packs a group's queries into its Q blocks (flash-decoding splits the KV length
     over the units for few queries), so K and V are read per KV head, not per query head. A
-    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys.
+    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys; with
+    ``chunked`` (Llama 4) to the keys of its own chunk of ``window`` positions (``attended_pairs``).
     ``v_head_dim`` (default ``head_dim``): the values' width when it differs from the keys' (MLA);
     ``kv_shared``: the values are the first ``v_head_dim`` elements of the cached keys, so the cache is
     read once (MLA's absorbed decode: FlashMLA reads the 576-wide latent + rotary key once).
@@ -732,7 +734,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     # elements of K and V each token brings, as a multiple of head_dim (2: K and V of equal width)
     kv_widths = 1.0 if op.attrs.get("kv_shared", False) else (floats(head_dim) + v_dim) / head_dim
     full_pairs = floats(seq_q) * seq_kv
-    pairs = attended_pairs(seq_q, seq_kv, causal, window)
+    chunked = bool(op.attrs.get("chunked", False)) and window is not None
+    pairs = attended_pairs(seq_q, seq_kv, causal, window, chunked)
     masked = causal or window is not None
     # A flash kernel skips only whole masked blocks: a diagonal block of B keys computes B*B pairs of
     # which B(B+1)/2 are attended, so each query row wastes (B-1)/2 pairs on average; over a causal
@@ -741,6 +744,10 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     block = engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK
     executed_pairs = minimum(full_pairs, pairs + floats(seq_q) * (block - 1) / 2) \
         if flash and masked else full_pairs
+    if flash and chunked and not causal:
+        # A decode query of a chunked layer sees whole key blocks from its chunk's start (a multiple of the chunk, and
+        # Llama 4's 8,192 is a multiple of every kernel's key block): no block is partly masked, unlike a window's.
+        executed_pairs = pairs
     scale = floats(batch) * heads
     useful = scale * pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
     executed = scale * executed_pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
@@ -749,8 +756,12 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     kv_bytes = _bytes_per_element(op, 1)
     group = floats(heads) / kv_heads
     # Keys any query sees: a causal window of W reaches back W - 1 keys from the first of seq_q queries.
+    # Chunked: from the start of the first query's chunk (without a mask: the last position's chunk).
     if window is None:
         kv_span = floats(seq_kv)
+    elif chunked:
+        first = floats(seq_kv) - (np.asarray(seq_q) if causal else 1)
+        kv_span = floats(seq_kv) - chunk_start(first, floats(window))
     else:
         kv_span = minimum(seq_kv, floats(window) + (np.asarray(seq_q) - 1 if causal else 0))
     kv_fraction = executed_pairs / maximum(full_pairs, 1.0)

@@ -169,6 +169,9 @@ class Architecture:
     router_bias: bool = False  # a bias (or DeepSeek's score-correction bias) on the router's logits
     moe_layers: tuple[bool, ...] | None = None  # per layer: routes to experts; None: every layer when experts > 1
     layer_windows: tuple[int, ...] | None = None  # per layer: keys seen (0: all); None: sliding_window for all
+    # The windowed layers are chunked, not sliding (Llama 4's chunked local attention: a query sees the keys of its
+    # own chunk of ``window`` positions, from the chunk's start to itself, not the last ``window`` keys).
+    chunked_attention: bool = False
     latent: LatentAttention | None = None  # multi-head latent attention instead of per-head K and V
     qk_norm: bool = False  # a norm scale of head_dim on queries and keys (Qwen3, Gemma 3)
     qkv_bias: bool = False
@@ -457,7 +460,7 @@ class Architecture:
 
 
 HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers", "state_dtype", "mixerless_layers",
-                 "mlpless_layers")
+                 "mlpless_layers", "chunked_attention")
 _DEFAULTS = {field.name: field.default for field in fields(Architecture)}
 
 
@@ -467,7 +470,7 @@ def architecture_record(architecture: Architecture) -> dict:
     for key in ("moe_layers", "layer_windows", "linear_layers", "mixerless_layers", "mlpless_layers"):
         if record[key] is not None:
             record[key] = list(record[key])
-    for key in HYBRID_FIELDS:  # the records of models without them stay as they were
+    for key in HYBRID_FIELDS:  # the records of models without them stay as they were (fields added since)
         if record[key] == _DEFAULTS[key]:
             del record[key]
     return record

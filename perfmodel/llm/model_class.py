@@ -45,8 +45,8 @@ _OUTSIDE = {"model.embed_tokens.weight": "embedding", "transformer.wte.weight": 
             "model.norm.bias": "norms", "model.final_layernorm.weight": "norms", "transformer.ln_f.weight": "norms",
             "transformer.ln_f.bias": "norms"}
 # Windows each attention kind of ``layer_types`` sees. Chunked attention (Llama 4: each query sees the
-# keys of its own chunk, at most attention_chunk_size) is priced as a window of the chunk: the most
-# keys a query sees and the most a layer caches.
+# keys of its own chunk, at most attention_chunk_size) keeps the chunk as its window (the most a layer
+# caches) with ``Architecture.chunked_attention`` set: the attention kernel prices a query's own chunk.
 _WINDOW_FIELD = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
 
 
@@ -351,6 +351,16 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
     return tuple(windows)
 
 
+def _chunked(hf_config: Any) -> bool:
+    """Whether the windowed layers are chunked (``layer_types``' ``chunked_attention``, Llama 4) rather than sliding;
+    a model with both kinds is refused (one window kind per model is priced)."""
+    types = set(getattr(hf_config, "layer_types", None) or ())
+    if {"sliding_attention", "chunked_attention"} <= types:
+        raise PerfmodelError("layer_types mixes sliding_attention and chunked_attention layers: perfmodel prices one "
+                             "window kind per model")
+    return "chunked_attention" in types
+
+
 def _experts_per_token(hf_config: Any, experts: int) -> int:
     """The router's top-k, read by hand (no shape holds it): a model with experts must give it (DeepSeek-V2's
     config class leaves ``num_experts_per_tok`` None, which its router cannot run with), never taken as 1."""
@@ -433,6 +443,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     mlp_bias = any(_has({k: v for k, v in params.items() if k.startswith(_MLP)}, r"(proj|fc_in|fc_out)\.bias$")
                    for params in layers.values()) or expert_bias
     windows = _windows(hf_config, len(layers))
+    chunked = _chunked(hf_config)
     uniform = windows is None or len(set(windows)) == 1
     top_k = _experts_per_token(hf_config, experts["experts"]) if experts else 1
     positions = getattr(hf_config, "max_position_embeddings", None) or getattr(hf_config, "n_positions", None)
@@ -447,7 +458,7 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         mlp_bias=mlp_bias, layer_norm_bias=any(key.endswith(".bias") for key in norm_names[0]),
         norms_per_layer=norms, experts_per_token=top_k, lm_head_bias="lm_head.bias" in shapes,
         sliding_window=(windows[0] or None) if windows and uniform else None,
-        layer_windows=None if uniform else windows,
+        layer_windows=None if uniform else windows, chunked_attention=chunked,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
         activation=_activation(act_config, "silu"), mtp_modules=_mtp_modules(hf_config),
         mixerless_layers=mixerless if any(mixerless) else None, mlpless_layers=mlpless if any(mlpless) else None,
