@@ -577,6 +577,7 @@ def test_more_families_count_exactly(family):
     ("falcon_h1", "side by side"),  # attention and Mamba-2 in parallel in every layer
     ("olmo_hybrid", "linear-attention layer with"),  # a gated delta net with separate q/k/v/a/b/g projections
     ("starcoder2", "c_fc"),
+    ("emu3", "num_attention_heads is None"),  # a multimodal config whose heads are in its text_config (was a crash)
 ])
 def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
     with pytest.raises(PerfmodelError, match=needle):
@@ -679,6 +680,8 @@ HYBRID_CACHE_CONFIGS = {
                    "moe_shared_expert_intermediate_size": 32, "intermediate_size": 48, "vocab_size": 128,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 8,
                    "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2, "mamba_ssm_cache_dtype": "float32"},
+    # a gated delta net layer and a sliding-window attention layer (its defaults)
+    "lara_mini": {"model_type": "lara_mini", "num_hidden_layers": 2},
     "bamba": {"model_type": "bamba", "num_hidden_layers": 4, "attn_layer_indices": [3], "hidden_size": 64,
               "intermediate_size": 32, "vocab_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
               "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 2, "mamba_expand": 2},

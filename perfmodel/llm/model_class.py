@@ -403,7 +403,11 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         raise PerfmodelError("the model has no token embedding (embed_tokens / wte): not a decoder perfmodel prices")
     vocab, hidden = embedding
     layers = _layers(shapes)
-    heads = int(getattr(hf_config, "num_attention_heads", 0) or getattr(hf_config, "n_head", 0))
+    heads = getattr(hf_config, "num_attention_heads", None) or getattr(hf_config, "n_head", None)
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise PerfmodelError(f"the config's num_attention_heads is {heads!r} (a multimodal wrapper keeps it in its "
+                             "text_config?): the attention's heads are read by hand from it; give the text model's "
+                             "config")
     linear = tuple(any(key.startswith(_LINEAR) for key in params) for params in layers.values())
     both = [index for index, params in layers.items()
             if any(key.startswith(_LINEAR) for key in params) and any(key.startswith(_ATTENTION) for key in params)]
