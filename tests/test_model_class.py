@@ -594,6 +594,19 @@ def test_a_moe_without_a_valid_top_k_is_refused(top_k, needle):
         architecture_from_class(config, "deepseek_v2")
 
 
+def test_the_hand_read_top_k_is_the_class_routers():
+    """The router's top-k read by hand from the config is what the class's routers hold (their ``top_k``); a reading
+    the class contradicts is refused naming the module."""
+    from perfmodel.llm.model_class import architecture_from_shapes, router_top_k
+
+    config = FAMILY_CONFIGS["qwen3_moe"]
+    hf_config, model = meta_model(config)
+    held = router_top_k(model)
+    assert set(held.values()) == {architecture_from_class(config, "q").experts_per_token} and len(held) == 4
+    with pytest.raises(PerfmodelError, match="model.layers.0.mlp.gate routes each token to 3 experts"):
+        architecture_from_shapes(hf_config, parameter_shapes(model), "q", {"model.layers.0.mlp.gate": 3})
+
+
 def test_mamba1_hybrids_and_pure_state_space_models_are_refused():
     """Jamba's Mamba-1 mixer (x_proj, dt_proj) is not Mamba-2's; a model with no attention layer is not a hybrid."""
     with pytest.raises(PerfmodelError, match="x_proj"):

@@ -393,10 +393,21 @@ def architecture_from_class(config: Mapping, name: str) -> Architecture:
     exactly by module kind (a :class:`PerfmodelError` naming the kind otherwise)."""
     hf_config, model = meta_model(config)
     shapes = parameter_shapes(model)
-    return architecture_from_shapes(hf_config, shapes, name)
+    return architecture_from_shapes(hf_config, shapes, name, router_top_k(model))
 
 
-def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...]], name: str) -> Architecture:
+_ROUTER_MODULE = re.compile(r"(?:^|\.)layers\.\d+\.(?:mlp|block_sparse_moe|feed_forward|mixer)(?:\.(?:gate|router))?$")
+
+
+def router_top_k(model: Any) -> dict[str, int]:
+    """The top-k each MoE block or router module of the class holds (``top_k``), by module name: the class's own
+    reading of the config, to check the hand-read one against."""
+    return {name: module.top_k for name, module in model.named_modules()
+            if _ROUTER_MODULE.search(name) and isinstance(getattr(module, "top_k", None), int)}
+
+
+def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...]], name: str,
+                             class_top_k: Mapping[str, int] | None = None) -> Architecture:
     class_counts = class_parameters_by_kind(shapes)
     embedding = _find(shapes, "embed_tokens.weight", "wte.weight")
     if embedding is None:
@@ -450,6 +461,11 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     chunked = _chunked(hf_config)
     uniform = windows is None or len(set(windows)) == 1
     top_k = _experts_per_token(hf_config, experts["experts"]) if experts else 1
+    disagree = {module: value for module, value in (class_top_k or {}).items() if experts and value != top_k}
+    if disagree:
+        module, value = next(iter(disagree.items()))
+        raise PerfmodelError(f"the class's {module} routes each token to {value} experts, the config's "
+                             f"num_experts_per_tok says {top_k}: refused rather than guessed")
     positions = getattr(hf_config, "max_position_embeddings", None) or getattr(hf_config, "n_positions", None)
     if not isinstance(positions, int) or positions < 1:
         raise PerfmodelError(f"the config's max_position_embeddings is {positions!r}: perfmodel checks every scenario's "
