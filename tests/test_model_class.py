@@ -39,8 +39,13 @@ FAMILY_CONFIGS = {
     "llama4_text (every layer MoE)": {"model_type": "llama4_text", "num_hidden_layers": 4},
     "gemma3_text": {"model_type": "gemma3_text", "num_hidden_layers": 12},
     "mistral": {"model_type": "mistral", "num_hidden_layers": 2},
+    "mistral (window 32)": {"model_type": "mistral", "num_hidden_layers": 2, "sliding_window": 32},
+    "qwen2 (window from layer 1)": {"model_type": "qwen2", "num_hidden_layers": 2, "use_sliding_window": True,
+                                    "sliding_window": 32, "max_window_layers": 1},
+    "gemma2 (window 32)": {"model_type": "gemma2", "num_hidden_layers": 2, "sliding_window": 32},
     "phi3": {"model_type": "phi3", "num_hidden_layers": 2},
     "granite": {"model_type": "granite", "num_hidden_layers": 2},
+    "granitemoe": {"model_type": "granitemoe", "num_hidden_layers": 2},
     "mixtral": {"model_type": "mixtral", "num_hidden_layers": 2},
     "llama": {"model_type": "llama", "num_hidden_layers": 2},
     "gptj": {"model_type": "gptj", "n_layer": 2},
@@ -75,6 +80,28 @@ def test_family_parameter_count_equals_the_meta_model_by_module_kind(label):
     assert set(by_kind) == set(MODULE_KINDS)
 
 
+# The issue's families as their config classes define them by default (every field its default value, the whole
+# depth): the class each serves tokens with, a multimodal wrapper's text model included (llama4, gemma3).
+DEFAULT_FAMILIES = ("deepseek_v3", "qwen3", "qwen3_moe", "gpt_oss", "llama4", "llama4_text", "gemma3", "gemma3_text",
+                    "mistral", "phi3", "granite", "granitemoe", "mixtral", "llama", "qwen3_next", "qwen3_5_text",
+                    "qwen3_5_moe_text", "nemotron_h")
+
+
+@pytest.mark.parametrize("model_type", DEFAULT_FAMILIES)
+def test_family_defaults_count_exactly_by_module_kind(model_type):
+    config = {"model_type": model_type}
+    total, by_kind = _meta_counts(config)
+    architecture = architecture_from_class(config, model_type)
+    assert architecture.parameter_count() == total and architecture.parameters_by_kind() == by_kind
+
+
+@pytest.mark.parametrize("model_type", ["granitemoehybrid", "bamba"])
+def test_state_space_defaults_are_refused_as_pure_state_space_models(model_type):
+    """Granite-4.0-H's and Bamba's config classes default to Mamba-2 in every layer (no attention): refused, named."""
+    with pytest.raises(PerfmodelError, match="every layer is a linear-attention"):
+        architecture_from_class({"model_type": model_type}, model_type)
+
+
 @pytest.mark.parametrize("name", SHIPPED_CLASS_MODELS)
 def test_shipped_record_is_what_the_class_gives(name):
     """The stored record (read at run time without torch) is the class reading, and counts the meta model."""
@@ -87,8 +114,12 @@ def test_shipped_record_is_what_the_class_gives(name):
 
 
 def test_the_families_of_the_issue_ship():
-    assert {"deepseek-v3", "deepseek-r1", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
-            "gpt-oss-120b", "llama-4-scout", "llama-4-maverick"} <= set(model_names())
+    """Every model the issue's catalog names, each config naming its source."""
+    issue = {"deepseek-v3", "deepseek-r1", "qwen3-8b", "qwen3-32b", "qwen3-30b-a3b", "qwen3-235b-a22b", "gpt-oss-20b",
+             "gpt-oss-120b", "llama-4-scout", "llama-4-maverick", "gemma-3-27b", "mistral-small-3-24b",
+             "mistral-large-2", "phi-4", "granite-3.1-8b", "granite-4.0-h-small"}
+    assert issue <= set(model_names())
+    assert all(str(load_config(name).get("_source", "")).startswith("https://") for name in issue)
 
 
 def test_issue_figures():
@@ -116,7 +147,9 @@ def _static_cache_bytes_per_token(config, context):
 
 @pytest.mark.parametrize("label, context", [("llama", 64), ("qwen3", 64), ("gpt_oss", 512), ("gemma3_text", 2048),
                                             ("mistral", 64), ("deepseek_v3", 64), ("qwen3_moe", 64),
-                                            ("llama4_text", 128)])
+                                            ("llama4_text", 128), ("mistral (window 32)", 64), ("phi3", 64),
+                                            ("granite", 64), ("mixtral", 64), ("qwen2 (window from layer 1)", 64),
+                                            ("gemma2 (window 32)", 64), ("granitemoe", 64)])
 def test_kv_bytes_equal_what_the_cache_class_allocates(label, context):
     """Per family, the KV bytes a token keeps are what the class's StaticCache allocates: windowed layers capped
     at their window (gpt-oss 128, Gemma 3 1024, Llama 4's chunks: 32 here), MLA's compressed latent and rotary key
@@ -193,12 +226,20 @@ def test_qwen3_235b_decode_streams_the_active_experts_by_hand():
 
 def test_deepseek_v3_decode_is_bound_by_weights_on_h200():
     """DeepSeek-V3 in fp8 on 8 H200s at batch 8: 64 routed tokens reach 64 of 256 experts in each of the 58 MoE
-    layers, plus the shared expert; the step is bound by those weights on the datasheet roofline."""
+    layers, plus the shared expert; the step is bound by those weights on the datasheet roofline. By hand, one byte a
+    weight: each of the 61 layers reads the replicated down-projections of latent attention (q_a 7168 -> 1536,
+    kv_a_proj_with_mqa 7168 -> 512 + 64, as vLLM's ReplicatedLinear), its tp shard of q_b (1536 -> 16 heads x 192),
+    of kv_b (absorbed into W_UK and W_UV: 512 x 16 x (128 + 128)) and of o_proj (16 x 128 -> 7168); each MoE layer
+    the replicated router, the 64 reached experts' 1/8 slices (3 x 7168 x 256) and the shared expert's; each of the
+    3 dense layers its MLP's shard (3 x 7168 x 18432 / 8); then the LM head's shard (129280 / 8 rows)."""
     a = load_architecture("deepseek-v3")
     scenario = Scenario(batch=8, prompt_tokens=1024, generated_tokens=1, weight_dtype="fp8")
     graph = stage_graph(a, scenario, Parallelism(tp=8), phase="decode", context=1024)
     (routed,) = [op for op in graph.ops if op.name == "layers.moe.experts.gate_up"]
     assert (routed.attrs["batch"], routed.attrs["n"], routed.count) == (64, 2 * 2048 // 8, 58)
+    attention = 7168 * 1536 + 1536 * 16 * 192 + 7168 * 576 + 512 * 16 * 256 + 16 * 128 * 7168
+    moe = 7168 * 256 + 64 * 3 * 7168 * 256 + 3 * 7168 * 256
+    assert _weight_bytes(graph) == 61 * attention + 58 * moe + 3 * 3 * 7168 * 18432 // 8 + 7168 * 129280 // 8
     h200 = load_hardware("h200-sxm")
     result = llm_predict(a, h200, scenario, Parallelism(tp=8), mode="graph")
     floor = _weight_bytes(graph) / h200.memory[-1].bandwidth_bytes_per_s
@@ -229,6 +270,52 @@ def test_mixed_layers_are_grouped():
     counts = {op.name: op.count for op in deepseek.ops}
     assert counts["layers.mlp.gate_up_proj"] == 3 and counts["layers.moe.router"] == 58
     assert counts["layers.attn.kv_b_proj"] == 61
+
+
+def test_chunked_attention_pairs_by_hand():
+    """Chunked local attention (chunks of 4): a causal query at position p sees (p mod 4) + 1 keys; a query without a
+    mask (decode) the keys of the last position's chunk; a sliding window of 4 sees up to 4 keys whatever the chunk."""
+    from perfmodel.costs.traffic import attended_pairs
+
+    assert attended_pairs(10, 10, True, 4, chunked=True) == (1 + 2 + 3 + 4) * 2 + 1 + 2
+    assert attended_pairs(3, 10, True, 4, chunked=True) == 4 + 1 + 2  # positions 7, 8, 9
+    assert attended_pairs(10, 10, True, 4) == 1 + 2 + 3 + 4 * 7
+    assert attended_pairs(1, 9, False, 4, chunked=True) == 1 and attended_pairs(1, 8, False, 4, chunked=True) == 4
+    assert attended_pairs(1, 9, False, 4) == 4
+
+
+def test_llama4_chunked_layers_see_their_chunk_only():
+    """Llama 4 Maverick's 36 chunked layers (8,192-token chunks; every fourth layer is global): at a context of
+    10,000 a decode query (position 9,999) sees the 1,808 keys of its chunk and reads only those; a 32,768-token
+    prefill scores 4 chunks of 8,192 x 8,193 / 2 pairs, where a sliding window of 8,192 would score 1.75x that."""
+    from perfmodel.costs.rules import CostContext, op_cost
+
+    a, h200 = load_architecture("llama-4-maverick"), load_hardware("h200-sxm")
+    assert a.chunked_attention and a.layer_windows.count(8192) == 36 and a.layer_windows.count(0) == 12
+    assert not load_architecture("gpt-oss-20b").chunked_attention
+    per_pair = 40 // 8 * (4 * 128 + 5)  # 5 query heads a chip: q.k and p.v (2 x 2 x 128) and the softmax (5)
+
+    def attention(phase, context):
+        scenario = Scenario(batch=1, prompt_tokens=context, generated_tokens=1)
+        graph = stage_graph(a, scenario, Parallelism(tp=8), phase=phase, context=context)
+        return {op.attrs.get("chunked", False): (op, op_cost(op, CostContext(hardware=h200)))
+                for op in graph.ops if op.kind == "attention"}
+
+    decode = attention("decode", 10_000)
+    assert decode[True][0].count == 36 and decode[False][0].count == 12
+    assert float(decode[True][1].flops) == 1808 * per_pair and float(decode[False][1].flops) == 10_000 * per_pair
+    kv_read = 1808 * 2 * 128 * 2  # one KV head a chip, K and V of 128, bf16
+    assert float(decode[True][1].bytes_by_level[-1]) == kv_read + 5 * 2 * 128 * 2  # + the query in, the output out
+    prefill = attention("prefill", 32_768)
+    assert float(prefill[True][1].flops) == 4 * 8192 * 8193 // 2 * per_pair
+
+
+def test_sliding_and_chunked_layers_in_one_model_are_refused():
+    config = {"model_type": "llama4_text", "num_hidden_layers": 2, "layer_types": ["sliding_attention",
+                                                                                  "chunked_attention"],
+              "sliding_window": 16}
+    with pytest.raises(PerfmodelError, match="mixes sliding_attention and chunked_attention"):
+        architecture_from_class(config, "mixed")
 
 
 def test_pipeline_stage_is_the_heaviest_slice():
@@ -297,6 +384,26 @@ def test_gemma3_27b_is_its_text_model_with_five_sliding_layers_to_one_full():
     assert gemma.kv_cache_bytes(8192, 2) == per_layer * (52 * 1024 + 10 * 8192)
 
 
+@pytest.mark.parametrize("text_type", ["mistral", "ministral3", None])
+def test_mistral3_configs_are_read_as_their_text_model(tmp_path, text_type):
+    """Mistral Small 3.1/3.2 (and Ministral 3) ship as Mistral3ForConditionalGeneration: the text model named by
+    text_config's model_type (the class's default, mistral, when it names none) serves the tokens, counted exactly;
+    the eager capture takes the same text model."""
+    import json
+
+    from perfmodel.llm.eager import supports, text_config
+
+    text = {"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+            "intermediate_size": 128, "num_hidden_layers": 2, "vocab_size": 100, "max_position_embeddings": 64,
+            **({"model_type": text_type} if text_type else {})}
+    config = {"model_type": "mistral3", "text_config": text, "vision_config": {"hidden_size": 32}}
+    path = tmp_path / "mistral3.json"
+    path.write_text(json.dumps(config))
+    architecture = load_architecture(path)
+    assert architecture.parameter_count() == _meta_counts({**text, "model_type": text_type or "mistral"})[0]
+    assert supports(config) is None and text_config(config)["model_type"] == (text_type or "mistral")
+
+
 def test_phi4_fused_projections_are_read():
     """Phi-4 (Phi3ForCausalLM) fuses q/k/v and gate/up: read as 40 query and 10 KV heads of 128 and a 17,920-wide
     gated MLP."""
@@ -328,12 +435,18 @@ def test_block_scaled_weights_carry_their_scales_in_memory_and_traffic(dtype, bi
 @pytest.mark.parametrize(("device", "activation", "weight", "side"), [
     ("h200-sxm", "bf16", "mxfp4", "8 per weight"), ("h200-sxm", "bf16", "nvfp4", "8 per weight"),
     ("h200-sxm", "bf16", "fp8_block", "4 per weight"), ("h200-sxm", "fp8", "fp8_block", "2 per output per 128 of k"),
-    ("b200", "fp4", "nvfp4", "none"), ("b200", "fp8", "mxfp8", "none"), ("h200-sxm", "bf16", "bf16", "none")])
+    ("b200", "fp4", "nvfp4", "none"), ("b200", "fp8", "mxfp8", "none"), ("h200-sxm", "bf16", "bf16", "none"),
+    ("b200", "fp8", "mxfp4", "none"), ("rtx-pro-6000", "fp4", "mxfp4", "none"),
+    ("h200-sxm", "fp8", "mxfp4", "8 per weight"), ("h200-sxm", "fp8", "nvfp4", "8 per weight"),
+    ("mi300x", "fp8", "mxfp4", "8 per weight"), ("h200-sxm", "fp8", "mxfp8", "2 per output per 32 of k"),
+    ("l40s", "fp8", "mxfp8", "2 per output per 32 of k")])
 def test_block_scaled_weights_are_dequantized_or_run_natively_as_defined(device, activation, weight, side):
     """Under bf16 activations block-scaled weights are dequantized in the kernel on the vector engine (convert and
     scale: 4 per 8-bit element, unpack too: 8 per 4-bit one, as int8/int4); under activations of their element
     width the MMA runs them at that rate, Blackwell's block-scaled MMA applying the scales itself, while fp8_block
-    on Hopper multiplies the fp32 partial sums by the block scales every 128 of k (DeepSeek-V3, section 3.3.2)."""
+    on Hopper multiplies the fp32 partial sums by the block scales every 128 of k (DeepSeek-V3, section 3.3.2).
+    Without block-scaled MMA (Hopper, Ada, MI300X) fp4 elements under fp8 activations are converted one by one (no
+    fp4 MMA), and mxfp8's per-32 scales are applied to the partial sums every 32 of k."""
     from perfmodel.costs.rules import CostContext, op_cost
 
     m, k, n = 16, 7168, 4096
@@ -343,10 +456,21 @@ def test_block_scaled_weights_are_dequantized_or_run_natively_as_defined(device,
             attrs={"m": m, "n": n, "k": k, "batch": 1, "dtype": activation})
     cost = op_cost(op, CostContext(hardware=load_hardware(device)))
     expected = {"8 per weight": 8 * k * n, "4 per weight": 4 * k * n, "2 per output per 128 of k": 2 * m * n * (k // 128),
-                "none": 0}[side]
+                "2 per output per 32 of k": 2 * m * n * (k // 32), "none": 0}[side]
     assert float(cost.side_flops or 0) == expected
     assert cost.peak_dtype == {"bf16": "bf16", "fp8": "fp8", "fp4": "fp4"}[activation]
     assert (cost.side_engine is not None) == (expected > 0)
+
+
+def test_block_scaled_mma_is_blackwells():
+    """Native MX/NVFP4 MMA where the tensor cores run fp4 (Blackwell: B200, B300, GB200, GB300, RTX PRO 6000), not on
+    Hopper, Ada, Ampere or MI300X, nor on TPUs."""
+    from perfmodel.costs.rules import has_block_scaled_mma
+
+    native = {name: has_block_scaled_mma(load_hardware(name)) for name in
+              ("b200", "b300", "gb200", "gb300", "rtx-pro-6000", "h100-sxm", "h200-sxm", "l40s", "a100-sxm-80gb",
+               "mi300x", "tpu-v6e")}
+    assert {name for name, flag in native.items() if flag} == {"b200", "b300", "gb200", "gb300", "rtx-pro-6000"}
 
 
 def test_block_scaled_formats_are_weight_formats_only():
@@ -433,14 +557,16 @@ def test_gpt_oss_as_published_mxfp4_experts_bf16_elsewhere(name, checkpoint_gib)
 
 # More families of the installed transformers, each with its config class's defaults (2 layers): read exactly (the
 # meta model's count, kind by kind) or refused naming the module or kind that does not fit.
-MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2", "glm4_moe", "glm", "phimoe", "cohere", "cohere2",
+MORE_FAMILIES = ("qwen2", "qwen2_moe", "granitemoe", "deepseek_v2 (top-6)", "glm4_moe", "glm", "phimoe", "cohere", "cohere2",
                  "gemma2",
                  "gemma3", "ernie4_5", "ernie4_5_moe", "smollm3", "exaone4", "seed_oss", "helium", "stablelm")
 
 
 @pytest.mark.parametrize("family", MORE_FAMILIES)
 def test_more_families_count_exactly(family):
-    config = {"model_type": family, "num_hidden_layers": 2}
+    config = {"model_type": family.split(" ")[0], "num_hidden_layers": 2}
+    if family == "deepseek_v2 (top-6)":  # (its config class gives no top-k: DeepSeek-V2's config.json routes to 6)
+        config["num_experts_per_tok"] = 6
     total, by_kind = _meta_counts(config)
     architecture = architecture_from_class(config, family)
     assert architecture.parameter_count() == total and architecture.parameters_by_kind() == by_kind
@@ -451,10 +577,34 @@ def test_more_families_count_exactly(family):
     ("falcon_h1", "side by side"),  # attention and Mamba-2 in parallel in every layer
     ("olmo_hybrid", "linear-attention layer with"),  # a gated delta net with separate q/k/v/a/b/g projections
     ("starcoder2", "c_fc"),
+    ("emu3", "num_attention_heads is None"),  # a multimodal config whose heads are in its text_config (was a crash)
 ])
 def test_other_families_are_refused_naming_what_does_not_fit(family, needle):
     with pytest.raises(PerfmodelError, match=needle):
         architecture_from_class({"model_type": family, "num_hidden_layers": 2}, family)
+
+
+@pytest.mark.parametrize("top_k, needle", [(None, "gives no num_experts_per_tok"), (0, "'num_experts_per_tok'"),
+                                           (65, "from 1 to the 64 experts")])
+def test_a_moe_without_a_valid_top_k_is_refused(top_k, needle):
+    """The router's top-k is read by hand: DeepSeek-V2's config class leaves it None (transformers' router could not
+    run); it is refused naming the field, not priced as top-1."""
+    config = {"model_type": "deepseek_v2", "num_hidden_layers": 2, "num_experts_per_tok": top_k}
+    with pytest.raises(PerfmodelError, match=needle):
+        architecture_from_class(config, "deepseek_v2")
+
+
+def test_the_hand_read_top_k_is_the_class_routers():
+    """The router's top-k read by hand from the config is what the class's routers hold (their ``top_k``); a reading
+    the class contradicts is refused naming the module."""
+    from perfmodel.llm.model_class import architecture_from_shapes, router_top_k
+
+    config = FAMILY_CONFIGS["qwen3_moe"]
+    hf_config, model = meta_model(config)
+    held = router_top_k(model)
+    assert set(held.values()) == {architecture_from_class(config, "q").experts_per_token} and len(held) == 4
+    with pytest.raises(PerfmodelError, match="model.layers.0.mlp.gate routes each token to 3 experts"):
+        architecture_from_shapes(hf_config, parameter_shapes(model), "q", {"model.layers.0.mlp.gate": 3})
 
 
 def test_mamba1_hybrids_and_pure_state_space_models_are_refused():
@@ -543,6 +693,8 @@ HYBRID_CACHE_CONFIGS = {
                    "moe_shared_expert_intermediate_size": 32, "intermediate_size": 48, "vocab_size": 128,
                    "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16, "mamba_num_heads": 8,
                    "mamba_head_dim": 16, "ssm_state_size": 8, "n_groups": 2, "mamba_ssm_cache_dtype": "float32"},
+    # a gated delta net layer and a sliding-window attention layer (its defaults)
+    "lara_mini": {"model_type": "lara_mini", "num_hidden_layers": 2},
     "bamba": {"model_type": "bamba", "num_hidden_layers": 4, "attn_layer_indices": [3], "hidden_size": 64,
               "intermediate_size": 32, "vocab_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
               "mamba_n_heads": 8, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 2, "mamba_expand": 2},
@@ -691,6 +843,38 @@ def test_models_list_shows_the_layer_mix_and_state(capsys):
     assert rows["granite-4.0-h-small"]["linear_mixer"] == "mamba2" and rows["llama-3.1-8b"]["linear_layers"] == 0
     assert main(["models", "list"]) == 0
     assert "48 (12 attention + 36 gated delta net)" in capsys.readouterr().out
+
+
+def test_models_list_shows_the_issues_columns(capsys):
+    """models list: attention kind, experts (routed, shared, active), KV bytes per token and parameters (total,
+    active) of the issue's families, by hand. DeepSeek-V3: MLA caching 576 elements a layer, 8 of 256 routed experts
+    + a 2,048-wide shared one in 58 of 61 layers, so 58 x 248 experts of 3 x 7168 x 2048 are idle per token."""
+    import json
+
+    from perfmodel.cli import main
+
+    assert main(["models", "list", "--json"]) == 0
+    rows = {row["name"]: row for row in json.loads(capsys.readouterr().out)}
+    deepseek = rows["deepseek-v3"]
+    assert (deepseek["attention"], deepseek["experts"], deepseek["experts_per_token"], deepseek["shared_experts_width"],
+            deepseek["moe_layers"]) == ("MLA", 256, 8, 2048, 58)
+    assert deepseek["kv_bytes_per_token_bf16"] == 61 * 576 * 2
+    assert deepseek["parameters"] == 671_026_404_352
+    assert deepseek["active_parameters"] == 671_026_404_352 - 58 * 248 * 3 * 7168 * 2048
+    qwen = rows["qwen3-235b-a22b"]
+    assert (qwen["attention"], qwen["experts"], qwen["experts_per_token"], qwen["shared_experts_width"]) == \
+        ("GQA", 128, 8, 0)
+    assert qwen["kv_bytes_per_token_bf16"] == 94 * 2 * 4 * 128 * 2
+    assert qwen["active_parameters"] == qwen["parameters"] - 94 * 120 * 3 * 4096 * 1536
+    assert rows["gpt-oss-120b"]["attention"] == "GQA, full/window 128"
+    assert rows["gemma-3-27b"]["attention"] == "GQA, full/window 1024"
+    assert rows["llama-4-maverick"]["attention"] == "GQA, full/chunk 8192"
+    assert (rows["llama-4-maverick"]["experts"], rows["llama-4-maverick"]["shared_experts_width"]) == (128, 8192)
+    assert rows["granite-3.1-8b"]["attention"] == "GQA" and rows["granite-3.1-8b"]["experts"] == 1
+    assert main(["models", "list"]) == 0
+    text = capsys.readouterr().out
+    assert "MLA" in text and "8 of 256 + shared (2048 wide), 58 of 61 layers" in text and "68.6 KiB" in text
+    assert "671.03 B (37.55 B)" in text
 
 
 def test_eager_capture_refuses_hybrids():

@@ -59,12 +59,14 @@ def _models(args) -> int:
 
 
 def attention_kind(a) -> str:
-    """MHA / GQA / MQA / MLA, and the windows its layers use (sliding W, or W/full when they alternate)."""
+    """MHA / GQA / MQA / MLA, and the windows its layers use (sliding W or chunks of W, or W/full when they
+    alternate)."""
     kind = "MLA" if a.latent is not None else "MHA" if a.kv_heads == a.heads else "MQA" if a.kv_heads == 1 else "GQA"
     windows = sorted({a.window(layer) or 0 for layer in range(a.layers)})
     if windows == [0]:
         return kind
-    return f"{kind}, " + "/".join(f"window {w}" if w else "full" for w in windows)
+    window = "chunk" if a.chunked_attention else "window"
+    return f"{kind}, " + "/".join(f"{window} {w}" if w else "full" for w in windows)
 
 
 def _layers(row) -> str:

@@ -28,9 +28,13 @@
   Triton's ``matmul_ogs`` upcasts them to bf16 in registers; Marlin-style W4A16 NVFP4 kernels): each
   element is converted and multiplied by its block's scale, 8-bit elements as int8 (4), 4-bit ones
   as int4 (unpack, convert, scale: 8). Under activations of their own element width the matrix
-  engine consumes them natively at the activations' rate (Hopper's fp8 MMA with DeepGEMM's block
-  scales; Blackwell's block-scaled MMA, PTX ``tcgen05.mma`` ``kind::mxf8f6f4`` / ``kind::mxf4nvf4``,
-  applies MX and NVFP4 scales inside the instruction): no per-element work. fp8_block's scales are
+  engine consumes them natively at the activations' rate where it has block-scaled MMA (Blackwell's,
+  PTX ``tcgen05.mma`` ``kind::mxf8f6f4`` / ``kind::mxf4nvf4``, applies MX and NVFP4 scales inside the
+  instruction; ``rules.has_block_scaled_mma``: a matrix engine that runs fp4): no per-element work.
+  Without it (Hopper, Ada, MI300X), fp4 elements under fp8 activations have no MMA of their own and are
+  converted element by element as under bf16 (8), and mxfp8's fp8 elements run on the fp8 MMA with
+  their per-32 scales applied to the fp32 partial sums every 32 of k (``BLOCK_SCALE_FLOPS_PER_PROMOTION``
+  each, as fp8_block's every 128 below). fp8_block's scales are
   not in the instruction on Hopper: every ``FP8_BLOCK_PROMOTION_K`` = 128 elements of k the partial
   sums are moved to fp32 registers and multiplied by the two blocks' scales on the CUDA cores
   (DeepSeek-V3, arXiv 2412.19437, section 3.3.2 "Increasing Accumulation Precision", N_C = 128): one

@@ -27,6 +27,7 @@ from perfmodel.costs import conventions as C
 from perfmodel.costs.topology import group_span, ring_links, span_steps
 from perfmodel.costs.traffic import (
     attended_pairs,
+    chunk_start,
     flash_attention_elements_moved,
     matmul_elements_moved,
     padded_bytes,
@@ -614,24 +615,42 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
 
 
 def dequantize_flops(op: Op, weight_elements: ArrayLike, outputs_per_k_block: ArrayLike = 0.0,
-                     k: ArrayLike = 0.0) -> SIValue:
+                     k: ArrayLike = 0.0, block_scaled_mma: bool = True) -> SIValue:
     """Vector-engine work inside a matmul with quantized weights (``conventions``): integer weights under
     float activations, and block-scaled weights under 16-bit or wider float activations, are dequantized,
     ``conventions.DEQUANTIZE_FLOPS_PER_WEIGHT`` FLOP-equivalents per weight element, once per pass over
     the weights; fp8_block weights under fp8 activations run natively, their block scales applied to the
-    fp32 partial sums every 128 of ``k`` (``outputs_per_k_block``: batch x m x n output elements)."""
+    fp32 partial sums every 128 of ``k`` (``outputs_per_k_block``: batch x m x n output elements). The MX
+    and NVFP4 formats under activations of their element width run natively where the matrix engine has
+    block-scaled MMA (``block_scaled_mma``, ``has_block_scaled_mma``); without it, fp4 elements under fp8
+    activations are converted element by element (as under bf16), and mxfp8's fp8 elements run on the fp8
+    MMA with their scales applied to the partial sums every block of k (32), as fp8_block's every 128."""
     if len(op.inputs) < 2 or op.inputs[1].role != "weight":
         return 0.0
     weight, activation = get_dtype(op.inputs[1].dtype), get_dtype(op.inputs[0].dtype)
     if activation.kind != "float":
         return 0.0
-    if weight.block_scaled and activation.bytes_per_element < C.BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES:
-        if weight.name != "fp8_block":
-            return 0.0
-        promotions = np.ceil(floats(k) / C.FP8_BLOCK_PROMOTION_K)
-        return C.BLOCK_SCALE_FLOPS_PER_PROMOTION * floats(outputs_per_k_block) * promotions
     per_weight = C.DEQUANTIZE_FLOPS_PER_WEIGHT.get(weight.name, 0.0)
+    if weight.block_scaled and activation.bytes_per_element < C.BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES:
+        if weight.name != "fp8_block" and block_scaled_mma:
+            return 0.0
+        element = get_dtype(weight.element or weight.name)
+        if element.bits < activation.bits:  # no MMA for the narrower element: each one converted (W4A8)
+            return per_weight * floats(weight_elements)
+        block_k = C.FP8_BLOCK_PROMOTION_K if weight.name == "fp8_block" else weight.scale_block
+        promotions = np.ceil(floats(k) / block_k)
+        return C.BLOCK_SCALE_FLOPS_PER_PROMOTION * floats(outputs_per_k_block) * promotions
     return per_weight * floats(weight_elements) if per_weight else 0.0
+
+
+def has_block_scaled_mma(hardware: Hardware) -> bool:
+    """Whether a matrix engine applies MX / NVFP4 block scales inside its MMA instruction. Read from the
+    engines' dtypes: a matrix engine that runs fp4 has it. NVIDIA's FP4 tensor cores arrived with Blackwell
+    together with block-scaled MMA (PTX ISA 8.7: ``tcgen05.mma`` ``.kind::mxf8f6f4`` / ``.kind::mxf4nvf4``
+    with ``.block_scale`` on sm_100a, ``mma.sync`` ``.block_scale`` on sm_120a: B200, B300, GB200, GB300, RTX
+    PRO 6000); AMD's FP4 arrived with CDNA 4's scaled MFMA (``V_MFMA_SCALE_F32_*_F8F6F4``, MI350 series ISA).
+    Hopper (H100, H200), Ada, Ampere and CDNA 3 (MI300X) have neither FP4 nor block-scaled MMA."""
+    return any(engine.kind == "matrix" and runs(engine, "fp4") for engine in hardware.compute.values())
 
 
 def vector_engine(hardware: Hardware) -> tuple[ComputeEngine, str] | None:
@@ -650,7 +669,8 @@ def matmul_cost(op: Op, context: CostContext) -> OpCost:
     m, n, k, batch = _matmul_dims(op)
     engine, peak_dtype = select_engine(context.hardware, op.kind, op.dtype)
     flops = matmul_flops(m, n, k, batch)
-    dequantize = dequantize_flops(op, batch * floats(k) * n, batch * floats(m) * n, k)
+    dequantize = dequantize_flops(op, batch * floats(k) * n, batch * floats(m) * n, k,
+                                  has_block_scaled_mma(context.hardware))
     vector = vector_engine(context.hardware) if np.any(np.asarray(dequantize) > 0) else None
     # The dequantizing engine works inside the kernel, so its time bounds every candidate's compute time.
     side_s = 0.0 if vector is None else compute_time_s(dequantize, compute_rate_flops_per_s(
@@ -689,7 +709,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     Grouped KV heads (GQA/MQA): ``kv_heads`` K/V heads each serve ``heads / kv_heads`` query heads;
     a flash kernel packs a group's queries into its Q blocks (flash-decoding splits the KV length
     over the units for few queries), so K and V are read per KV head, not per query head. A
-    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys.
+    ``window`` (sliding-window attention, Mistral) limits each query to the last ``window`` keys; with
+    ``chunked`` (Llama 4) to the keys of its own chunk of ``window`` positions (``attended_pairs``).
     ``v_head_dim`` (default ``head_dim``): the values' width when it differs from the keys' (MLA);
     ``kv_shared``: the values are the first ``v_head_dim`` elements of the cached keys, so the cache is
     read once (MLA's absorbed decode: FlashMLA reads the 576-wide latent + rotary key once).
@@ -713,7 +734,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     # elements of K and V each token brings, as a multiple of head_dim (2: K and V of equal width)
     kv_widths = 1.0 if op.attrs.get("kv_shared", False) else (floats(head_dim) + v_dim) / head_dim
     full_pairs = floats(seq_q) * seq_kv
-    pairs = attended_pairs(seq_q, seq_kv, causal, window)
+    chunked = bool(op.attrs.get("chunked", False)) and window is not None
+    pairs = attended_pairs(seq_q, seq_kv, causal, window, chunked)
     masked = causal or window is not None
     # A flash kernel skips only whole masked blocks: a diagonal block of B keys computes B*B pairs of
     # which B(B+1)/2 are attended, so each query row wastes (B-1)/2 pairs on average; over a causal
@@ -722,6 +744,10 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     block = engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK
     executed_pairs = minimum(full_pairs, pairs + floats(seq_q) * (block - 1) / 2) \
         if flash and masked else full_pairs
+    if flash and chunked and not causal:
+        # A decode query of a chunked layer sees whole key blocks from its chunk's start (a multiple of the chunk, and
+        # Llama 4's 8,192 is a multiple of every kernel's key block): no block is partly masked, unlike a window's.
+        executed_pairs = pairs
     scale = floats(batch) * heads
     useful = scale * pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
     executed = scale * executed_pairs * (per_fma_pair + C.FLOPS_PER_SOFTMAX_ELEMENT)
@@ -730,8 +756,12 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     kv_bytes = _bytes_per_element(op, 1)
     group = floats(heads) / kv_heads
     # Keys any query sees: a causal window of W reaches back W - 1 keys from the first of seq_q queries.
+    # Chunked: from the start of the first query's chunk (without a mask: the last position's chunk).
     if window is None:
         kv_span = floats(seq_kv)
+    elif chunked:
+        first = floats(seq_kv) - (np.asarray(seq_q) if causal else 1)
+        kv_span = floats(seq_kv) - chunk_start(first, floats(window))
     else:
         kv_span = minimum(seq_kv, floats(window) + (np.asarray(seq_q) - 1 if causal else 0))
     kv_fraction = executed_pairs / maximum(full_pairs, 1.0)

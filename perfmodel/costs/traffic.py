@@ -64,11 +64,15 @@ def flash_attention_elements_moved(query_rows: ArrayLike, seq_kv: ArrayLike, hea
 
 
 def attended_pairs(seq_q: ArrayLike, seq_kv: ArrayLike, causal: bool | np.bool_,
-                   window: ArrayLike | None = None) -> SIValue:
+                   window: ArrayLike | None = None, chunked: bool = False) -> SIValue:
     """(query, key) pairs one head scores. Queries are the last ``seq_q`` of ``seq_kv`` positions; a
     causal query at position p sees keys ``max(0, p - window + 1) .. p``; without a mask every query
-    sees the last ``window`` keys (all of them without a window)."""
+    sees the last ``window`` keys (all of them without a window). ``chunked`` (Llama 4's chunked local
+    attention): the positions fall in chunks of ``window``, and a causal query at p sees its own chunk's
+    keys up to itself, ``(p mod window) + 1``; without a mask every query sees the last position's chunk."""
     seq_q, seq_kv = floats(seq_q), floats(seq_kv)
+    if chunked and window is not None:
+        return _chunked_pairs(seq_q, seq_kv, causal, floats(window))
     width: SIValue = np.inf if window is None else floats(window)
     if not causal:
         pairs: SIValue = seq_q * minimum(seq_kv, width)
@@ -79,6 +83,24 @@ def attended_pairs(seq_q: ArrayLike, seq_kv: ArrayLike, causal: bool | np.bool_,
         return capped * (capped + 1) / 2 + maximum(n - capped, 0.0) * np.where(np.isinf(width), 0.0, capped)
 
     return visible_up_to(seq_kv) - visible_up_to(seq_kv - seq_q)
+
+
+def chunk_start(position: SIValue, chunk: SIValue) -> SIValue:
+    """The first position of the chunk of ``chunk`` positions that holds ``position``."""
+    return (position // chunk) * chunk
+
+
+def _chunked_pairs(seq_q: SIValue, seq_kv: SIValue, causal: bool | np.bool_, chunk: SIValue) -> SIValue:
+    if not causal:
+        last_chunk: SIValue = seq_kv - chunk_start(seq_kv - 1, chunk)
+        return seq_q * last_chunk
+
+    def seen_before(n: SIValue) -> SIValue:  # sum over positions 0 .. n-1 of (p mod chunk) + 1
+        whole = chunk_start(n, chunk)
+        rest = n - whole
+        return whole * (chunk + 1) / 2 + rest * (rest + 1) / 2
+
+    return seen_before(seq_kv) - seen_before(seq_kv - seq_q)
 
 
 def padded_bytes(shape: Sequence[Dimension], bytes_per_element: float, granule_bytes: float | None) -> SIValue:

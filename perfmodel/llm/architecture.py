@@ -169,6 +169,9 @@ class Architecture:
     router_bias: bool = False  # a bias (or DeepSeek's score-correction bias) on the router's logits
     moe_layers: tuple[bool, ...] | None = None  # per layer: routes to experts; None: every layer when experts > 1
     layer_windows: tuple[int, ...] | None = None  # per layer: keys seen (0: all); None: sliding_window for all
+    # The windowed layers are chunked, not sliding (Llama 4's chunked local attention: a query sees the keys of its
+    # own chunk of ``window`` positions, from the chunk's start to itself, not the last ``window`` keys).
+    chunked_attention: bool = False
     latent: LatentAttention | None = None  # multi-head latent attention instead of per-head K and V
     qk_norm: bool = False  # a norm scale of head_dim on queries and keys (Qwen3, Gemma 3)
     qkv_bias: bool = False
@@ -457,7 +460,7 @@ class Architecture:
 
 
 HYBRID_FIELDS = ("attention_gate", "shared_expert_gate", "mixer", "linear_layers", "state_dtype", "mixerless_layers",
-                 "mlpless_layers")
+                 "mlpless_layers", "chunked_attention")
 _DEFAULTS = {field.name: field.default for field in fields(Architecture)}
 
 
@@ -467,7 +470,7 @@ def architecture_record(architecture: Architecture) -> dict:
     for key in ("moe_layers", "layer_windows", "linear_layers", "mixerless_layers", "mlpless_layers"):
         if record[key] is not None:
             record[key] = list(record[key])
-    for key in HYBRID_FIELDS:  # the records of models without them stay as they were
+    for key in HYBRID_FIELDS:  # the records of models without them stay as they were (fields added since)
         if record[key] == _DEFAULTS[key]:
             del record[key]
     return record
@@ -594,7 +597,19 @@ STRUCTURE_FIELDS = ("attention_bias", "mlp_bias", "moe_intermediate_size", "n_sh
 # Multimodal configs whose text model (``text_config``) serves the tokens: its model_type in transformers.
 # The vision encoder is not priced.
 MULTIMODAL_TEXT_MODELS = {"llama4": "llama4_text", "gemma3": "gemma3_text", "qwen3_5": "qwen3_5_text",
-                          "qwen3_5_moe": "qwen3_5_moe_text"}
+                          "qwen3_5_moe": "qwen3_5_moe_text", "mistral3": "mistral"}
+# Wrappers whose text_config names its own model type (Mistral3ForConditionalGeneration: Mistral Small 3.1/3.2's
+# text model is "mistral", Ministral 3's "ministral3"); the type above when it names none (the class's default).
+TEXT_CONFIG_NAMES_ITS_TYPE = ("mistral3",)
+
+
+def text_model_type(config: Mapping) -> str:
+    """The model type that serves a multimodal config's tokens (``MULTIMODAL_TEXT_MODELS``)."""
+    wrapper, text = config["model_type"], config.get("text_config")
+    named = text.get("model_type") if isinstance(text, Mapping) else None
+    if wrapper in TEXT_CONFIG_NAMES_ITS_TYPE and isinstance(named, str) and named:
+        return named
+    return MULTIMODAL_TEXT_MODELS[wrapper]
 
 
 def is_native_block(config: Mapping) -> bool:

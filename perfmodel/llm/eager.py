@@ -53,7 +53,7 @@ from typing import Any, Mapping
 from perfmodel.errors import PerfmodelError
 from perfmodel.hardware.execution_models import execution_model, resolve_mode
 from perfmodel.hardware.model import Hardware
-from perfmodel.llm.architecture import MULTIMODAL_TEXT_MODELS, Architecture
+from perfmodel.llm.architecture import MULTIMODAL_TEXT_MODELS, Architecture, text_model_type
 from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
 from perfmodel.llm.metrics import StageGraphs
 from perfmodel.workload.ir import Graph, Op, TensorSpec
@@ -91,7 +91,7 @@ def text_config(config: Mapping[str, Any]) -> dict[str, Any]:
     """The decoder's config: a multimodal wrapper's (Llama 4, Gemma 3) ``text_config`` under its text model
     type (what serves the tokens, as ``llm.model_class`` reads the architecture), else the config itself."""
     if config.get("model_type") in MULTIMODAL_TEXT_MODELS and isinstance(config.get("text_config"), Mapping):
-        return {**config["text_config"], "model_type": MULTIMODAL_TEXT_MODELS[config["model_type"]]}
+        return {**config["text_config"], "model_type": text_model_type(config)}
     return dict(config)
 
 

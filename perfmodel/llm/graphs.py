@@ -298,6 +298,8 @@ def _sdpa(name: str, a: Architecture, s: Scenario, shape: _Shape, *, heads: int,
         (_t((shape.batch, heads, shape.seq, head_dim), act), keys,
          _t((shape.batch, kv_heads, kv_tokens, value_dim), s.kv_dtype, kv_role))
     extra: dict[str, Any] = {"window": window} if window else {}
+    if window and a.chunked_attention:
+        extra["chunked"] = True
     if v_head_dim is not None:
         extra["v_head_dim"] = v_head_dim
     if kv_shared:

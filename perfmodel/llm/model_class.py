@@ -26,6 +26,7 @@ from perfmodel.llm.architecture import (
     LatentAttention,
     RecurrentMixer,
     _activation,
+    text_model_type,
 )
 
 MODULE_KINDS = ("embedding", "attention", "linear_attention", "mlp", "experts", "shared_experts", "router", "norms",
@@ -44,8 +45,8 @@ _OUTSIDE = {"model.embed_tokens.weight": "embedding", "transformer.wte.weight": 
             "model.norm.bias": "norms", "model.final_layernorm.weight": "norms", "transformer.ln_f.weight": "norms",
             "transformer.ln_f.bias": "norms"}
 # Windows each attention kind of ``layer_types`` sees. Chunked attention (Llama 4: each query sees the
-# keys of its own chunk, at most attention_chunk_size) is priced as a window of the chunk: the most
-# keys a query sees and the most a layer caches.
+# keys of its own chunk, at most attention_chunk_size) keeps the chunk as its window (the most a layer
+# caches) with ``Architecture.chunked_attention`` set: the attention kernel prices a query's own chunk.
 _WINDOW_FIELD = {"sliding_attention": "sliding_window", "chunked_attention": "attention_chunk_size"}
 
 
@@ -60,7 +61,7 @@ def meta_model(config: Mapping) -> tuple[Any, Any]:
     fields = {key: value for key, value in config.items() if not key.startswith("_")}
     model_type = fields.pop("model_type", None)
     if model_type in MULTIMODAL_TEXT_MODELS:  # a multimodal config: its text model is what serves tokens
-        fields, model_type = dict(fields.get("text_config") or {}), MULTIMODAL_TEXT_MODELS[model_type]
+        fields, model_type = dict(fields.get("text_config") or {}), text_model_type(config)
         fields.pop("model_type", None)
     fields.pop("architectures", None)
     fields.pop("auto_map", None)
@@ -350,6 +351,31 @@ def _windows(hf_config: Any, layers: int) -> tuple[int, ...] | None:
     return tuple(windows)
 
 
+def _chunked(hf_config: Any) -> bool:
+    """Whether the windowed layers are chunked (``layer_types``' ``chunked_attention``, Llama 4) rather than sliding;
+    a model with both kinds is refused (one window kind per model is priced)."""
+    types = set(getattr(hf_config, "layer_types", None) or ())
+    if {"sliding_attention", "chunked_attention"} <= types:
+        raise PerfmodelError("layer_types mixes sliding_attention and chunked_attention layers: perfmodel prices one "
+                             "window kind per model")
+    return "chunked_attention" in types
+
+
+def _experts_per_token(hf_config: Any, experts: int) -> int:
+    """The router's top-k, read by hand (no shape holds it): a model with experts must give it (DeepSeek-V2's
+    config class leaves ``num_experts_per_tok`` None, which its router cannot run with), never taken as 1."""
+    for field_name in ("num_experts_per_tok", "experts_per_token"):
+        value = getattr(hf_config, field_name, None)
+        if value is None:
+            continue
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= experts:
+            raise PerfmodelError(f"config field {field_name!r}: expected the experts each token is routed to, a whole "
+                                 f"number from 1 to the {experts} experts, got {value!r}")
+        return value
+    raise PerfmodelError(f"the model has {experts} routed experts but the config gives no num_experts_per_tok: the "
+                         "router's top-k prices every MoE layer; give it")
+
+
 def _mtp_modules(hf_config: Any) -> int:
     """DeepSeek-V3's multi-token-prediction modules (``num_nextn_predict_layers``), read by hand: the
     transformers class does not build them (its checkpoint loader drops ``model.layers.61.*``). Each is one
@@ -367,17 +393,32 @@ def architecture_from_class(config: Mapping, name: str) -> Architecture:
     exactly by module kind (a :class:`PerfmodelError` naming the kind otherwise)."""
     hf_config, model = meta_model(config)
     shapes = parameter_shapes(model)
-    return architecture_from_shapes(hf_config, shapes, name)
+    return architecture_from_shapes(hf_config, shapes, name, router_top_k(model))
 
 
-def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...]], name: str) -> Architecture:
+_ROUTER_MODULE = re.compile(r"(?:^|\.)layers\.\d+\.(?:mlp|block_sparse_moe|feed_forward|mixer)(?:\.(?:gate|router))?$")
+
+
+def router_top_k(model: Any) -> dict[str, int]:
+    """The top-k each MoE block or router module of the class holds (``top_k``), by module name: the class's own
+    reading of the config, to check the hand-read one against."""
+    return {name: module.top_k for name, module in model.named_modules()
+            if _ROUTER_MODULE.search(name) and isinstance(getattr(module, "top_k", None), int)}
+
+
+def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...]], name: str,
+                             class_top_k: Mapping[str, int] | None = None) -> Architecture:
     class_counts = class_parameters_by_kind(shapes)
     embedding = _find(shapes, "embed_tokens.weight", "wte.weight")
     if embedding is None:
         raise PerfmodelError("the model has no token embedding (embed_tokens / wte): not a decoder perfmodel prices")
     vocab, hidden = embedding
     layers = _layers(shapes)
-    heads = int(getattr(hf_config, "num_attention_heads", 0) or getattr(hf_config, "n_head", 0))
+    heads = getattr(hf_config, "num_attention_heads", None) or getattr(hf_config, "n_head", None)
+    if not isinstance(heads, int) or isinstance(heads, bool) or heads < 1:
+        raise PerfmodelError(f"the config's num_attention_heads is {heads!r} (a multimodal wrapper keeps it in its "
+                             "text_config?): the attention's heads are read by hand from it; give the text model's "
+                             "config")
     linear = tuple(any(key.startswith(_LINEAR) for key in params) for params in layers.values())
     both = [index for index, params in layers.items()
             if any(key.startswith(_LINEAR) for key in params) and any(key.startswith(_ATTENTION) for key in params)]
@@ -417,8 +458,14 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
     mlp_bias = any(_has({k: v for k, v in params.items() if k.startswith(_MLP)}, r"(proj|fc_in|fc_out)\.bias$")
                    for params in layers.values()) or expert_bias
     windows = _windows(hf_config, len(layers))
+    chunked = _chunked(hf_config)
     uniform = windows is None or len(set(windows)) == 1
-    top_k = getattr(hf_config, "num_experts_per_tok", None) or getattr(hf_config, "experts_per_token", None) or 1
+    top_k = _experts_per_token(hf_config, experts["experts"]) if experts else 1
+    disagree = {module: value for module, value in (class_top_k or {}).items() if experts and value != top_k}
+    if disagree:
+        module, value = next(iter(disagree.items()))
+        raise PerfmodelError(f"the class's {module} routes each token to {value} experts, the config's "
+                             f"num_experts_per_tok says {top_k}: refused rather than guessed")
     positions = getattr(hf_config, "max_position_embeddings", None) or getattr(hf_config, "n_positions", None)
     if not isinstance(positions, int) or positions < 1:
         raise PerfmodelError(f"the config's max_position_embeddings is {positions!r}: perfmodel checks every scenario's "
@@ -429,9 +476,9 @@ def architecture_from_shapes(hf_config: Any, shapes: Mapping[str, tuple[int, ...
         name=name, hidden=hidden, layers=len(layers), heads=heads, intermediate=intermediate, vocab=vocab,
         max_positions=int(positions), tied_embeddings="lm_head.weight" not in shapes, gated_mlp=gated,
         mlp_bias=mlp_bias, layer_norm_bias=any(key.endswith(".bias") for key in norm_names[0]),
-        norms_per_layer=norms, experts_per_token=int(top_k) if experts else 1, lm_head_bias="lm_head.bias" in shapes,
+        norms_per_layer=norms, experts_per_token=top_k, lm_head_bias="lm_head.bias" in shapes,
         sliding_window=(windows[0] or None) if windows and uniform else None,
-        layer_windows=None if uniform else windows,
+        layer_windows=None if uniform else windows, chunked_attention=chunked,
         moe_layers=None if all(moe_flags) or not any(moe_flags) else moe_flags,
         activation=_activation(act_config, "silu"), mtp_modules=_mtp_modules(hf_config),
         mixerless_layers=mixerless if any(mixerless) else None, mlpless_layers=mlpless if any(mlpless) else None,

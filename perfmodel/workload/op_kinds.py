@@ -280,11 +280,11 @@ register(OpKind(name="conv", engine="matrix", startup_latency=True, aten=frozens
 register(OpKind(name="attention", engine="matrix", startup_latency=True, aten=frozenset(ATTENTION_OPS),
                 attributes={"batch": REQUIRED_DIMENSION, "heads": REQUIRED_DIMENSION, "seq_q": REQUIRED_DIMENSION,
                             "seq_kv": REQUIRED_DIMENSION, "head_dim": REQUIRED_DIMENSION, "kv_heads": DIMENSION,
-                            "window": DIMENSION, "causal": FLAG, "backward": FLAG,
+                            "window": DIMENSION, "chunked": FLAG, "causal": FLAG, "backward": FLAG,
                             "implementation": Attribute("text", choices=ATTENTION_IMPLEMENTATIONS)},
                 requirement=_causal_queries_fit,
-                summary="scaled dot-product attention (flash or naive; causal, grouped KV heads, sliding window; "
-                        "backward: the gradient kernel)"))
+                summary="scaled dot-product attention (flash or naive; causal, grouped KV heads, sliding or chunked "
+                        "window; backward: the gradient kernel)"))
 register(OpKind(name="elementwise", engine="vector", fusible=True, epilogue=True,
                 aten=POINTWISE_OPS | RANDOM_ELEMENTWISE_OPS,
                 attributes={"flops_per_element": FLOPS_PER_ELEMENT},
