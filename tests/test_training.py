@@ -435,7 +435,8 @@ def test_the_train_command_reproduces_a_validation_row(capsys):
     assert expected.predicted is not None and "token-dropping MoE" in expected.how
     argv = ["train", "--model", "mixtral-8x7b", "--on", "tpu-v6e", "--chips", "256", "--fsdp", "256", "--micro-batch",
             "12", "--global-batch", "3072", "--seq", "4096", "--recompute", "selective", "--keep",
-            "q_proj,k_proj,v_proj,o_proj", "--offload", "--moe-capacity-factor", "1.25", "--json"]
+            "q_proj,k_proj,v_proj,o_proj", "--offload", "--moe-capacity-factor", "1.25", "--attention-block", "2048",
+            "--json"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["tokens_per_s_per_chip"] == pytest.approx(expected.predicted, rel=1e-9)
 
@@ -502,3 +503,28 @@ def test_train_mtp_refuses_what_it_cannot_price(model, extra, message, capsys):
                  "--chips", "16", "--tp", "8", "--mtp", *extra]) == 2
     error = capsys.readouterr().err
     assert message in error and "Traceback" not in error
+
+
+def test_attention_block_computes_the_masked_pairs_of_the_diagonal_blocks():
+    """A causal flash kernel with square blocks of B keys skips only whole masked blocks: at seq 8192
+    and B = 2048 it computes 10 of the 4 x 4 blocks (MaxText's sa_block_* 2048 recipes), against
+    s (s + 1) / 2 attended pairs; the step takes longer, and a bad block is refused."""
+    architecture, hardware = load_architecture("llama-3.1-8b"), load_for_prediction("tpu-v6e")
+    seq, block = 8192, 2048
+    layout = Layout(fsdp=8, micro_batch=1)
+
+    def attention_flops(setup: TrainingSetup) -> tuple[float, float]:
+        graph = forward_graph(architecture, setup, layout)
+        arrays = evaluate_arrays(graph, hardware)
+        row = next(i for i, op in enumerate(graph.ops) if op.kind == "attention")
+        return float(arrays.flops[row]), float(arrays.executed_flops[row])
+
+    base = TrainingSetup(global_batch=8, seq_len=seq, recompute="full")
+    blocked = replace(base, attention_block=block)
+    useful, executed = attention_flops(blocked)
+    assert executed / useful == pytest.approx(10 * block**2 / (seq * (seq + 1) / 2), rel=1e-12)
+    assert attention_flops(base)[0] == pytest.approx(useful, rel=1e-12)  # model FLOPs do not change
+    assert train_predict(architecture, hardware, blocked, layout).step_s > \
+        train_predict(architecture, hardware, base, layout).step_s
+    with pytest.raises(PerfmodelError, match="attention block"):
+        train_predict(architecture, hardware, replace(base, attention_block=0), layout)

@@ -59,6 +59,10 @@ def register(commands) -> None:
                        help="MoE models: price MaxText's token-dropping MoE (one-hot dispatch and combine einsums, "
                             "experts computing buffers of ceil(seq x top-k / experts) x F slots) instead of dropless "
                             "grouped matmuls")
+    train.add_argument("--attention-block", type=int, metavar="KEYS",
+                       help="the flash-attention kernel's block (the larger of its query and key blocks, MaxText's "
+                            "sa_block_*): a causal kernel also computes the masked pairs of the blocks on the "
+                            "diagonal (default: the spec's attention_kv_block, else 128)")
     train.add_argument("--compute-dtype", default="bf16", help="matmul and activation dtype (default bf16)")
     train.add_argument("--master-dtype", default="fp32",
                        help="master weights, AdamW moments and reduced gradients (default fp32; a spec without an "
@@ -136,7 +140,7 @@ def _train(args) -> int:
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
                           master_dtype=args.master_dtype, recompute=args.recompute or "none", kept=args.keep,
                           offload=args.offload, moe_capacity_factor=args.moe_capacity_factor,
-                          mtp=args.mtp)
+                          mtp=args.mtp, attention_block=args.attention_block)
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")

@@ -60,6 +60,11 @@ class TrainingSetup:
     # DeepSeek-V3's recipe, arXiv 2412.19437 section 2.2): each module's forward and backward, its
     # extra pass through the shared output head, and its weights, gradients and optimizer state.
     mtp: bool = False
+    # The flash-attention kernel's block, the larger of its query and key blocks (MaxText's
+    # ``sa_block_q`` / ``sa_block_kv``): a causal kernel skips only whole masked blocks, so each query
+    # row also computes (block - 1) / 2 masked pairs on average (``costs.rules.attention_cost``).
+    # None: the engine's own (``attention_kv_block``, else the rules' default).
+    attention_block: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,6 +151,8 @@ def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chip
         elif unknown:
             problems.append(f"kept {', '.join(map(repr, unknown))}: not a matmul of a {a.name} layer; "
                             f"choose from {', '.join(names)}")
+    if setup.attention_block is not None and setup.attention_block < 1:
+        problems.append(f"attention block {setup.attention_block} must be at least 1 key")
     if setup.mtp and a.mtp_modules < 1:
         problems.append(f"multi-token prediction needs a model with MTP modules (num_nextn_predict_layers); "
                         f"{a.name} has none")

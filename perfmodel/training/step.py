@@ -159,6 +159,8 @@ def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layo
                         moe_capacity_factor=setup.moe_capacity_factor)
     if domain_chips is not None:
         graph = Graph.prechecked(graph.name, placed_collectives(list(graph.ops), layout, domain_chips), graph.edges)
+    if setup.attention_block is not None:
+        graph = Graph.prechecked(graph.name, blocked_attention(list(graph.ops), setup.attention_block), graph.edges)
     if not setup.mtp:
         return graph
     return Graph(name=graph.name, ops=[*graph.ops, *mtp_ops(architecture, scenario, parallelism, setup.seq_len)])
@@ -175,6 +177,14 @@ def placed_collectives(ops: list[Op], layout: Layout, domain_chips: int) -> list
         return replace(op, attrs={**op.attrs, "stride": stride, "slice_chips": domain_chips})
 
     return [placed(op) for op in ops]
+
+
+def blocked_attention(ops: list[Op], block: int) -> list[Op]:
+    """The attention ops with the flash kernel's block the run configures (``kv_block``): a causal
+    kernel computes every block that holds an attended pair and skips only whole masked ones
+    (MaxText's flash kernel at 76bd53b, ``pl.when(below_or_on_diag)``; splash attention's block
+    mask), so the masked pairs it computes grow with the block (``costs.rules.attention_cost``)."""
+    return [replace(op, attrs={**op.attrs, "kv_block": block}) if op.kind == "attention" else op for op in ops]
 
 
 def mtp_ops(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, seq_len: int) -> list[Op]:
