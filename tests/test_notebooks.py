@@ -1,5 +1,6 @@
 """Every lab notebook runs top to bottom on the CPU, is committed without outputs, and ends with questions."""
 
+import re
 from pathlib import Path
 
 import nbformat
@@ -36,6 +37,21 @@ def test_no_noisy_timing_is_printed_without_its_warning(path, notebook_runs):
     notebook = notebook_runs(path.stem)[0]
     missing = unwarned_noisy_timings(notebook)
     assert not missing, f"{path.stem} prints noisy timings without a warning:\n" + "\n".join(missing)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_cpu_spec_is_built_with_its_dram_bandwidth_measured(path):
+    """The OS reports no DRAM bandwidth and ``perfmodel specs detect`` assumes 12 GB/s per core: a lab that builds
+    this CPU's spec measures it (``calibration.timing``'s STREAM triad), and the helper never gets a spec without
+    the probe (issue 37: the labs' roofs and predictions against the bandwidth the machine streams)."""
+    source = "\n".join(_code(cell) for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")
+    if not any(call in source for call in ("detected_spec_yaml(", "timing.cpu_spec(", "timing.measured_cpu_spec(")):
+        return  # the lab predicts on no CPU spec of its own
+    assert "timing.measured_cpu_spec(" in source or "timing.dram_triad(" in source, "no DRAM probe"
+    for call in re.findall(r"timing\.cpu_spec\(([^)]*)\)", source):
+        assert "dram=" in call, f"timing.cpu_spec({call}) without its triad: use timing.measured_cpu_spec"
+    for call in re.findall(r"detected_spec_yaml\(dataclasses\.replace\(facts, cores=1\)[^\n]*\n[^\n]*", source):
+        assert "dram=" in call, f"the one-core spec predicted with keeps the assumed DRAM bandwidth: {call}"
 
 
 # Labs whose exercises are skeletons the student fills in; the reference solutions live in notebooks/solutions/.
