@@ -167,6 +167,24 @@ def unwarned_noisy_timings(notebook) -> list[str]:
     return missing
 
 
+# a measured ratio as a lab prints it ("speed-up measured 1.23x", "8x faster than the loop"), and the helper's line
+# that carries both timings, each with its IQR and blocks (calibration.timing.speedup_line)
+MEASURED_RATIO = re.compile(r"\bmeasured:? [\d.]+x|[\d.]+x faster than")
+SPEEDUP_LINE = re.compile(r": [\d.]+x \(.*IQR \d+% over \d+ blocks.*; .*IQR \d+% over \d+ blocks")
+
+
+def unbacked_speedups(notebook) -> list[str]:
+    """Every printed line stating a measured speed-up in a cell that prints no ``timing.speedup_line``: a ratio
+    whose two timings went unchecked for noise (``speedup_line`` prints each one's IQR and blocks, and the
+    WARNING that :func:`unwarned_noisy_timings` requires when either is noisy or the two overlap)."""
+    missing = []
+    for cell in code_cells(notebook):
+        lines = plain_text(cell).splitlines()
+        if not any(SPEEDUP_LINE.search(line) for line in lines):
+            missing += [line for line in lines if MEASURED_RATIO.search(line)]
+    return missing
+
+
 def exercise_results(notebook) -> list[tuple[object, str]]:
     """(check cell, ``"passed"`` / ``"failed: <error>"``) for each check cell of an executed notebook."""
     results = []
