@@ -360,3 +360,18 @@ def cpu_spec(threads: int | None = None, *, dram: DramProbe | None = None):
                      f"not a measurement: {dram.describe()}")
     return spec, (f"perfmodel specs detect: {facts.model_name}, {facts.cores} cores at "
                   f"{facts.clock_hz / 1e9:.2f} GHz; {dram_note}")
+
+
+def measured_cpu_spec(threads: int | None = None):
+    """(spec, note): :func:`cpu_spec` for ``threads`` cores (all of them if None) with its DRAM bandwidth measured
+    now by :func:`dram_triad` on the same number of cores (the spec keeps the assumed figure if the probe is
+    noisy, and the note says so), so that a lab's predictions and roofs use what this machine streams rather
+    than ``perfmodel specs detect``'s assumed per-core figure. Without a detectable CPU: :func:`cpu_spec`'s
+    fallback, with no probe run."""
+    from perfmodel.hardware.detect import read_cpu_facts
+
+    try:
+        cores = read_cpu_facts().cores
+    except Exception:  # cpu_spec falls back to the shipped spec, and its note says why
+        return cpu_spec(threads)
+    return cpu_spec(threads, dram=dram_triad(threads=cores if threads is None else min(threads, cores)))

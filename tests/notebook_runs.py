@@ -25,6 +25,9 @@ LANDSCAPE_CALL = "landscape_table(lab1_rows + [lab_row])"  # the cell of labs 2-
 BACKGROUND_THREADS = 2  # busy threads running beside every notebook, as a student's laptop often has
 # A timing as calibration.timing prints it: "median 1.23 ms, IQR 45% over 3 blocks"
 TIMING_LINE = re.compile(r"IQR (\d+)% over (\d+) blocks")
+# what a lab prints about its CPU spec's DRAM bandwidth: measured now by the triad (calibration.timing.cpu_spec's
+# note, or Labs 6 and 7's own line), or the note that the probe was too noisy to replace the assumed figure
+DRAM_PROBE_NOTES = ("DRAM bandwidth measured now", "DRAM probe: ", "NOTE: the DRAM probe is noisy")
 
 
 def kernel_environment() -> dict[str, str]:
@@ -127,9 +130,11 @@ def check_cpu_spec_from_detect(notebook, name: str) -> list[str]:
     """Check that lab ``name`` builds this CPU's spec with ``perfmodel.hardware.detect`` in a temporary
     directory (nothing written to the working directory), falls back to the shipped fitted spec, says which
     it used, and hard-codes no other CPU spec; returns the CPU specs its code loads by name. A lab either
-    does it in its own cell or calls the labs' timing helper, ``calibration.timing.cpu_spec``, which does."""
+    does it in its own cell or calls the labs' timing helper (``calibration.timing.cpu_spec`` or
+    ``measured_cpu_spec``), which does; and that the cell says its DRAM bandwidth was measured now (the triad)."""
     own = code_cells(notebook, calling="detected_spec_yaml(facts")
-    helper = [] if own else code_cells(notebook, calling="timing.cpu_spec(")
+    helper = [] if own else (code_cells(notebook, calling="timing.cpu_spec(")
+                             or code_cells(notebook, calling="timing.measured_cpu_spec("))
     cells = own or helper
     assert cells, f"{name} does not build its CPU spec with perfmodel.hardware.detect"
     if own:
@@ -137,6 +142,9 @@ def check_cpu_spec_from_detect(notebook, name: str) -> list[str]:
         assert 'perfmodel.load_hardware("epyc-zen4-2vcpu-fitted")' in cells[0].source  # the fallback
     text = output_text(cells[0])
     assert "perfmodel specs detect:" in text or "NOTE: perfmodel specs detect gave no loadable spec" in text
+    # the OS reports no DRAM bandwidth: the spec's is measured now (a STREAM triad), or the note says why not
+    assert any(said in text for said in DRAM_PROBE_NOTES) or "NOTE: perfmodel specs detect gave no loadable spec" \
+        in text, f"{name} predicts with a CPU spec whose DRAM bandwidth was not measured:\n{text}"
     hard_coded = re.findall(r'load_hardware\("(epyc[^"]*)"\)', "\n".join(cell.source for cell in code_cells(notebook)))
     allowed = {"epyc-zen4-2vcpu-fitted"}
     assert set(hard_coded) <= allowed and (helper or hard_coded), \
@@ -156,6 +164,24 @@ def unwarned_noisy_timings(notebook) -> list[str]:
                     following = lines[number + 1] if number + 1 < len(lines) else ""
                     if "WARNING" not in line and "WARNING" not in following:
                         missing.append(line)
+    return missing
+
+
+# a measured ratio as a lab prints it ("speed-up measured 1.23x", "8x faster than the loop"), and the helper's line
+# that carries both timings, each with its IQR and blocks (calibration.timing.speedup_line)
+MEASURED_RATIO = re.compile(r"\bmeasured:? [\d.]+x|[\d.]+x faster than")
+SPEEDUP_LINE = re.compile(r": [\d.]+x \(.*IQR \d+% over \d+ blocks.*; .*IQR \d+% over \d+ blocks")
+
+
+def unbacked_speedups(notebook) -> list[str]:
+    """Every printed line stating a measured speed-up in a cell that prints no ``timing.speedup_line``: a ratio
+    whose two timings went unchecked for noise (``speedup_line`` prints each one's IQR and blocks, and the
+    WARNING that :func:`unwarned_noisy_timings` requires when either is noisy or the two overlap)."""
+    missing = []
+    for cell in code_cells(notebook):
+        lines = plain_text(cell).splitlines()
+        if not any(SPEEDUP_LINE.search(line) for line in lines):
+            missing += [line for line in lines if MEASURED_RATIO.search(line)]
     return missing
 
 

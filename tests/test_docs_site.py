@@ -4,6 +4,7 @@ stale API reference or a missing figure is an error), and holds what issue 33 as
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,9 @@ def test_the_site_builds_strictly_with_api_cli_labs_and_explorer(tmp_path: Path)
         assert command in cli, command
     figures = sorted((ROOT / "notebooks" / "figures").glob("*.png"))
     assert figures and all((site / "figures" / figure.name).is_file() for figure in figures)
+    labs = (site / "labs" / "index.html").read_text()
+    shown = set(re.findall(r'<img[^>]*src="\.\./figures/([^"]+\.png)"', labs))
+    assert shown == {figure.name for figure in figures}, "the labs page shows each committed lab figure, no other"
     explore = (site / "explore" / "index.html").read_text()
     for view in ("roofline", "llm", "serving", "specs"):
         assert (site / "img" / f"explore-{view}.png").is_file()

@@ -221,3 +221,33 @@ def test_a_noisy_triad_is_retaken_and_the_steadiest_kept(monkeypatch):
     calls.clear()
     monkeypatch.setattr(timing, "measure", lambda stmt, **kw: calls.append(stmt) or steady("DRAM triad", 4e-3))
     assert timing.dram_triad(threads=1, llc_bytes=0).attempts == 1 and len(calls) == 1
+
+
+def test_the_measured_spec_probes_the_dram_on_the_cores_it_describes(two_core_cpu, monkeypatch):
+    from perfmodel.hardware.detect import DRAM_MEASUREMENT_SOURCE
+
+    probed = []
+
+    def fake_triad(*, threads):
+        probed.append(threads)
+        return probe(8e-3, threads=threads)
+    monkeypatch.setattr(timing, "dram_triad", fake_triad)
+    for threads, cores in ((None, 2), (1, 1), (8, 2)):  # all the cores, one, more than the CPU has
+        spec, note = timing.measured_cpu_spec(threads)
+        assert probed[-1] == cores and DRAM_MEASUREMENT_SOURCE in spec.sources, (threads, note)
+        assert spec.outermost_on_device.bandwidth_bytes_per_s == pytest.approx(12 * 2**24 / 8e-3, rel=1e-3)
+        assert "DRAM bandwidth measured now" in note
+    monkeypatch.setattr(timing, "dram_triad", lambda *, threads: probe(8e-3, threads=threads, spread=0.6))
+    spec, note = timing.measured_cpu_spec()
+    assert DRAM_MEASUREMENT_SOURCE not in spec.sources and "NOTE: the DRAM probe is noisy" in note
+
+
+def test_the_measured_spec_runs_no_probe_without_a_detectable_cpu(monkeypatch):
+    import perfmodel.hardware.detect as detect
+
+    def unreadable():
+        raise OSError("no /proc/cpuinfo")
+    monkeypatch.setattr(detect, "read_cpu_facts", unreadable)
+    monkeypatch.setattr(timing, "dram_triad", lambda **kw: pytest.fail("probed a CPU it could not detect"))
+    spec, note = timing.measured_cpu_spec()
+    assert spec.name == timing.FALLBACK_CPU_SPEC and "NOTE: perfmodel specs detect gave no loadable spec" in note

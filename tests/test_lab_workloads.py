@@ -125,4 +125,15 @@ def test_one_command_redraws_five_systems_png(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["five_systems.png"]
     from matplotlib.image import imread
 
-    assert imread(written).shape == imread(NOTEBOOKS / "figures" / "five_systems.png").shape  # the committed one
+    committed = NOTEBOOKS / "figures" / "five_systems.png"
+    assert imread(written).shape == imread(committed).shape
+    # the chart is predicted, not measured: drawn by the matplotlib that drew the committed copy, it is that copy
+    # pixel for pixel, so a committed figure left stale by a change to the specs or the labs' workloads fails here
+    # (another matplotlib may render text a pixel apart: then only the size above is compared)
+    import matplotlib
+    from PIL import Image
+
+    drawn_by = Image.open(committed).info.get("Software", "")
+    if drawn_by.startswith(f"Matplotlib version{matplotlib.__version__},"):
+        assert (imread(written) == imread(committed)).all(), \
+            "notebooks/figures/five_systems.png is stale: python notebooks/export_figures.py notebooks/figures five_systems"

@@ -168,6 +168,22 @@ def test_lab1_gap_tracks_peak_and_bandwidth_ratios(executed):
         assert re.search(rf"^{kind}\s", text, re.M), text
 
 
+def test_lab1_shows_every_labs_workload_on_the_six_systems(notebook_runs):
+    """Issue 37: Lab 1 draws the six systems' rooflines (this CPU and the five) with each lab's workload on each,
+    in one figure, names the committed copy (notebooks/figures/five_systems.png) and prints the bound of each point."""
+    from perfmodel.lab_workloads import FIVE_SYSTEMS
+
+    notebook = notebook_runs(LAB1)[0]
+    cells = code_cells(notebook, calling="plotting.plot_labs_rooflines(")
+    assert len(cells) == 1 and figure_count(cells[0]) == 1
+    text = plain_text(cells[0])
+    assert all(f"lab {lab}:" in text for lab in range(1, 8)), text
+    assert all(system in text for system in FIVE_SYSTEMS), text
+    assert "local-cpu" in text or "epyc-zen4-2vcpu-fitted" in text, text  # this CPU: detected, or the fallback
+    before = notebook.cells[notebook.cells.index(cells[0]) - 1]
+    assert before.cell_type == "markdown" and "notebooks/figures/five_systems.png" in before.source
+
+
 # --- Lab 6: the decode step measured on the rooflines ---------------------------------------------------------
 
 

@@ -1,11 +1,19 @@
 """Every lab notebook runs top to bottom on the CPU, is committed without outputs, and ends with questions."""
 
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 
-from tests.notebook_runs import execute, exercise_results, solution_blocks, unwarned_noisy_timings, with_solutions
+from tests.notebook_runs import (
+    execute,
+    exercise_results,
+    solution_blocks,
+    unbacked_speedups,
+    unwarned_noisy_timings,
+    with_solutions,
+)
 
 NOTEBOOKS_DIR = Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(NOTEBOOKS_DIR.glob("[0-9][0-9]_*.ipynb"))
@@ -36,6 +44,49 @@ def test_no_noisy_timing_is_printed_without_its_warning(path, notebook_runs):
     notebook = notebook_runs(path.stem)[0]
     missing = unwarned_noisy_timings(notebook)
     assert not missing, f"{path.stem} prints noisy timings without a warning:\n" + "\n".join(missing)
+    unchecked = unbacked_speedups(notebook)
+    assert not unchecked, f"{path.stem} prints measured speed-ups without their timings' noise check:\n" + \
+        "\n".join(unchecked)
+
+
+def test_the_noise_checks_find_an_unwarned_timing_and_an_unchecked_speedup():
+    """The two rules above fail on what they exist to catch: a noisy timing without its WARNING, a measured
+    speed-up printed from raw medians (lab 3's old GPU line), and pass the helper's own lines."""
+    from nbformat.v4 import new_code_cell, new_notebook, new_output
+
+    from calibration.timing import Timing, speedup_line
+
+    def printed(text):
+        cell = new_code_cell("print(...)")
+        cell.outputs = [new_output("stream", name="stdout", text=text)]
+        return new_notebook(cells=[cell])
+
+    steady = Timing(label="eager", times_s=(2.0e-3,) * 10, runs_per_block=5, threads=1)
+    fast = Timing(label="compiled", times_s=(1.0e-3,) * 10, runs_per_block=5, threads=1)
+    noisy = Timing(label="compiled", times_s=(1e-3, 1e-3, 2e-3), runs_per_block=5, threads=1)
+    assert unwarned_noisy_timings(printed("compiled: median 1 ms, IQR 50% over 3 blocks of 5 runs on 1 thread\n"))
+    assert not unwarned_noisy_timings(printed(f"compiled: {noisy.summary()}\n"))
+    raw = "NVIDIA H100: torch.compile speed-up measured 1.52x, predicted on h100-sxm 1.40x\n"
+    assert unbacked_speedups(printed(raw)) == [raw.strip()]
+    assert unbacked_speedups(printed("correct: 9x faster than the loop\n"))
+    for slow_one, fast_one in ((steady, fast), (steady, noisy)):
+        text = speedup_line("speed-up", slow_one, fast_one) + "\ncorrect: 2x faster than the loop\n"
+        assert not unbacked_speedups(printed(text)) and not unwarned_noisy_timings(printed(text)), text
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
+def test_a_cpu_spec_is_built_with_its_dram_bandwidth_measured(path):
+    """The OS reports no DRAM bandwidth and ``perfmodel specs detect`` assumes 12 GB/s per core: a lab that builds
+    this CPU's spec measures it (``calibration.timing``'s STREAM triad), and the helper never gets a spec without
+    the probe (issue 37: the labs' roofs and predictions against the bandwidth the machine streams)."""
+    source = "\n".join(_code(cell) for cell in nbformat.read(path, as_version=4).cells if cell.cell_type == "code")
+    if not any(call in source for call in ("detected_spec_yaml(", "timing.cpu_spec(", "timing.measured_cpu_spec(")):
+        return  # the lab predicts on no CPU spec of its own
+    assert "timing.measured_cpu_spec(" in source or "timing.dram_triad(" in source, "no DRAM probe"
+    for call in re.findall(r"timing\.cpu_spec\(([^)]*)\)", source):
+        assert "dram=" in call, f"timing.cpu_spec({call}) without its triad: use timing.measured_cpu_spec"
+    for call in re.findall(r"detected_spec_yaml\((?:[^()]|\([^()]*\))*\)", source):  # one level of nested calls
+        assert "dram=" in call, f"a spec that keeps the assumed DRAM bandwidth: {call}"
 
 
 # Labs whose exercises are skeletons the student fills in; the reference solutions live in notebooks/solutions/.
