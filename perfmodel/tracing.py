@@ -21,6 +21,7 @@ dimensions into float64, and it keeps traced numbers traced. ``Traced`` refuses 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 import re
@@ -589,34 +590,93 @@ def trace(function: Callable[..., Any], values: Sequence[int | float]) -> Replay
 def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:
     """A function that builds ``value`` again with its traced numbers taken from a replay's output.
     Containers are built anew each time (a caller may change a result's dict); frozen records and
-    other immutable values are shared."""
+    other immutable values are shared. The function is compiled from one Python expression (a record's
+    constructor called with its fields' expressions, dict and list displays, ``numbers[i]`` for each
+    traced number), as the replay is: a result of a few dozen numbers in nested records and dicts is
+    built in about a quarter of the time closures nested per container take."""
+    constants: list[Any] = []
+    expression = _rebuild_text(value, leaves, constants)
+    namespace: dict[str, Any] = {f"_c{index}": constant for index, constant in enumerate(constants)}
+    namespace["_array"], namespace["_record"] = np.array, record
+    exec(compile(f"def rebuild(n):\n    return {expression}\n", "<rebuild>", "exec"), namespace)  # noqa: S102
+    rebuild: Callable[[tuple], Any] = namespace["rebuild"]
+    return rebuild
+
+
+def _rebuild_text(value: Any, leaves: list[Traced], constants: list[Any]) -> str:
+    """The expression ``_rebuilder`` compiles for ``value``: every object it cannot write as a literal
+    (a record type, a shared record, a dict key, an array) is a name bound to it (``constants``)."""
+    def constant(item: Any) -> str:
+        constants.append(item)
+        return f"_c{len(constants) - 1}"
+
     if isinstance(value, Traced):
-        position = len(leaves)
         leaves.append(value)
-        return lambda numbers: numbers[position]
+        return f"n[{len(leaves) - 1}]"
     if isinstance(value, dict):
-        parts = [(key, _rebuilder(item, leaves)) for key, item in value.items()]
-        return lambda numbers: {key: part(numbers) for key, part in parts}
+        parts = [f"{constant(key)}: {_rebuild_text(item, leaves, constants)}" for key, item in value.items()]
+        built = f"{{{', '.join(parts)}}}"
+        return built if type(value) is dict else f"{constant(type(value))}({built})"
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        items = [_rebuilder(item, leaves) for item in value]
-        kind = type(value)
-        return lambda numbers: kind(item(numbers) for item in items)
+        items = "".join(f"{_rebuild_text(item, leaves, constants)}, " for item in value)
+        if type(value) is list:
+            return f"[{items}]"
+        return f"({items})" if type(value) is tuple else f"{constant(type(value))}(({items}))"
     if isinstance(value, np.ndarray):
         if value.dtype != object:
-            return lambda numbers: value.copy()
-        items = [_rebuilder(item, leaves) for item in value.flat]
-        shape = value.shape
-        return lambda numbers: np.array([item(numbers) for item in items]).reshape(shape)
+            return f"{constant(value)}.copy()"
+        items = "".join(f"{_rebuild_text(item, leaves, constants)}, " for item in value.flat)
+        return f"_array([{items}]).reshape({constant(value.shape)})"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         count = len(leaves)
-        fields = {field.name: _rebuilder(getattr(value, field.name), leaves)
-                  for field in dataclasses.fields(value) if field.init}
+        fields = [(field.name, _rebuild_text(getattr(value, field.name), leaves, constants))
+                  for field in dataclasses.fields(value) if field.init]
         if len(leaves) == count and not _holds_containers(value):
-            return lambda numbers: value
+            return constant(value)
         # Built from its fields' parts, not from the traced record (which would keep the whole tape alive).
-        record_type = type(value)
-        return lambda numbers: record_type(**{name: part(numbers) for name, part in fields.items()})
-    return lambda numbers: value
+        if plain_record(type(value)):  # its fields set at once (``record``), not one __setattr__ call each
+            items = ", ".join(f"{name!r}: {text}" for name, text in fields)
+            return f"_record({constant(type(value))}, {{{items}}})"
+        return f"{constant(type(value))}({', '.join(f'{name}={text}' for name, text in fields)})"
+    return constant(value)
+
+
+@functools.cache
+def _field_names(record_type: type) -> frozenset[str] | None:
+    """The fields of a dataclass whose ``__init__`` only stores its arguments (no ``__post_init__``, no
+    ``InitVar``, every field an argument, no ``__slots__``); None for any other type."""
+    if not dataclasses.is_dataclass(record_type) or hasattr(record_type, "__post_init__") \
+            or "__slots__" in vars(record_type):
+        return None
+    fields = dataclasses.fields(record_type)
+    if len(fields) != len(record_type.__dataclass_fields__) or not all(field.init for field in fields):
+        return None
+    return frozenset(field.name for field in fields)
+
+
+def plain_record(record_type: type) -> bool:
+    """Whether ``record`` and ``replaced`` may build ``record_type``'s instances (``_field_names``)."""
+    return _field_names(record_type) is not None
+
+
+def record(record_type: type, values: dict[str, Any]) -> Any:
+    """``record_type(**values)`` for a ``plain_record`` type given every field: what its ``__init__``
+    would store, stored at once. A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``: 21 fields take about 3 us, a third of a replayed LLM scenario's own
+    bookkeeping (the record stays frozen: only its ``__setattr__`` refuses)."""
+    made = object.__new__(record_type)
+    made.__dict__.update(values)
+    return made
+
+
+def replaced(instance: Any, /, **changes: Any) -> Any:
+    """``dataclasses.replace(instance, **changes)``, for a ``plain_record`` type without its per-field
+    ``__init__`` calls (``record``); any other record goes through ``dataclasses.replace``."""
+    names = _field_names(type(instance))
+    if names is None or not changes.keys() <= names:  # (replace names an unknown field)
+        return dataclasses.replace(instance, **changes)
+    held = instance.__dict__
+    return record(type(instance), {**{name: held[name] for name in names}, **changes})
 
 
 def _holds_containers(record: Any) -> bool:

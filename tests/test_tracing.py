@@ -3,7 +3,7 @@ one LLM scenario built on it: it must give what the evaluation gives, or nothing
 
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pytest
@@ -14,7 +14,18 @@ from perfmodel.hardware.loader import catalog_index, load_hardware
 from perfmodel.llm import metrics
 from perfmodel.llm.catalog import load_architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
-from perfmodel.tracing import Replays, Tape, argmax, equal, maximum, minimum, trace, where
+from perfmodel.tracing import (
+    Replays,
+    Tape,
+    argmax,
+    equal,
+    maximum,
+    minimum,
+    plain_record,
+    replaced,
+    trace,
+    where,
+)
 
 
 def _objects(*values):
@@ -29,6 +40,63 @@ def test_arithmetic_is_replayed_for_new_inputs_and_constants_are_folded():
     replay = trace(function, (10, 3.0))
     for x, y in [(10, 3.0), (11, -2.5), (1000, 1e9)]:
         assert replay(x, y) == function(x, y)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Inner:
+    low: float
+    tags: tuple = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Outer:
+    name: str
+    inner: _Inner
+    shares: dict
+    values: list
+    table: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    value: float
+
+    def __post_init__(self):
+        if self.value < 0:
+            raise ValueError("negative")
+
+
+def test_a_rebuilt_result_is_the_traced_function_s_with_fresh_containers():
+    def function(x, y):
+        return _Outer(name="n", inner=_Inner(low=x / 2, tags=(x, 3)), shares={"a": {"b": x * y}, "c": 1.5},
+                      values=[x + 1, (y, "k")], table=np.arange(3.0), extra={"z": _Checked(value=2.0)})
+
+    replay = trace(function, (4, 2.5))
+    for x, y in [(4, 2.5), (7, -1.0)]:
+        got, expected = replay(x, y), function(x, y)
+        assert type(got) is _Outer and type(got.inner) is _Inner and got.inner.tags == (x, 3)
+        assert (got.name, got.inner, got.shares, got.values, got.extra) == \
+            (expected.name, expected.inner, expected.shares, expected.values, expected.extra)
+        np.testing.assert_array_equal(got.table, expected.table)
+        assert vars(got).keys() == vars(expected).keys()  # every field stored, nothing else
+    first, second = replay(4, 2.5), replay(4, 2.5)
+    assert first.shares is not second.shares and first.values is not second.values  # a caller may change them
+    assert first.table is not second.table
+    with pytest.raises(AttributeError):
+        first.name = "changed"  # still frozen
+
+
+def test_replaced_is_dataclasses_replace():
+    record = _Outer(name="n", inner=_Inner(low=1.0), shares={}, values=[], table=np.zeros(1))
+    assert plain_record(_Outer) and not plain_record(_Checked) and not plain_record(dict)
+    changed = replaced(record, name="m", shares={"a": 1})
+    assert vars(changed) == {**vars(record), "name": "m", "shares": {"a": 1}} and vars(record)["name"] == "n"
+    assert replace(record, name="m", shares={"a": 1}).__dict__.keys() == changed.__dict__.keys()
+    with pytest.raises(TypeError):
+        replaced(record, nonsense=1)  # as dataclasses.replace: an unknown field is refused
+    with pytest.raises(ValueError):
+        replaced(_Checked(value=1.0), value=-1.0)  # a __post_init__ check still runs (through replace)
 
 
 def test_max_and_min_hold_on_both_sides_of_their_crossover():

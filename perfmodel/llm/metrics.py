@@ -41,7 +41,7 @@ from perfmodel.roofline.arrays import (
     kernels_launched,
     time_by_bound_points,
 )
-from perfmodel.tracing import Replays, all_finite, floats, is_traced, maximum
+from perfmodel.tracing import Replays, all_finite, floats, is_traced, maximum, replaced
 from perfmodel.workload.ir import Graph
 
 # Builds one pipeline stage's graph: (architecture, scenario, parallelism, *, phase, context) -> Graph.
@@ -537,8 +537,8 @@ def _named_bounds(result: LLMResult, **changes: Any) -> LLMResult:
     if isinstance(result.tpot_s, float) or not np.shape(result.tpot_s):  # one scenario: plain floats (the common
         # case, without numpy's per-call cost)
         spent = {phase: _took_time(shares) for phase, shares in result.time_by_bound_by_phase.items()}
-        return replace(result, time_by_bound_by_phase=spent,
-                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()}, **changes)
+        return replaced(result, time_by_bound_by_phase=spent,
+                        bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()}, **changes)
     shape = np.shape(result.tpot_s)
     # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
     by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if np.any(time)),
