@@ -631,6 +631,7 @@ class Replay:
     nodes: int  # operations on the tape
     decisions: int
     computed: int = 0  # of them, those the replay computes (the others fed nothing it returns or checks)
+    traced_operations: int = 0  # those the traced run did that the outputs and decisions need (before folding)
 
     def __call__(self, *values: Any) -> Any:
         try:
@@ -649,7 +650,7 @@ def trace(function: Callable[..., Any], values: Sequence[int | float]) -> Replay
     leaves: list[Traced] = []
     rebuild = _rebuilder(result, leaves)
     return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards),
-                  computed=len(tape.scalings_folded(leaves).needed(leaves)))
+                  computed=len(tape.scalings_folded(leaves).needed(leaves)), traced_operations=len(tape.needed(leaves)))
 
 
 def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:
