@@ -47,6 +47,11 @@ _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
 _RELATIONS = {"equal": "==", "at_least": ">=", "greater": ">"}  # computed comparisons (not decisions)
 _COMPARISON_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _PLAIN = (int, float, np.integer, np.floating)
+# Operations whose replayed text names each operand once and evaluates it every time (a select: its
+# condition only), so that an operand's own expression may stand there (``Tape._inlined``).
+_INLINE_READERS = frozenset([*_SYMBOLS, "pow", "ceil", "floor", "sqrt", "trunc", "float", "abs", "neg", "pick",
+                             *_RELATIONS, "select"])
+_INLINE_DEPTH = 12
 # Operand positions where a constant identity leaves the operation's other operand as its value.
 _IDENTITIES = {"mul": (0, 1), "add": (0, 1), "sub": (1,), "truediv": (1,)}
 
@@ -150,9 +155,15 @@ class Tape:
         need are computed, products by constants folded where that is exact (``scalings_folded``)."""
         return self.scalings_folded(outputs)._compiled(outputs, name)
 
-    def _compiled(self, outputs: Sequence[Any], name: str) -> Callable[..., tuple | None]:
+    def _compiled(self, outputs: Sequence[Any], name: str, *, inline: bool = True) -> Callable[..., tuple | None]:
         needed = sorted(self.needed(outputs))
         guards_by_node = self._guards_after_nodes()
+        returned = {item.index for item in outputs if isinstance(item, Traced)}
+        inlined = self._inlined(needed, returned) if inline else {}
+        # A node written into the expression of the one that reads it is computed where that one is.
+        at: dict[int, int] = {}
+        for index in reversed(needed):
+            at[index] = at[inlined[index]] if index in inlined else index
         # Variables are reused: a node's variable takes a later node's value once the node has been read
         # for the last time (by an operation or a decision), so a few dozen variables are live instead of
         # one per node and each float goes back to Python's free list at once: about half the time per
@@ -160,21 +171,23 @@ class Tape:
         last_read: dict[int, int] = {}
         for index in needed:
             for kind, value in self.nodes[index][1]:
-                if kind == "node":
-                    last_read[value] = index
+                if kind == "node":  # (an earlier node inlined into a later one reads later)
+                    last_read[value] = max(last_read.get(value, 0), at[index])
             for condition, _ in guards_by_node.get(index, ()):
                 for node in _nodes_in(condition):
-                    last_read[node] = index
-        returned = {item.index for item in outputs if isinstance(item, Traced)}
+                    last_read[node] = max(last_read.get(node, 0), index)
         freed_after: dict[int, list[int]] = {}
         for node, index in last_read.items():
-            if node not in returned:
+            if node not in returned and node not in inlined:  # (an inlined node holds no variable)
                 freed_after.setdefault(index, []).append(node)
         names: dict[int, str] = {}
         free: list[str] = []
         variables = 0
         lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
         for index in needed:
+            if index in inlined:  # its text, in parentheses, stands where its one reader names it
+                names[index] = f"({self._expression(index, names)})"
+                continue
             if not free:
                 free.append(f"v{variables}")
                 variables += 1
@@ -190,6 +203,35 @@ class Tape:
         exec(compile("\n".join(lines), f"<{name}>", "exec"), namespace)  # noqa: S102 - code built from our own tape
         function: Callable[..., tuple | None] = namespace[name]
         return function
+
+    def _inlined(self, needed: list[int], returned: set[int]) -> dict[int, int]:
+        """The nodes written into the expression of the one node that reads them (node -> its reader),
+        as ``a * b + c`` instead of ``v = a * b`` and ``v + c``: the same operations in the same order,
+        without storing and loading a variable between them. Only a node read once, by an operation whose
+        text names that operand once and always evaluates it (not a max or min, which name theirs twice,
+        not a branch of a select), and neither returned nor read by a decision (both need a variable);
+        at most ``_INLINE_DEPTH`` deep (Python's parser bounds nesting)."""
+        reads: dict[int, int] = {}
+        reader: dict[int, int] = {}
+        for index in needed:
+            operation, operands = self.nodes[index]
+            for position, (kind, value) in enumerate(operands):
+                if kind != "node":
+                    continue
+                reads[value] = reads.get(value, 0) + 1
+                if operation in _INLINE_READERS and (operation != "select" or position == 0):
+                    reader[value] = index
+        decided = {node for condition in self.guards for node in _nodes_in(condition)}
+        inlined: dict[int, int] = {}
+        depth: dict[int, int] = {}
+        for index in needed:
+            operation, operands = self.nodes[index]
+            depth[index] = 1 + max((depth.get(value, 0) for kind, value in operands
+                                    if kind == "node" and value in inlined), default=0)
+            if (reads.get(index) == 1 and index in reader and index not in returned and index not in decided
+                    and operation not in ("input", "argmax", "argmin") and depth[index] <= _INLINE_DEPTH):
+                inlined[index] = reader[index]
+        return inlined
 
     def needed(self, outputs: Sequence[Any]) -> set[int]:
         """The nodes a replay of ``outputs`` computes: those the outputs and the decisions read."""

@@ -1,6 +1,7 @@
 """Traced computations replayed as straight-line Python (``perfmodel.tracing``), and the compiled path of
 one LLM scenario built on it: it must give what the evaluation gives, or nothing."""
 
+import dis
 import math
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, fields, replace
@@ -182,9 +183,32 @@ def test_products_by_constants_fold_only_where_that_is_exact():
     for kept in outputs[2:]:
         assert folded.nodes[kept.index] == tape.nodes[kept.index]
     assert len(folded.needed(outputs)) == len(tape.needed(outputs)) - 3
-    plain, compiled = tape._compiled(outputs, "plain"), tape.compile(outputs)
+    plain, compiled = tape._compiled(outputs, "plain", inline=False), tape.compile(outputs)
     for values in [(3.7, 5), (-1e-3, 2 ** 60 + 1), (1e300, -7), (0.0, 0), (-0.0, 1)]:
         assert repr(compiled(*values)) == repr(plain(*values))  # to the bit, the sign of zero included
+
+
+def test_nodes_read_once_are_inlined_into_their_reader_with_the_same_results():
+    def function(x, y):
+        x, y = _objects(x), _objects(y)
+        a = (x * 1.5 + y) / (y - 2.5)  # read once each: one expression
+        b = maximum(a * 2.0 - 1.0, x / 3.0)  # a max names its operands twice: they keep variables
+        c = where(equal(argmax(np.stack([a, b, x]), axis=0), 1), b + 1.0, a - 1.0)  # a condition inlined
+        shared = b * b  # read twice: a variable
+        return [(c * 3.0)[0], (shared + 1.0)[0], (shared - x)[0], math.ceil(c[0])]
+
+    tape = Tape()
+    outputs = function(tape.input(3.0), tape.input(7))
+    inline, plain = tape._compiled(outputs, "inlined"), tape._compiled(outputs, "plain", inline=False)
+    assert inline.__code__.co_code != plain.__code__.co_code
+    def stores(function):
+        return sum(instruction.opname == "STORE_FAST" for instruction in dis.get_instructions(function))
+
+    assert stores(inline) <= stores(plain) - 5  # a * 2.0 - 1.0, x * 1.5 + y, y - 2.5, c * 3.0, the equal
+    for values in [(3.0, 7), (-2.0, 1), (1e-3, 40), (9.0, 3), (0.5, -4)]:
+        assert repr(inline(*values)) == repr(plain(*values))
+    replay = trace(function, (3.0, 7))
+    assert replay(-2.0, 1) == function(-2.0, 1)
 
 
 @pytest.mark.parametrize("combination", [("llama-2-7b", "a100-sxm-80gb", Parallelism()),
@@ -200,7 +224,7 @@ def test_an_llm_replay_with_products_folded_is_the_unfolded_one_to_the_bit(combi
     leaves: list = []
     _rebuilder(result, leaves)
     assert len(tape.scalings_folded(leaves).needed(leaves)) < 0.95 * len(tape.needed(leaves))
-    plain, compiled = tape._compiled(leaves, "plain"), tape.compile(leaves)
+    plain, compiled = tape._compiled(leaves, "plain", inline=False), tape.compile(leaves)
     rng = np.random.default_rng(3)
     held = 0
     for batch, prompt, generated in zip(rng.integers(1, 64, 200), rng.integers(800, 1200, 200),
