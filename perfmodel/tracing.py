@@ -820,8 +820,7 @@ class Replays:
             entries = self._entries
             # The key asked last (a series of one model's scenarios) is already last: not moved.
             entry = entries[key] if entries and next(reversed(entries)) == key else entries.pop(key, None)
-            if entry is None or len(entry.anchors) != len(anchors) or any(
-                    held is not given for held, given in zip(entry.anchors, anchors, strict=True)):
+            if entry is None or len(entry.anchors) != len(anchors) or any(map(operator.is_not, entry.anchors, anchors)):
                 entry = _Entry(anchors)
             entries[key] = entry  # most recently used last
             if len(entries) > self.keys:
