@@ -29,6 +29,12 @@ package and data extracted with ``git archive`` into a temporary folder), each t
 process, the baseline first, in the same run; the table adds before/after ratios (baseline time /
 this tree's time), which the shared machine's load moves far less than it moves either time.
 
+``--bound``: only how far the array path is from numpy's throughput for the same arithmetic: one
+scenario's traced operations (the replay's tape before folding) run as one element-wise numpy call
+each over arrays of a block (8,192) and of 10^6 scenarios, nothing else (``tape_as_numpy``), against
+``llm_predict`` over 10^6 array scenarios (10^5 with ``--quick``) and numpy's plain element rate;
+writes ``benchmarks/results/scale_bound.json``. Run: ``python benchmarks/scale.py --bound``.
+
 Prints a table; writes ``benchmarks/results/scale.json`` (``--json``).
 Run: ``python benchmarks/scale.py`` (``--quick``: 10^5 instead of 10^6 and a smaller sweep;
 ``--baseline 5bce5b3``: before/after the array path's speed-ups of issue 34).
@@ -110,6 +116,79 @@ def python_operation_s(operations: int, repeats: int = 7, variables: int = 16) -
     return _median_s(lambda: [run(1.5) for _ in range(calls)], repeats) / calls / operations
 
 
+_NUMPY_FORMS = {"add": "{0} + {1}", "sub": "{0} - {1}", "mul": "{0} * {1}", "truediv": "{0} / {1}",
+                "floordiv": "{0} // {1}", "mod": "{0} % {1}", "pow": "np.power({0}, {1})", "neg": "-{0}",
+                "abs": "np.abs({0})", "ceil": "np.ceil({0})", "floor": "np.floor({0})", "trunc": "np.trunc({0})",
+                "sqrt": "np.sqrt({0})", "max": "np.maximum({0}, {1})", "min": "np.minimum({0}, {1})",
+                "equal": "{0} == {1}", "at_least": "{0} >= {1}", "greater": "{0} > {1}",
+                "select": "np.where({0}, {1}, {2})"}
+
+
+def tape_as_numpy(tape, outputs) -> tuple:
+    """The operations a traced scenario's numbers take (``tape``: those ``outputs`` and the decisions
+    need, before folding), each as one element-wise numpy call over arrays of scenarios: the same
+    arithmetic, vectorized with nothing else (no graphs, no kernel tables, no Python per op but the
+    call). Returns (function of the three input arrays, numpy calls it makes). A conversion to float
+    costs nothing on float64 arrays and is not a call; argmax/argmin stack their operands and reduce
+    along the short axis; a pick is ``np.choose``. Each array is dropped after its last read."""
+    needed = sorted(tape.needed(outputs))
+    last_read: dict[int, int] = {}
+    for index in needed:
+        for kind, value in tape.nodes[index][1]:
+            if kind == "node":
+                last_read[value] = index
+    kept = {item.index for item in outputs if hasattr(item, "index")}
+    dropped: dict[int, list[int]] = {}
+    for node, at in last_read.items():
+        if node not in kept:
+            dropped.setdefault(at, []).append(node)
+    lines, calls = ["def run(x0, x1, x2):"], 0
+    for index in needed:
+        operation, operands = tape.nodes[index]
+        texts = [f"x{value}" if kind == "input" else f"v{value}" if kind == "node" else repr(value)
+                 for kind, value in operands]
+        if operation in ("input", "float"):
+            expression = texts[0]
+        elif operation in ("argmax", "argmin"):
+            expression = f"np.{operation}(np.stack(np.broadcast_arrays({', '.join(texts)})), axis=0)"
+            calls += 1
+        elif operation == "pick":
+            expression = f"np.choose({texts[0]}, [{', '.join(texts[1:])}])"
+            calls += 1
+        else:
+            expression = _NUMPY_FORMS[operation].format(*texts)
+            calls += 1
+        lines.append(f"    v{index} = {expression}")
+        lines += [f"    del v{node}" for node in dropped.get(index, ())]
+    lines.append("    return None")
+    namespace: dict = {"np": np, "inf": np.inf, "nan": np.nan}  # (the repr of infinite constants)
+    exec(compile("\n".join(lines), "<tape-as-numpy>", "exec"), namespace)  # noqa: S102 - our own text
+    return namespace["run"], calls
+
+
+def same_arithmetic(architecture, hardware, size: int, repeats: int) -> dict:
+    """CPU seconds of one scenario's traced operations run by numpy over arrays of ``size`` scenarios
+    (``tape_as_numpy``, random batch, prompt and output lengths as ``_scenarios``): the machine's numpy
+    throughput for the same arithmetic, and the scenarios/s it allows."""
+    from perfmodel.llm.metrics import prediction_numbers
+    from perfmodel.tracing import Tape, _rebuilder
+
+    execution = resolve_mode(hardware, None)
+    numbers = prediction_numbers(architecture, hardware, Scenario(batch=8, prompt_tokens=1000, generated_tokens=128),
+                                 Parallelism(), execution)
+    tape = Tape()
+    leaves: list = []
+    _rebuilder(numbers(*(tape.input(value) for value in (8, 1000, 128))), leaves)
+    run, calls = tape_as_numpy(tape, leaves)
+    drawn = _scenarios(size, seed=5)
+    inputs = (drawn.batch, drawn.prompt_tokens, drawn.generated_tokens)
+    with np.errstate(all="ignore"):  # a draw some branch does not apply to may divide by zero: timed all the same
+        run(*inputs)
+        seconds = _median_s(lambda: run(*inputs), repeats)
+    return {"size": size, "numpy_calls_per_scenario": calls, "seconds": seconds,
+            "element_ops_per_s": calls * size / seconds, "scenarios_per_s": size / seconds}
+
+
 def bound_account(architecture, hardware, rate: float, rows: list[dict], repeats: int) -> dict:
     """What bounds the two paths, counted rather than inferred from times: the operations one scenario's
     numbers take (the compiled replay's tape: every operation that depends on the scenario's batch,
@@ -123,7 +202,7 @@ def bound_account(architecture, hardware, rate: float, rows: list[dict], repeats
     values = (8, 1000, 128)
     traced = Scenario(batch=values[0], prompt_tokens=values[1], generated_tokens=values[2])
     replay = trace(prediction_numbers(architecture, hardware, traced, Parallelism(), execution), values)
-    operations = replay.computed
+    operations = replay.traced_operations  # what the array path computes (the replay folds some: computed)
     prompts = range(1000, 1500)
     assert all(replay.function(8, prompt, 128) is not None for prompt in prompts)  # no decision differs: full runs
     for prompt in range(64, 128):  # llm_predict's own replay compiled
@@ -136,12 +215,14 @@ def bound_account(architecture, hardware, rate: float, rows: list[dict], repeats
         one_times.append(_median_s(lambda: [llm_predict(architecture, hardware, Scenario(
             batch=8, prompt_tokens=prompt, generated_tokens=128)) for prompt in prompts], 1))
     replay_s, one_s = statistics.median(replay_times) / len(prompts), statistics.median(one_times) / len(prompts)
-    per_operation = python_operation_s(operations, repeats)
+    per_operation = python_operation_s(replay.computed, repeats)
     big = max((row for row in rows if row["benchmark"].startswith("llm_predict over arrays")),
               key=lambda row: row["scenarios"])
-    return {"operations_per_scenario": operations, "replay_decisions": replay.decisions,
-            "replay_function_s": replay_s, "replay_ns_per_operation": replay_s / operations * 1e9,
-            "python_float_operation_ns": per_operation * 1e9, "straight_line_floor_s": operations * per_operation,
+    return {"operations_per_scenario": operations, "replay_operations": replay.computed,
+            "replay_decisions": replay.decisions,
+            "replay_function_s": replay_s, "replay_ns_per_operation": replay_s / replay.computed * 1e9,
+            "python_float_operation_ns": per_operation * 1e9,
+            "straight_line_floor_s": replay.computed * per_operation,
             "one_scenario_s": one_s, "one_scenario_outside_replay_s": one_s - replay_s,
             "numpy_element_ops_per_s": rate, "array_ceiling_scenarios_per_s": rate / operations,
             "array_scenarios_per_s": big["scenarios_per_s"],
@@ -234,6 +315,46 @@ def _llm_part(counts: tuple[int, ...], repeats: int) -> dict:
     return {"rows": rows, "profile": profile, "numpy_rate": rate, "perfmodel_path": str(Path(perfmodel.__file__).parent)}
 
 
+def bound_only(args, count: int) -> int:
+    """``--bound``: how far the array path is from numpy's throughput for the same arithmetic, alone
+    (a minute or two): numpy's element rate on arrays of a block and of 10^6, one scenario's traced
+    operations as numpy calls over arrays of a block and of 10^6 scenarios (``same_arithmetic``), and
+    ``llm_predict`` over ``count`` array scenarios, the same draws; CPU seconds, medians of ``--repeats``."""
+    from perfmodel.llm.metrics import CHUNK_POINTS
+
+    architecture, hardware = load_architecture(MODEL), load_for_prediction(SPEC)
+    load_before = os.getloadavg()
+    rates = {size: numpy_rate(size) for size in (CHUNK_POINTS, 1_000_000)}
+    same = [same_arithmetic(architecture, hardware, size, args.repeats) for size in (CHUNK_POINTS, 1_000_000)]
+    scenario = _scenarios(count)
+    llm_predict(architecture, hardware, _scenarios(1_000, seed=9), Parallelism())  # first-call work, untimed
+    seconds = _median_s(lambda: llm_predict(architecture, hardware, scenario, Parallelism()),
+                        args.repeats if count <= 100_000 else 1)
+    array_rate = count / seconds
+    best = max(same, key=lambda row: row["scenarios_per_s"])
+    calls = best["numpy_calls_per_scenario"]
+    print(f"llm_predict over {count:,} array scenarios ({MODEL} on {SPEC}): {array_rate:,.0f} scenarios/s "
+          f"({seconds:.2f} s CPU); load average {load_before[0]:.1f} ({os.cpu_count()} CPUs)")
+    for size, rate in rates.items():
+        print(f"  numpy x * y + z, maximum on arrays of {size:,}: {rate:.3g} element ops/s: the array path's time is "
+              f"{rate / array_rate:,.0f} element ops a scenario; 10^6 scenarios/s leaves {rate / 1e6:,.0f}")
+    print(f"  the same arithmetic: one scenario's {calls:,} traced operations (the replay's tape before folding), "
+          "each one numpy call over arrays of scenarios, nothing else:")
+    for row in same:
+        print(f"    arrays of {row['size']:,}: {row['seconds'] * 1e3:,.1f} ms, {row['element_ops_per_s']:.3g} element "
+              f"ops/s: {row['scenarios_per_s']:,.0f} scenarios/s; the array path reaches "
+              f"{100 * array_rate / row['scenarios_per_s']:.0f}% of it")
+    print(f"  10^6 scenarios/s at the best of those rates ({best['element_ops_per_s']:.3g} element ops/s) needs at most "
+          f"{best['element_ops_per_s'] / 1e6:,.0f} numpy element operations a scenario; the arithmetic is {calls:,}")
+    data = {"meta": {"perfmodel": __version__, "python": platform.python_version(), "numpy": np.__version__,
+                     "machine": platform.machine(), "cpus": os.cpu_count(), "load_average_before": load_before,
+                     "load_average_after": os.getloadavg(), "model": MODEL, "spec": SPEC, "repeats": args.repeats},
+            "array_path": {"scenarios": count, "seconds": seconds, "scenarios_per_s": array_rate},
+            "numpy_element_ops_per_s": {str(size): rate for size, rate in rates.items()}, "same_arithmetic": same}
+    write_text_atomically(args.json, json.dumps(data, indent=2) + "\n")
+    return 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", type=Path, default=Path("benchmarks/results/scale.json"))
@@ -243,8 +364,14 @@ def main(argv=None) -> int:
     parser.add_argument("--baseline", metavar="REV", help="also rows 1-2 for perfmodel at git revision REV (ratios)")
     parser.add_argument("--llm-rows-only", type=Path, help=argparse.SUPPRESS)  # a tree's rows 1-2, as JSON
     parser.add_argument("--counts", help=argparse.SUPPRESS)
+    parser.add_argument("--bound", action="store_true", help="only how far the array path is from numpy's "
+                        "throughput for the same arithmetic (writes --json, default benchmarks/results/scale_bound.json)")
     args = parser.parse_args(argv)
     big = 100_000 if args.quick else 1_000_000
+    if args.bound:
+        if args.json == parser.get_default("json"):
+            args.json = Path("benchmarks/results/scale_bound.json")
+        return bound_only(args, big)
     counts = tuple(int(count) for count in args.counts.split(",")) if args.counts else (1_000, big)
     if args.llm_rows_only:
         write_text_atomically(args.llm_rows_only, json.dumps(_llm_part(counts, args.repeats)))
@@ -290,7 +417,8 @@ def main(argv=None) -> int:
     print(f"What bounds them, counted: one scenario's numbers are {bound['operations_per_scenario']:,} operations on "
           f"its batch, prompt and output length (the compiled replay's tape, {bound['replay_decisions']} decisions "
           "checked).\n"
-          f"  one scenario: the replay runs them in {bound['replay_function_s'] * 1e6:.1f} us "
+          f"  one scenario: the replay runs them ({bound['replay_operations']:,} once products by constants are "
+          f"folded) in {bound['replay_function_s'] * 1e6:.1f} us "
           f"({bound['replay_ns_per_operation']:.1f} ns each; straight-line Python float arithmetic on reused "
           "variables here: "
           f"{bound['python_float_operation_ns']:.1f} ns, a floor of {bound['straight_line_floor_s'] * 1e6:.1f} us); "

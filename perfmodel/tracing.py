@@ -21,6 +21,7 @@ dimensions into float64, and it keeps traced numbers traced. ``Traced`` refuses 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import operator
 import re
@@ -46,6 +47,11 @@ _COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
 _RELATIONS = {"equal": "==", "at_least": ">=", "greater": ">"}  # computed comparisons (not decisions)
 _COMPARISON_SYMBOLS = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}
 _PLAIN = (int, float, np.integer, np.floating)
+# Operations whose replayed text names each operand once and evaluates it every time (a select: its
+# condition only), so that an operand's own expression may stand there (``Tape._inlined``).
+_INLINE_READERS = frozenset([*_SYMBOLS, "pow", "ceil", "floor", "sqrt", "trunc", "float", "abs", "neg", "pick",
+                             *_RELATIONS, "select"])
+_INLINE_DEPTH = 12
 # Operand positions where a constant identity leaves the operation's other operand as its value.
 _IDENTITIES = {"mul": (0, 1), "add": (0, 1), "sub": (1,), "truediv": (1,)}
 
@@ -109,12 +115,55 @@ class Tape:
             return f"float({str(value)!r})"
         return f"({value!r})" if value < 0 else repr(value)  # -2.0 ** x is -(2.0 ** x) in Python
 
+    def scalings_folded(self, outputs: Sequence[Any]) -> Tape:
+        """This tape with each product by a constant of a product by a constant that nothing else reads,
+        ``(x * a) * b``, written ``x * (a * b)`` where one of ``a``, ``b`` is a power of two (a unit
+        conversion, a factor of 2 for a multiply-add): scaling by a power of two is exact, so both round
+        once, to the same float (the operands of a multiply are converted to float exactly; no
+        intermediate is near the overflow or subnormal range in a cost model's seconds, bytes and FLOPs).
+        Not for an integer constant that is no power of two with a float one: an integer ``x`` times it is
+        exact before it is rounded, which ``x`` converted to float first need not be past 2**53. The
+        nodes keep their indices (a decision's text names them); the outer one reads ``x``, and the inner
+        one, read by nothing now, is not computed. About a tenth of an LLM scenario's operations."""
+        folded = list(self.nodes)
+        reads: dict[int, int] = {}
+        for index in self.needed(outputs):
+            for kind, value in self.nodes[index][1]:
+                if kind == "node":
+                    reads[value] = reads.get(value, 0) + 1
+        for item in outputs:  # a returned node, or one a decision reads, is kept as it is
+            if isinstance(item, Traced):
+                reads[item.index] = reads.get(item.index, 0) + 2
+        for condition in self.guards:
+            for node in _nodes_in(condition):
+                reads[node] = reads.get(node, 0) + 2
+        for index, (operation, operands) in enumerate(folded):
+            outer = _scaling(operation, operands)
+            if outer is None or reads.get(outer[0], 0) != 1:
+                continue
+            inner = _scaling(*folded[outer[0]])
+            if inner is None or not _exact_refold(inner[1], outer[1]):
+                continue
+            folded[index] = ("mul", (("node", inner[0]), ("const", inner[1] * outer[1])))
+        tape = Tape()
+        tape.nodes, tape.guards, tape.inputs = folded, self.guards, self.inputs
+        return tape
+
     def compile(self, outputs: Sequence[Any], name: str = "replay") -> Callable[..., tuple | None]:
         """A function of the inputs giving ``outputs`` (traced numbers or constants), or None where a
         decision of the traced run comes out differently. Only the nodes the outputs and the decisions
-        need are computed."""
+        need are computed, products by constants folded where that is exact (``scalings_folded``)."""
+        return self.scalings_folded(outputs)._compiled(outputs, name)
+
+    def _compiled(self, outputs: Sequence[Any], name: str, *, inline: bool = True) -> Callable[..., tuple | None]:
         needed = sorted(self.needed(outputs))
         guards_by_node = self._guards_after_nodes()
+        returned = {item.index for item in outputs if isinstance(item, Traced)}
+        inlined = self._inlined(needed, returned) if inline else {}
+        # A node written into the expression of the one that reads it is computed where that one is.
+        at: dict[int, int] = {}
+        for index in reversed(needed):
+            at[index] = at[inlined[index]] if index in inlined else index
         # Variables are reused: a node's variable takes a later node's value once the node has been read
         # for the last time (by an operation or a decision), so a few dozen variables are live instead of
         # one per node and each float goes back to Python's free list at once: about half the time per
@@ -122,21 +171,23 @@ class Tape:
         last_read: dict[int, int] = {}
         for index in needed:
             for kind, value in self.nodes[index][1]:
-                if kind == "node":
-                    last_read[value] = index
+                if kind == "node":  # (an earlier node inlined into a later one reads later)
+                    last_read[value] = max(last_read.get(value, 0), at[index])
             for condition, _ in guards_by_node.get(index, ()):
                 for node in _nodes_in(condition):
-                    last_read[node] = index
-        returned = {item.index for item in outputs if isinstance(item, Traced)}
+                    last_read[node] = max(last_read.get(node, 0), index)
         freed_after: dict[int, list[int]] = {}
         for node, index in last_read.items():
-            if node not in returned:
+            if node not in returned and node not in inlined:  # (an inlined node holds no variable)
                 freed_after.setdefault(index, []).append(node)
         names: dict[int, str] = {}
         free: list[str] = []
         variables = 0
         lines = [f"def {name}({', '.join(f'x{i}' for i in range(self.inputs))}):"]
         for index in needed:
+            if index in inlined:  # its text, in parentheses, stands where its one reader names it
+                names[index] = f"({self._expression(index, names)})"
+                continue
             if not free:
                 free.append(f"v{variables}")
                 variables += 1
@@ -152,6 +203,35 @@ class Tape:
         exec(compile("\n".join(lines), f"<{name}>", "exec"), namespace)  # noqa: S102 - code built from our own tape
         function: Callable[..., tuple | None] = namespace[name]
         return function
+
+    def _inlined(self, needed: list[int], returned: set[int]) -> dict[int, int]:
+        """The nodes written into the expression of the one node that reads them (node -> its reader),
+        as ``a * b + c`` instead of ``v = a * b`` and ``v + c``: the same operations in the same order,
+        without storing and loading a variable between them. Only a node read once, by an operation whose
+        text names that operand once and always evaluates it (not a max or min, which name theirs twice,
+        not a branch of a select), and neither returned nor read by a decision (both need a variable);
+        at most ``_INLINE_DEPTH`` deep (Python's parser bounds nesting)."""
+        reads: dict[int, int] = {}
+        reader: dict[int, int] = {}
+        for index in needed:
+            operation, operands = self.nodes[index]
+            for position, (kind, value) in enumerate(operands):
+                if kind != "node":
+                    continue
+                reads[value] = reads.get(value, 0) + 1
+                if operation in _INLINE_READERS and (operation != "select" or position == 0):
+                    reader[value] = index
+        decided = {node for condition in self.guards for node in _nodes_in(condition)}
+        inlined: dict[int, int] = {}
+        depth: dict[int, int] = {}
+        for index in needed:
+            operation, operands = self.nodes[index]
+            depth[index] = 1 + max((depth.get(value, 0) for kind, value in operands
+                                    if kind == "node" and value in inlined), default=0)
+            if (reads.get(index) == 1 and index in reader and index not in returned and index not in decided
+                    and operation not in ("input", "argmax", "argmin") and depth[index] <= _INLINE_DEPTH):
+                inlined[index] = reader[index]
+        return inlined
 
     def needed(self, outputs: Sequence[Any]) -> set[int]:
         """The nodes a replay of ``outputs`` computes: those the outputs and the decisions read."""
@@ -224,6 +304,34 @@ class Tape:
         if operation == "neg":
             return f"-{texts[0]}"
         return f"{operation}({texts[0]})"  # abs, float
+
+
+def _scaling(operation: str, operands: tuple[tuple[str, Any], ...]) -> tuple[int, int | float] | None:
+    """(node, constant) of a product of a node by a finite constant; None for any other node."""
+    if operation != "mul":
+        return None
+    (first_kind, first), (second_kind, second) = operands
+    if first_kind == "node" and second_kind == "const":
+        node, constant = first, second
+    elif first_kind == "const" and second_kind == "node":
+        node, constant = second, first
+    else:
+        return None
+    return (node, constant) if math.isfinite(constant) else None
+
+
+def _power_of_two(value: int | float) -> bool:
+    return value != 0 and math.isfinite(value) and math.frexp(abs(value))[0] == 0.5
+
+
+def _exact_refold(inner: int | float, outer: int | float) -> bool:
+    """Whether ``(x * inner) * outer`` is ``x * (inner * outer)`` to the bit (``Tape.scalings_folded``)."""
+    if not (_power_of_two(inner) or _power_of_two(outer)) or not math.isfinite(inner * outer):
+        return False
+    if type(inner) is type(outer):  # both integers (exact), or both floats
+        return True
+    integer = inner if type(inner) is int else outer
+    return _power_of_two(integer)
 
 
 def _real_power(base: Any, exponent: Any) -> Any:
@@ -565,6 +673,7 @@ class Replay:
     nodes: int  # operations on the tape
     decisions: int
     computed: int = 0  # of them, those the replay computes (the others fed nothing it returns or checks)
+    traced_operations: int = 0  # those the traced run did that the outputs and decisions need (before folding)
 
     def __call__(self, *values: Any) -> Any:
         try:
@@ -583,40 +692,100 @@ def trace(function: Callable[..., Any], values: Sequence[int | float]) -> Replay
     leaves: list[Traced] = []
     rebuild = _rebuilder(result, leaves)
     return Replay(function=tape.compile(leaves), rebuild=rebuild, nodes=len(tape.nodes), decisions=len(tape.guards),
-                  computed=len(tape.needed(leaves)))
+                  computed=len(tape.scalings_folded(leaves).needed(leaves)), traced_operations=len(tape.needed(leaves)))
 
 
 def _rebuilder(value: Any, leaves: list[Traced]) -> Callable[[tuple], Any]:
     """A function that builds ``value`` again with its traced numbers taken from a replay's output.
     Containers are built anew each time (a caller may change a result's dict); frozen records and
-    other immutable values are shared."""
+    other immutable values are shared. The function is compiled from one Python expression (a record's
+    constructor called with its fields' expressions, dict and list displays, ``numbers[i]`` for each
+    traced number), as the replay is: a result of a few dozen numbers in nested records and dicts is
+    built in about a quarter of the time closures nested per container take."""
+    constants: list[Any] = []
+    expression = _rebuild_text(value, leaves, constants)
+    namespace: dict[str, Any] = {f"_c{index}": constant for index, constant in enumerate(constants)}
+    namespace["_array"], namespace["_record"] = np.array, record
+    exec(compile(f"def rebuild(n):\n    return {expression}\n", "<rebuild>", "exec"), namespace)  # noqa: S102
+    rebuild: Callable[[tuple], Any] = namespace["rebuild"]
+    return rebuild
+
+
+def _rebuild_text(value: Any, leaves: list[Traced], constants: list[Any]) -> str:
+    """The expression ``_rebuilder`` compiles for ``value``: every object it cannot write as a literal
+    (a record type, a shared record, a dict key, an array) is a name bound to it (``constants``)."""
+    def constant(item: Any) -> str:
+        constants.append(item)
+        return f"_c{len(constants) - 1}"
+
     if isinstance(value, Traced):
-        position = len(leaves)
         leaves.append(value)
-        return lambda numbers: numbers[position]
+        return f"n[{len(leaves) - 1}]"
     if isinstance(value, dict):
-        parts = [(key, _rebuilder(item, leaves)) for key, item in value.items()]
-        return lambda numbers: {key: part(numbers) for key, part in parts}
+        parts = [f"{constant(key)}: {_rebuild_text(item, leaves, constants)}" for key, item in value.items()]
+        built = f"{{{', '.join(parts)}}}"
+        return built if type(value) is dict else f"{constant(type(value))}({built})"
     if isinstance(value, (list, tuple)) and not hasattr(value, "_fields"):
-        items = [_rebuilder(item, leaves) for item in value]
-        kind = type(value)
-        return lambda numbers: kind(item(numbers) for item in items)
+        items = "".join(f"{_rebuild_text(item, leaves, constants)}, " for item in value)
+        if type(value) is list:
+            return f"[{items}]"
+        return f"({items})" if type(value) is tuple else f"{constant(type(value))}(({items}))"
     if isinstance(value, np.ndarray):
         if value.dtype != object:
-            return lambda numbers: value.copy()
-        items = [_rebuilder(item, leaves) for item in value.flat]
-        shape = value.shape
-        return lambda numbers: np.array([item(numbers) for item in items]).reshape(shape)
+            return f"{constant(value)}.copy()"
+        items = "".join(f"{_rebuild_text(item, leaves, constants)}, " for item in value.flat)
+        return f"_array([{items}]).reshape({constant(value.shape)})"
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         count = len(leaves)
-        fields = {field.name: _rebuilder(getattr(value, field.name), leaves)
-                  for field in dataclasses.fields(value) if field.init}
+        fields = [(field.name, _rebuild_text(getattr(value, field.name), leaves, constants))
+                  for field in dataclasses.fields(value) if field.init]
         if len(leaves) == count and not _holds_containers(value):
-            return lambda numbers: value
+            return constant(value)
         # Built from its fields' parts, not from the traced record (which would keep the whole tape alive).
-        record_type = type(value)
-        return lambda numbers: record_type(**{name: part(numbers) for name, part in fields.items()})
-    return lambda numbers: value
+        if plain_record(type(value)):  # its fields set at once (``record``), not one __setattr__ call each
+            items = ", ".join(f"{name!r}: {text}" for name, text in fields)
+            return f"_record({constant(type(value))}, {{{items}}})"
+        return f"{constant(type(value))}({', '.join(f'{name}={text}' for name, text in fields)})"
+    return constant(value)
+
+
+@functools.cache
+def _field_names(record_type: Any) -> frozenset[str] | None:
+    """The fields of a dataclass whose ``__init__`` only stores its arguments (no ``__post_init__``, no
+    ``InitVar``, every field an argument, no ``__slots__``); None for any other type."""
+    if not dataclasses.is_dataclass(record_type) or hasattr(record_type, "__post_init__") \
+            or "__slots__" in vars(record_type):
+        return None
+    fields = dataclasses.fields(record_type)
+    if len(fields) != len(record_type.__dataclass_fields__) or not all(field.init for field in fields):
+        return None
+    return frozenset(field.name for field in fields)
+
+
+def plain_record(record_type: type) -> bool:
+    """Whether ``record`` and ``replaced`` may build ``record_type``'s instances (``_field_names``)."""
+    return _field_names(record_type) is not None
+
+
+def record(record_type: type, values: dict[str, Any]) -> Any:
+    """``record_type(**values)`` for a ``plain_record`` type given every field: what its ``__init__``
+    would store, stored at once. A frozen dataclass's ``__init__`` sets each field through
+    ``object.__setattr__``: 21 fields take about 3 us, a third of a replayed LLM scenario's own
+    bookkeeping (the record stays frozen: only its ``__setattr__`` refuses)."""
+    made: Any = object.__new__(record_type)
+    made.__dict__.update(values)
+    return made
+
+
+def replaced(instance: Any, /, **changes: Any) -> Any:
+    """``dataclasses.replace(instance, **changes)``, for a ``plain_record`` type without its per-field
+    ``__init__`` calls (``record``); any other record goes through ``dataclasses.replace``."""
+    kind: Any = type(instance)
+    names = _field_names(kind)
+    if names is None or not changes.keys() <= names:  # (replace names an unknown field)
+        return dataclasses.replace(instance, **changes)
+    held = instance.__dict__
+    return record(kind, {**{name: held[name] for name in names}, **changes})
 
 
 def _holds_containers(record: Any) -> bool:
@@ -648,13 +817,14 @@ class Replays:
                  values: Sequence[int | float]) -> Any:
         """``function(*values)`` replayed (None: run it yourself)."""
         with self._lock:
-            entry = self._entries.pop(key, None)
-            if entry is None or len(entry.anchors) != len(anchors) or any(
-                    held is not given for held, given in zip(entry.anchors, anchors, strict=True)):
+            entries = self._entries
+            # The key asked last (a series of one model's scenarios) is already last: not moved.
+            entry = entries[key] if entries and next(reversed(entries)) == key else entries.pop(key, None)
+            if entry is None or len(entry.anchors) != len(anchors) or any(map(operator.is_not, entry.anchors, anchors)):
                 entry = _Entry(anchors)
-            self._entries[key] = entry  # most recently used last
-            if len(self._entries) > self.keys:
-                del self._entries[next(iter(self._entries))]
+            entries[key] = entry  # most recently used last
+            if len(entries) > self.keys:
+                del entries[next(iter(entries))]
             replays = tuple(entry.replays)
         for replay in replays:
             result = replay(*values)

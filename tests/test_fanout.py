@@ -126,12 +126,18 @@ def test_validate_on_a_cluster_equals_the_local_rows(cluster, tmp_path):
     assert validate(subset, mapper=cluster) == local
 
 
-def test_size_on_two_workers_prints_the_same_json(capsys):
+def _address(cluster) -> str:
+    """The scheduler address of the module's cluster: the commands below reach it with ``--scheduler``
+    (a running cluster, as on Slurm; starting one per command would cost each test seconds)."""
+    return cluster.client.scheduler.address
+
+
+def test_size_on_a_running_scheduler_prints_the_same_json(cluster, capsys):
     words = ["size", "--model", "llama-3.1-8b", "--on", "h100-sxm,groq-lpu-v1", "--rate", "2/s", "--tpot", "60ms",
              "--requests", "10", "--json"]
     assert main(words) == 0
     local = capsys.readouterr().out
-    assert main([*words, "--workers", "2"]) == 0
+    assert main([*words, "--scheduler", _address(cluster)]) == 0
     assert capsys.readouterr().out == local
     assert '"rank": 1' in local
 
@@ -169,12 +175,12 @@ def test_deployment_search_on_a_cluster_equals_the_local_search(cluster):
     assert json_text(spread.to_dict()) == json_text(local.to_dict())
 
 
-def test_search_on_two_workers_prints_the_same_json(capsys):
+def test_search_on_a_running_scheduler_prints_the_same_json(cluster, capsys):
     words = ["search", "--model", "llama-3.1-8b", "--on", "h100-sxm", "--chips", "2", "--engines", "trtllm,vllm",
              "--batches", "8,32", "--max-pp", "1", "--simulate", "1", "--speculative", "none,eagle", "--json"]
     assert main(words) == 0
     local = capsys.readouterr().out
-    assert main([*words, "--workers", "2"]) == 0
+    assert main([*words, "--scheduler", _address(cluster)]) == 0
     assert capsys.readouterr().out == local
     assert json.loads(local)["front"]
 

@@ -1,9 +1,10 @@
 """Traced computations replayed as straight-line Python (``perfmodel.tracing``), and the compiled path of
 one LLM scenario built on it: it must give what the evaluation gives, or nothing."""
 
+import dis
 import math
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import fields
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 import pytest
@@ -14,7 +15,19 @@ from perfmodel.hardware.loader import catalog_index, load_hardware
 from perfmodel.llm import metrics
 from perfmodel.llm.catalog import load_architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
-from perfmodel.tracing import Replays, Tape, argmax, equal, maximum, minimum, trace, where
+from perfmodel.tracing import (
+    Replays,
+    Tape,
+    _rebuilder,
+    argmax,
+    equal,
+    maximum,
+    minimum,
+    plain_record,
+    replaced,
+    trace,
+    where,
+)
 
 
 def _objects(*values):
@@ -29,6 +42,63 @@ def test_arithmetic_is_replayed_for_new_inputs_and_constants_are_folded():
     replay = trace(function, (10, 3.0))
     for x, y in [(10, 3.0), (11, -2.5), (1000, 1e9)]:
         assert replay(x, y) == function(x, y)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Inner:
+    low: float
+    tags: tuple = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Outer:
+    name: str
+    inner: _Inner
+    shares: dict
+    values: list
+    table: np.ndarray
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Checked:
+    value: float
+
+    def __post_init__(self):
+        if self.value < 0:
+            raise ValueError("negative")
+
+
+def test_a_rebuilt_result_is_the_traced_function_s_with_fresh_containers():
+    def function(x, y):
+        return _Outer(name="n", inner=_Inner(low=x / 2, tags=(x, 3)), shares={"a": {"b": x * y}, "c": 1.5},
+                      values=[x + 1, (y, "k")], table=np.arange(3.0), extra={"z": _Checked(value=2.0)})
+
+    replay = trace(function, (4, 2.5))
+    for x, y in [(4, 2.5), (7, -1.0)]:
+        got, expected = replay(x, y), function(x, y)
+        assert type(got) is _Outer and type(got.inner) is _Inner and got.inner.tags == (x, 3)
+        assert (got.name, got.inner, got.shares, got.values, got.extra) == \
+            (expected.name, expected.inner, expected.shares, expected.values, expected.extra)
+        np.testing.assert_array_equal(got.table, expected.table)
+        assert vars(got).keys() == vars(expected).keys()  # every field stored, nothing else
+    first, second = replay(4, 2.5), replay(4, 2.5)
+    assert first.shares is not second.shares and first.values is not second.values  # a caller may change them
+    assert first.table is not second.table
+    with pytest.raises(AttributeError):
+        first.name = "changed"  # still frozen
+
+
+def test_replaced_is_dataclasses_replace():
+    record = _Outer(name="n", inner=_Inner(low=1.0), shares={}, values=[], table=np.zeros(1))
+    assert plain_record(_Outer) and not plain_record(_Checked) and not plain_record(dict)
+    changed = replaced(record, name="m", shares={"a": 1})
+    assert vars(changed) == {**vars(record), "name": "m", "shares": {"a": 1}} and vars(record)["name"] == "n"
+    assert replace(record, name="m", shares={"a": 1}).__dict__.keys() == changed.__dict__.keys()
+    with pytest.raises(TypeError):
+        replaced(record, nonsense=1)  # as dataclasses.replace: an unknown field is refused
+    with pytest.raises(ValueError):
+        replaced(_Checked(value=1.0), value=-1.0)  # a __post_init__ check still runs (through replace)
 
 
 def test_max_and_min_hold_on_both_sides_of_their_crossover():
@@ -96,6 +166,74 @@ def test_identities_and_repeated_operations_add_no_nodes():
     first, second = x * 2, x * 2
     assert first.index == second.index
     assert len(tape.nodes) == 2
+
+
+def test_products_by_constants_fold_only_where_that_is_exact():
+    tape = Tape()
+    x, n = tape.input(3.7), tape.input(5)
+    outputs = [(x * 3.0) * 0.5,  # a power of two: folded to x * 1.5
+               ((n * 2) * 1000.0) * 0.25,  # folded twice: n * 500.0
+               (n * 3) * 0.5,  # an integer that is no power of two with a float: kept
+               (x * 6.0) * 7.0]  # no power of two: kept
+    shared = x * 5.0  # read twice: kept
+    outputs += [shared * 4.0, shared + 1]
+    folded = tape.scalings_folded(outputs)
+    assert folded.nodes[outputs[0].index] == ("mul", (("node", x.index), ("const", 1.5)))
+    assert folded.nodes[outputs[1].index] == ("mul", (("node", n.index), ("const", 500.0)))
+    for kept in outputs[2:]:
+        assert folded.nodes[kept.index] == tape.nodes[kept.index]
+    assert len(folded.needed(outputs)) == len(tape.needed(outputs)) - 3
+    plain, compiled = tape._compiled(outputs, "plain", inline=False), tape.compile(outputs)
+    for values in [(3.7, 5), (-1e-3, 2 ** 60 + 1), (1e300, -7), (0.0, 0), (-0.0, 1)]:
+        assert repr(compiled(*values)) == repr(plain(*values))  # to the bit, the sign of zero included
+
+
+def test_nodes_read_once_are_inlined_into_their_reader_with_the_same_results():
+    def function(x, y):
+        x, y = _objects(x), _objects(y)
+        a = (x * 1.5 + y) / (y - 2.5)  # read once each: one expression
+        b = maximum(a * 2.0 - 1.0, x / 3.0)  # a max names its operands twice: they keep variables
+        c = where(equal(argmax(np.stack([a, b, x]), axis=0), 1), b + 1.0, a - 1.0)  # a condition inlined
+        shared = b * b  # read twice: a variable
+        return [(c * 3.0)[0], (shared + 1.0)[0], (shared - x)[0], math.ceil(c[0])]
+
+    tape = Tape()
+    outputs = function(tape.input(3.0), tape.input(7))
+    inline, plain = tape._compiled(outputs, "inlined"), tape._compiled(outputs, "plain", inline=False)
+    assert inline.__code__.co_code != plain.__code__.co_code
+    def stores(function):
+        return sum(instruction.opname == "STORE_FAST" for instruction in dis.get_instructions(function))
+
+    assert stores(inline) <= stores(plain) - 5  # a * 2.0 - 1.0, x * 1.5 + y, y - 2.5, c * 3.0, the equal
+    for values in [(3.0, 7), (-2.0, 1), (1e-3, 40), (9.0, 3), (0.5, -4)]:
+        assert repr(inline(*values)) == repr(plain(*values))
+    replay = trace(function, (3.0, 7))
+    assert replay(-2.0, 1) == function(-2.0, 1)
+
+
+@pytest.mark.parametrize("combination", [("llama-2-7b", "a100-sxm-80gb", Parallelism()),
+                                         ("mixtral-8x7b", "h100-sxm", Parallelism(tp=4, ep=2))])
+def test_an_llm_replay_with_products_folded_is_the_unfolded_one_to_the_bit(combination):
+    model, spec, parallelism = combination
+    architecture, hardware = load_architecture(model), load_hardware(spec)
+    execution = hardware.scheduling.default_mode
+    numbers = metrics.prediction_numbers(architecture, hardware, Scenario(batch=8, prompt_tokens=1000,
+                                                                         generated_tokens=128), parallelism, execution)
+    tape = Tape()
+    result = numbers(*(tape.input(value) for value in (8, 1000, 128)))
+    leaves: list = []
+    _rebuilder(result, leaves)
+    assert len(tape.scalings_folded(leaves).needed(leaves)) < 0.95 * len(tape.needed(leaves))
+    plain, compiled = tape._compiled(leaves, "plain", inline=False), tape.compile(leaves)
+    rng = np.random.default_rng(3)
+    held = 0
+    for batch, prompt, generated in zip(rng.integers(1, 64, 200), rng.integers(800, 1200, 200),
+                                        rng.integers(64, 512, 200), strict=True):
+        values = (int(batch), int(prompt), int(generated))
+        got = compiled(*values)
+        assert repr(got) == repr(plain(*values))
+        held += got is not None
+    assert held > 20  # most draws replayed (not every one: another kernel or bound gives None)
 
 
 def test_arithmetic_errors_of_the_replay_give_none():

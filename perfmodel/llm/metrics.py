@@ -41,7 +41,7 @@ from perfmodel.roofline.arrays import (
     kernels_launched,
     time_by_bound_points,
 )
-from perfmodel.tracing import Replays, all_finite, floats, is_traced, maximum
+from perfmodel.tracing import Replays, all_finite, floats, is_traced, maximum, replaced
 from perfmodel.workload.ir import Graph
 
 # Builds one pipeline stage's graph: (architecture, scenario, parallelism, *, phase, context) -> Graph.
@@ -244,7 +244,8 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
             raise PerfmodelError(f"{hardware.name} has no chip-to-chip link in its spec, so it cannot run tp/pp > 1")
     execution = resolve_mode(hardware, mode)
     values = (scenario.batch, scenario.prompt_tokens, scenario.generated_tokens)
-    if all(type(value) is int for value in values) or not any(np.ndim(value) for value in values):
+    if (type(values[0]) is int and type(values[1]) is int and type(values[2]) is int) \
+            or not any(np.ndim(value) for value in values):
         if graphs is stage_graph and not hardware.is_swept:
             replayed = _replayed_one(architecture, hardware, scenario, parallelism, execution)
             if replayed is not None:
@@ -267,6 +268,8 @@ def llm_predict(architecture: Architecture, hardware: Hardware, scenario: Scenar
 def _plain_counts(scenario: Scenario) -> Scenario:
     """``scenario`` with numpy integer scalars as Python integers: an ``np.int32`` batch times a hidden
     size stays int32 under numpy's promotion rules and wraps around (array scenarios are made int64)."""
+    if type(scenario.batch) is int and type(scenario.prompt_tokens) is int and type(scenario.generated_tokens) is int:
+        return scenario  # (one scenario of Python integers, the common case: nothing to look at)
     counts: dict[str, Any] = {name: operator.index(value) for name in ("batch", "prompt_tokens", "generated_tokens")
                               if isinstance(value := getattr(scenario, name), np.integer)}
     return replace(scenario, **counts) if counts else scenario
@@ -363,8 +366,12 @@ def _took_time(shares: Mapping[str, float]) -> dict[str, float]:
     """One scenario's time by bound, from the most to the least, leaving out bounds that took no time
     (they bound an op at another point of a sweep); where nothing took time (no such LLM step exists),
     the first bound at zero."""
-    spent = {name: time for name, time in shares.items() if time > 0}
-    return dict(sorted(spent.items(), key=lambda item: -item[1])) or {next(iter(shares)): 0.0}
+    spent = [item for item in shares.items() if item[1] > 0]
+    spent.sort(key=_time_of, reverse=True)  # (a stable sort, reversed or not: ties keep their order)
+    return dict(spent) if spent else {next(iter(shares)): 0.0}
+
+
+_time_of = operator.itemgetter(1)
 
 
 def _refuse_non_finite(architecture: Architecture, hardware: Hardware, ttft, tpot) -> None:
@@ -537,8 +544,8 @@ def _named_bounds(result: LLMResult, **changes: Any) -> LLMResult:
     if isinstance(result.tpot_s, float) or not np.shape(result.tpot_s):  # one scenario: plain floats (the common
         # case, without numpy's per-call cost)
         spent = {phase: _took_time(shares) for phase, shares in result.time_by_bound_by_phase.items()}
-        return replace(result, time_by_bound_by_phase=spent,
-                       bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()}, **changes)
+        return replaced(result, time_by_bound_by_phase=spent,
+                        bound_by_phase={phase: next(iter(shares)) for phase, shares in spent.items()}, **changes)
     shape = np.shape(result.tpot_s)
     # A phase where nothing took time (no such LLM step exists) keeps its first bound, at zero.
     by_bound = {phase: dict(sorted(((name, time) for name, time in shares.items() if np.any(time)),
