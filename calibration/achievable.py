@@ -26,9 +26,13 @@ back to back, so the host's launch cost and the CUDA-graph node gap are not char
   cache benchmark does not exercise as such.
 * collectives: the op on ``gpus`` ranks over the spec's scale-up link; time from ``time_s``, or
   message / algorithm bandwidth, or message x factor / bus bandwidth (nccl-tests conventions).
-* attention: forward FlashAttention rows (fwd+bwd and bwd rows need a backward model) with the
-  row's batch, heads, sequence length, head dim and causal flag; time = FLOPs as the benchmark
-  counts them / rate.
+* attention: forward FlashAttention rows with the row's batch, heads, sequence length, head dim,
+  causal flag, sliding window and kernel key block; time as published, or FLOPs as the benchmark
+  counts them / rate. TPU rows timed forward + backward (axlearn's ``jax.grad`` of the attention
+  call) are the forward op followed by its gradient op, as training graphs build them
+  (``perfmodel.training.backward.gradient_ops``); the GPU FlashAttention fwd+bwd figures stay out
+  until the GPU overlays are refitted with a backward model checked against them. Host-timed TPU
+  rows follow the matmul rule below.
 * decode attention: one query token per sequence against a KV cache of ``seq_kv`` tokens, with the
   row's query and KV heads (grouped-query attention), as the LLM decode graphs shape it; time as
   published. These kernels read the KV cache from HBM, so they are the device's own rows only.
@@ -75,8 +79,16 @@ BUS_FACTOR = {"all_reduce": lambda p: 2 * (p - 1) / p, "all_gather": lambda p: (
 # off a host-timed row's time: what is left is the device's work. A fitted per-kernel latency then stands
 # for the device alone (with the floor left in, v5e's nine rows fitted a 171 us "latency" that the overlay
 # would have charged every TPU matmul).
-HOST_DISPATCH_FLOOR_S = {"tpu-v5e": 105.56e-6, "tpu-v6e": 118.73e-6}
+# v5p's floor is not measured anywhere published: its rows (axlearn's attention benchmark, the same host
+# timer around one jitted call on a TPU VM) take the larger of the two measured floors, an estimate whose
+# error the 40x rule keeps under 2.5% of any kept row's time.
+HOST_DISPATCH_FLOOR_S = {"tpu-v5e": 105.56e-6, "tpu-v6e": 118.73e-6, "tpu-v5p": 118.73e-6}
 HOST_TIMED_MIN_S = 40 * max(HOST_DISPATCH_FLOOR_S.values())
+# A TPU's VMEM feeds the MXUs inside every attention kernel: whole-kernel times cannot separate its bandwidth
+# from the kernel's rate (fitted together on v5p's attention rows, VMEM went to 0.50, a device-wide factor
+# that every v5p op would then pay), so it stays at the datasheet, as a GPU's shared memory does in
+# ``calibration.engine_overlays.DATASHEET_LEVELS``.
+OWN_ROWS_DATASHEET_LEVELS = ("vmem",)
 ATTENTION_FORWARD_MATMULS = 4  # FlashAttention's benchmark counts 4 * b * s^2 * h * d for the forward
 
 
@@ -84,6 +96,10 @@ ATTENTION_FORWARD_MATMULS = 4  # FlashAttention's benchmark counts 4 * b * s^2 *
 class Rows:
     records: list[MeasurementRecord]
     skipped: dict[str, int]
+    # The attention kernels' key block where the rows set it (axlearn: 512), for the fit's copy of the spec
+    # (``with_attention_block``). It is not an op attribute (``kv_block``): the cost rule reads that one as a
+    # scalar, and ops of different shapes are priced stacked, which makes it an array.
+    attention_blocks: frozenset[int] = frozenset()
 
 
 def _record(name: str, op_class: str, duration_s: float, op: Op, row: dict, device: str) -> MeasurementRecord:
@@ -140,17 +156,41 @@ def _collective(row: dict, device: str, hardware: Hardware) -> MeasurementRecord
 
 
 def _attention(row: dict, device: str) -> MeasurementRecord | None:
-    if row["direction"] != "fwd":
+    backward = row["direction"] == "fwd_bwd" and device.startswith("tpu")
+    if row["direction"] != "fwd" and not backward:
         return None
     batch, heads, seq, head_dim, causal = row["batch"], row["heads"], row["seq_len"], row["head_dim"], row["causal"]
-    counted = ATTENTION_FORWARD_MATMULS * batch * seq * seq * heads * head_dim / (2 if causal else 1)
-    duration = counted / (row["measured_tflops"] * 1e12)
+    if row.get("time_s"):
+        duration = row["time_s"]
+    else:
+        counted = ATTENTION_FORWARD_MATMULS * batch * seq * seq * heads * head_dim / (2 if causal else 1)
+        duration = counted / (row["measured_tflops"] * 1e12)
     tensor = TensorSpec(shape=(batch, heads, seq, head_dim), dtype=row["dtype"])
-    op = Op(name="sdpa", kind="attention", inputs=(tensor, tensor, tensor), outputs=(tensor,),
-            attrs={"batch": batch, "heads": heads, "kv_heads": heads, "seq_q": seq, "seq_kv": seq,
-                   "head_dim": head_dim, "causal": causal, "implementation": "flash", "dtype": row["dtype"]})
-    name = f"attention_{row['implementation']}_{batch}x{heads}x{seq}x{head_dim}{'_causal' if causal else ''}"
-    return _record(name, "attention", duration, op, row, device)
+    attrs = {"batch": batch, "heads": heads, "kv_heads": heads, "seq_q": seq, "seq_kv": seq, "head_dim": head_dim,
+             "causal": causal, "implementation": "flash", "dtype": row["dtype"]}
+    if row.get("window"):
+        attrs["window"] = row["window"]
+    op = Op(name="sdpa", kind="attention", inputs=(tensor, tensor, tensor), outputs=(tensor,), attrs=attrs)
+    name = (f"attention_{row['implementation'].split(' ')[0]}_{batch}x{heads}x{seq}x{head_dim}"
+            f"{'_causal' if causal else ''}{'_w' + str(row['window']) if row.get('window') else ''}"
+            f"{'_fwd_bwd' if backward else ''}")
+    if not backward:
+        return _record(name, "attention", duration, op, row, device)
+    from perfmodel.training.backward import gradient_ops
+
+    ops = [op, *gradient_ops(op)]
+    return dataclasses.replace(_record(name, "attention", duration, op, row, device),
+                               workload_json=dumps(Graph(name=name, ops=ops), "json"))
+
+
+def _host_timed(record: MeasurementRecord | None, row: dict) -> tuple[MeasurementRecord | None, bool]:
+    """A TPU row timed from the host (a timer around dispatch and sync): (the record less the host's
+    floor, True), or (None, False) when the floor is over 2.5% of its time; other rows pass unchanged."""
+    if record is None or not row["device"].startswith("tpu") or "device-timed" in row["conditions"]:
+        return record, True
+    if record.duration_s < HOST_TIMED_MIN_S:
+        return None, False
+    return dataclasses.replace(record, duration_s=record.duration_s - HOST_DISPATCH_FLOOR_S[row["device"]]), True
 
 
 def _decode_attention(row: dict, device: str) -> MeasurementRecord:
@@ -180,13 +220,10 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
     for row in load_published("matmul"):
         if row["device"] in die:
             supported = any(row["dtype"] in engine.peak_flops_per_s for engine in hardware.compute.values())
-            record = _matmul(row, row["device"]) if supported else None
-            host_timed = row["device"].startswith("tpu") and "device-timed" not in row["conditions"]
-            if record is not None and host_timed:
-                if record.duration_s < HOST_TIMED_MIN_S:
-                    keep(None, "host-timed rows under 40x the host's dispatch floor")
-                    continue
-                record = dataclasses.replace(record, duration_s=record.duration_s - HOST_DISPATCH_FLOOR_S[row["device"]])
+            record, long_enough = _host_timed(_matmul(row, row["device"]) if supported else None, row)
+            if not long_enough:
+                keep(None, "host-timed rows under 40x the host's dispatch floor")
+                continue
             keep(record, f"matmul dtype {row['dtype']} has no peak")
     for row in load_published("memory_bandwidth"):
         if row["device"] == overlay or (row["device"] in die and row["level"] != "hbm"):
@@ -194,13 +231,35 @@ def published_records(overlay: str, hardware: Hardware) -> Rows:
     for row in load_published("collectives"):
         if row["device"] == overlay:  # collectives depend on the system's links: the device's own rows only
             keep(_collective(row, row["device"], hardware), "collectives on one rank")
+    blocks = set()
     for row in load_published("attention"):
         if row["device"] in die:
-            keep(_attention(row, row["device"]), "attention backward rows (no backward model yet)")
+            record, long_enough = _host_timed(_attention(row, row["device"]), row)
+            if not long_enough:
+                keep(None, "host-timed attention rows under 40x the host's dispatch floor")
+                continue
+            keep(record, "attention backward rows (no backward model for them yet)")
+            if record is not None and row.get("block"):
+                blocks.add(row["block"])
     for row in load_published("decode_attention"):
         if row["device"] == overlay:  # bound by the KV cache's HBM reads: the device's own rows only
             keep(_decode_attention(row, row["device"]), "decode attention rows")
-    return Rows(records=records, skipped=skipped)
+    return Rows(records=records, skipped=skipped, attention_blocks=frozenset(blocks))
+
+
+def with_attention_block(hardware: Hardware, blocks: frozenset[int]) -> Hardware:
+    """The spec with its attention engine's key block set to the rows' kernel block (masked blocks are
+    skipped whole, so the block sets the pairs a causal or windowed kernel computes)."""
+    if not blocks:
+        return hardware
+    if len(blocks) > 1:
+        raise ValueError(f"attention rows with different kernel blocks {sorted(blocks)}: one fit prices one block")
+    from perfmodel.costs.rules import select_engine
+
+    [block] = blocks
+    engine, _ = select_engine(hardware, "attention", "bf16")
+    compute = {**hardware.compute, engine.name: dataclasses.replace(engine, attention_kv_block=block)}
+    return dataclasses.replace(hardware, compute=compute)
 
 
 def device_time_hardware(hardware: Hardware) -> Hardware:
@@ -220,11 +279,39 @@ def fit_overlay(overlay: str, *, seed: int = 0):
     sibling = SIBLING_ESTIMATES.get(overlay)
     measured = load_hardware(sibling or overlay)
     rows = published_records(sibling or overlay, measured)
-    result = fit(rows.records, device_time_hardware(measured), mode="graph", seed=seed, posterior_draws=not sibling)
+    hardware = with_attention_block(device_time_hardware(measured), rows.attention_blocks)
+    result = fit(rows.records, hardware, mode="graph", seed=seed, posterior_draws=not sibling)
     if sibling:
         own = load_hardware(overlay)
-        return _sibling_estimate(result, measured, own), rows.records, own, rows.skipped
+        estimate = _sibling_estimate(result, measured, own)
+        own_fit = fit_own_rows(overlay, own, seed=seed)
+        if own_fit is None:
+            return estimate, rows.records, own, rows.skipped
+        own_result, own_rows = own_fit
+        return (_with_own(estimate, own_result), rows.records + own_rows.records, own,
+                {**rows.skipped, **own_rows.skipped})
     return result, rows.records, measured, rows.skipped
+
+
+def fit_own_rows(overlay: str, own: Hardware, *, seed: int = 0):
+    """A sibling-estimated device's fit on its own published rows (v5p: axlearn's attention timings), or None
+    when it has none. Returns (FitResult, Rows)."""
+    from calibration.fit import fit
+
+    rows = published_records(overlay, own)
+    if not rows.records:
+        return None
+    hardware = with_attention_block(device_time_hardware(own), rows.attention_blocks)
+    return fit(rows.records, hardware, mode="graph", seed=seed, posterior_draws=False,
+               datasheet_levels=OWN_ROWS_DATASHEET_LEVELS), rows
+
+
+def _with_own(estimate, own):
+    """The sibling's estimate with the parameters the device's own rows identify (those take precedence:
+    they are measured on it)."""
+    measured = {name: own.params[name] for name in own.identified()}
+    return dataclasses.replace(estimate, params={**estimate.params, **measured},
+                               flags=tuple(dict.fromkeys((*estimate.flags, *own.flags))))
 
 
 def _sibling_estimate(result, sibling: Hardware, own: Hardware):
@@ -250,11 +337,19 @@ def _sibling_estimate(result, sibling: Hardware, own: Hardware):
 def _report(overlay: str, result, records, spec: Hardware) -> str:
     from calibration.report import text_report
 
-    report = text_report(result, records, spec)
     sibling = SIBLING_ESTIMATES.get(overlay)
-    if sibling:
-        report = (f"{overlay}: estimated from {sibling}'s fit (SIBLING_ESTIMATES); only its compute efficiencies "
-                  f"carry over\n{report}")
+    if not sibling:
+        return text_report(result, records, spec)
+    own_fit = fit_own_rows(overlay, spec)
+    own_names = set(own_fit[0].identified()) if own_fit else set()
+    sibling_records = [record for record in records if record.device == sibling]
+    sibling_params = {name: value for name, value in result.params.items() if name not in own_names}
+    sibling_result = dataclasses.replace(result, params=sibling_params)
+    report = (f"{overlay}: estimated from {sibling}'s fit (SIBLING_ESTIMATES); only its compute efficiencies "
+              f"carry over\n{text_report(sibling_result, sibling_records, spec)}")
+    if own_fit:
+        report += (f"\n\n{overlay}'s own published rows (written over the estimate where they identify a parameter)\n"
+                   f"{text_report(own_fit[0], own_fit[1].records, spec)}")
     return report
 
 
@@ -271,12 +366,22 @@ def write_overlay(overlay: str, directory: Path, *, seed: int = 0) -> tuple[Path
     data_directory = Path(__file__).resolve().parent / "data" / "published"
     provenance = description = None
     if sibling:
-        kept = ", ".join(f"{key} {value:.3g}" for key, value in result.identified().items())
-        provenance = {"kind": "estimate", "note": (
-            f"no published kernel measurement of {overlay}; its matrix units are {sibling}'s design, so {sibling}'s "
-            f"fitted compute efficiencies are taken ({kept}; {len(records)} {sibling} measurements, held-out median "
-            f"|error| {100 * (result.heldout_median_abs_error or 0):.1f}%): calibration.achievable.SIBLING_ESTIMATES")}
-        description = f"{spec.description} (estimated: compute from {sibling}'s measurements)"
+        own_fit = fit_own_rows(overlay, spec, seed=seed)
+        own_names = set(own_fit[0].identified()) if own_fit else set()
+        sibling_count = sum(record.device == sibling for record in records)
+        kept = ", ".join(f"{key} {value:.3g}" for key, value in result.identified().items() if key not in own_names)
+        note = (f"no published matmul, memory or link measurement of {overlay}; its matrix units are {sibling}'s "
+                f"design, so {sibling}'s fitted compute efficiencies are taken ({kept}; {sibling_count} {sibling} "
+                f"measurements, held-out median |error| {100 * (result.heldout_median_abs_error or 0):.1f}%): "
+                "calibration.achievable.SIBLING_ESTIMATES")
+        if own_fit:
+            own_result, own_rows = own_fit
+            measured = ", ".join(f"{key} {value:.3g}" for key, value in own_result.identified().items())
+            note += (f"; fitted on {len(own_rows.records)} published {overlay} measurements of its own ({measured}; "
+                     f"held-out median |error| {100 * (own_result.heldout_median_abs_error or 0):.1f}%)")
+        provenance = {"kind": "estimate", "note": note}
+        description = f"{spec.description} (estimated: compute from {sibling}'s measurements" + (
+            f", {', '.join(sorted({name.split(':')[1] for name in own_names}))} from its own)" if own_names else ")")
     text = fitted_spec_yaml(result, spec, overlay, data_directory, output, records, name=name,
                             kind="estimated" if sibling else "achievable", provenance=provenance,
                             description=description)

@@ -110,8 +110,11 @@ SCHEMAS: dict[str, list[tuple[str, Parser, bool]]] = {
                     ("alg_bytes_per_s", _positive_float, False), ("bus_bytes_per_s", _positive_float, False)],
     "attention": [("dtype", _choice(DTYPES), True), ("batch", _positive_int, True), ("heads", _positive_int, True),
                   ("seq_len", _positive_int, True), ("head_dim", _positive_int, True), ("causal", _boolean, True),
+                  # window: keys each query attends, its own included (sliding-window masks); block: the
+                  # kernel's key block where the source sets it (masked blocks are skipped whole)
+                  ("window", _positive_int, False), ("block", _positive_int, False),
                   ("direction", _choice(DIRECTIONS), True), ("implementation", _text, True),
-                  ("measured_tflops", _positive_float, True)],
+                  ("measured_tflops", _positive_float, False), ("time_s", _positive_float, False)],
     # One new query token per sequence attending to a KV cache of seq_kv tokens (LLM decode kernels).
     "decode_attention": [("dtype", _choice(DTYPES), True), ("batch", _positive_int, True),
                          ("heads", _positive_int, True), ("kv_heads", _positive_int, True),
@@ -121,7 +124,8 @@ SCHEMAS: dict[str, list[tuple[str, Parser, bool]]] = {
 
 #: Per kind, the measured-value columns of which each row must fill at least one.
 MEASURED_VALUES = {"matmul": ("measured_tflops", "time_s"), "memory_bandwidth": ("measured_bytes_per_s",),
-                   "collectives": ("time_s", "alg_bytes_per_s", "bus_bytes_per_s"), "attention": ("measured_tflops",),
+                   "collectives": ("time_s", "alg_bytes_per_s", "bus_bytes_per_s"),
+                   "attention": ("measured_tflops", "time_s"),
                    "decode_attention": ("time_us",)}
 
 KINDS = tuple(SCHEMAS)

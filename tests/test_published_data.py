@@ -87,10 +87,27 @@ def test_h800_rows_stand_in_for_the_h100_only_where_compute_bound(published):
 
 
 def test_attention_rates_stay_under_the_datasheet_dense_peak(published):
-    for row in published["attention"]:
+    rated = [row for row in published["attention"] if row["measured_tflops"] is not None]
+    assert len(rated) >= 100
+    for row in rated:
         peak = load_hardware(row["device"]).peak_flops_per_s(row["dtype"])
         assert 0 < row["measured_tflops"] * 1e12 <= peak, f"attention.csv:{row['line']}"
         assert row["batch"] * row["seq_len"] == 16384 and row["heads"] * row["head_dim"] == 2048
+
+
+def test_timed_attention_rows_imply_a_rate_under_the_datasheet_peak(published):
+    """A row published as a time (axlearn's TPU tables): its attended pairs' FLOPs (4 * head_dim per pair
+    forward, 3.5x that forward + backward) over the time stay under the dense peak; the window and the
+    kernel block are the source's."""
+    from perfmodel.costs.traffic import attended_pairs
+
+    timed = [row for row in published["attention"] if row["time_s"] is not None]
+    assert {row["device"] for row in timed} == {"tpu-v5p"} and len(timed) == 26
+    for row in timed:
+        pairs = float(attended_pairs(row["seq_len"], row["seq_len"], row["causal"], row["window"]))
+        flops = 4 * row["head_dim"] * pairs * row["batch"] * row["heads"] * (3.5 if row["direction"] == "fwd_bwd" else 1)
+        assert flops / row["time_s"] <= load_hardware(row["device"]).peak_flops_per_s(row["dtype"]), row["line"]
+        assert row["block"] == 512 and "host-timed" in row["conditions"], row["line"]
 
 
 def test_hbm_bandwidth_stays_within_5_percent_of_the_datasheet(published):

@@ -47,8 +47,9 @@ MEMORY_COLUMNS = ["source", "device", "level", "pattern", "bytes", "measured_byt
                   "conditions", "kind"]
 COLLECTIVE_COLUMNS = ["source", "device", "collective", "gpus", "message_bytes", "dtype", "algorithm", "time_s",
                       "alg_bytes_per_s", "bus_bytes_per_s", "url", "tool", "version", "conditions", "kind"]
-ATTENTION_COLUMNS = ["source", "device", "dtype", "batch", "heads", "seq_len", "head_dim", "causal", "direction",
-                     "implementation", "measured_tflops", "url", "tool", "version", "conditions", "kind"]
+ATTENTION_COLUMNS = ["source", "device", "dtype", "batch", "heads", "seq_len", "head_dim", "causal", "window", "block",
+                     "direction", "implementation", "measured_tflops", "time_s", "url", "tool", "version", "conditions",
+                     "kind"]
 
 
 def blob(key: str, anchor: str = "") -> str:
@@ -543,8 +544,9 @@ def attention_rows() -> list[dict]:
                 continue
             rows.append({"source": "flash-attention-readme", "device": device, "dtype": "fp16",
                          "batch": 16384 // seq_len, "heads": 2048 // head_dim, "seq_len": seq_len,
-                         "head_dim": head_dim, "causal": str(causal).lower(), "direction": direction,
-                         "implementation": implementation, "measured_tflops": value,
+                         "head_dim": head_dim, "causal": str(causal).lower(), "window": "", "block": "",
+                         "direction": direction, "implementation": implementation, "measured_tflops": value,
+                         "time_s": "",
                          "url": f"https://github.com/Dao-AILab/flash-attention/blob/{FLASH_ATTN_COMMIT}/{image}",
                          "tool": "FlashAttention authors' benchmark (README figure)",
                          "version": FLASH_ATTN_COMMIT, "conditions": f"{conditions}; {FLOP_NOTE}",
@@ -563,6 +565,134 @@ def attention_rows() -> list[dict]:
     for (causal, head_dim), (fa2, fa3) in FA3_FIGURE.items():
         add("h100-sxm", "assets/flash3_fp16_fwd.png", "fwd", "flash-attention-2", causal, head_dim, fa2, fa3_setting)
         add("h100-sxm", "assets/flash3_fp16_fwd.png", "fwd", "flash-attention-3", causal, head_dim, fa3, fa3_setting)
+    return rows + axlearn_tpu_attention_rows()
+
+
+# --------------------------------------------------------------------------------------------------
+# attention on TPU: apple/axlearn's tpu_attention_benchmark.py, whose docstring prints the script's own
+# output ("Sample outputs: (v5p)"). The printed blocks are kept below verbatim (``main`` checks them against
+# the file at each commit when SOURCES_DIR holds apple+axlearn at that commit, as
+# ``SOURCES_DIR/apple+axlearn@<commit>/<path>``), so the rows rebuild offline (tests). What the script ran
+# at each commit (read from the same file and axlearn/common/flash_attention/{tpu_attention,utils}.py):
+# * a5f0b462 ("Support SplashAttention"): batch 2, seq 2048, causal, block_size 512, bf16, random segment ids
+#   (cumsum of Bernoulli draws). Splash attention refuses segment ids at that commit
+#   (SplashAttentionUnsupportedError), so every row ran the legacy Pallas kernel
+#   (jax.experimental.pallas.ops.tpu.flash_attention) with all block sizes 512.
+# * c40b39a5 ("Optimize TPU Flash Attention"): batch 2, seq 8192, sliding window 1024 (mask q - k <= 1024 and
+#   k <= q: 1025 keys including its own, the ``window`` column's convention), block_size 512, bf16, no segment
+#   ids: splash attention with a LocalMask, fused backward kernel. The docstring's block is the PR's
+#   "LocalMask (Proposed PR)" run (its commit message prints both runs).
+# Both: "flash_fwd" is one jitted call (q*scale, q/k/v transposes to [b, n, t, h], the kernel, the output
+# transpose); "flash_bwd" is jax.grad of the mean of that call, i.e. forward and backward in one executable
+# (direction fwd_bwd). Host-timed: time.perf_counter around 5 calls, each followed by block_until_ready,
+# after one warm-up; the mean is printed in seconds with 4 decimals. "TPU v5" is JAX's device_kind of v5p
+# (v5e reports "TPU v5 lite"), and the docstring says v5p.
+
+AXLEARN_PATH = "axlearn/common/flash_attention/tpu_attention_benchmark.py"
+AXLEARN_RUNS = (
+    # (commit, seq_len, window (keys per query) or None, implementation, _BENCHMARK_CONFIGS as
+    # {name: (num_heads, per_head_dim)}, conditions, printed block)
+    ("a5f0b462bcb06e7b43817e32a5ace7fb092d9322", 2048, None, "pallas-tpu-flash-attention (legacy)",
+     {"1.2b": (32, 64), "12.6b": (40, 128), "29.6b": (56, 128), "65.2b": (72, 128), "134b": (88, 128),
+      "261.7b": (110, 128), "539.5b": (140, 128)},
+     "legacy Pallas TPU flash attention (splash refuses segment ids at this commit), all block sizes 512, random "
+     "segment ids (cumsum of Bernoulli(0.5) draws: applied inside each block, no block skipped for them)",
+     """Benchmarking attention representative of 1.2b model layer on TPU v5.
+ref_fwd:0.0008s, flash_fwd:0.0007s
+ref_bwd:0.0027s, flash_bwd:0.0026s
+
+ Benchmarking attention representative of 12.6b model layer on TPU v5.
+ref_fwd:0.0012s, flash_fwd:0.0010s
+ref_bwd:0.0037s, flash_bwd:0.0026s
+
+ Benchmarking attention representative of 29.6b model layer on TPU v5.
+ref_fwd:0.0017s, flash_fwd:0.0013s
+ref_bwd:0.0053s, flash_bwd:0.0034s
+
+ Benchmarking attention representative of 65.2b model layer on TPU v5.
+ref_fwd:0.0021s, flash_fwd:0.0015s
+ref_bwd:0.0067s, flash_bwd:0.0042s
+
+ Benchmarking attention representative of 134b model layer on TPU v5.
+ref_fwd:0.0024s, flash_fwd:0.0018s
+ref_bwd:0.0080s, flash_bwd:0.0050s
+
+ Benchmarking attention representative of 261.7b model layer on TPU v5.
+ref_fwd:0.0027s, flash_fwd:0.0019s
+ref_bwd:0.0092s, flash_bwd:0.0056s
+
+ Benchmarking attention representative of 539.5b model layer on TPU v5.
+ref_fwd:0.0034s, flash_fwd:0.0023s
+ref_bwd:0.0126s, flash_bwd:0.0070s
+"""),
+    ("c40b39a5fd12e62a664432ed8e035662c884094a", 8192, 1025, "splash-attention",
+     {"1.2b": (16, 128), "12.6b": (40, 128), "29.6b": (56, 128), "65.2b": (72, 128), "134b": (88, 128),
+      "261.7b": (110, 128)},
+     "splash attention (jax.experimental.pallas.ops.tpu.splash_attention) with a LocalMask: sliding_window_size "
+     "1024, causal (q - k <= 1024: 1025 keys with its own), all block sizes 512, fused backward kernel, no segment ids",
+     """Benchmarking attention representative of 1.2b model layer on TPU v5.
+ref_fwd:0.2291s, flash_fwd:0.0014s
+ref_bwd:0.0217s, flash_bwd:0.0058s
+Benchmarking attention representative of 12.6b model layer on TPU v5.
+ref_fwd:0.5699s, flash_fwd:0.0032s
+ref_bwd:0.0524s, flash_bwd:0.0152s
+Benchmarking attention representative of 29.6b model layer on TPU v5.
+ref_fwd:0.7957s, flash_fwd:0.0043s
+ref_bwd:0.0731s, flash_bwd:0.0204s
+Benchmarking attention representative of 65.2b model layer on TPU v5.
+ref_fwd:1.0225s, flash_fwd:0.0055s
+ref_bwd:0.0948s, flash_bwd:0.0262s
+Benchmarking attention representative of 134b model layer on TPU v5.
+ref_fwd:1.2485s, flash_fwd:0.0067s
+ref_bwd:0.1159s, flash_bwd:0.0313s
+Benchmarking attention representative of 261.7b model layer on TPU v5.
+ref_fwd:1.5577s, flash_fwd:0.0072s
+ref_bwd:0.1349s, flash_bwd:0.0373s
+"""),
+)
+AXLEARN_BLOCK = 512  # block_size=4 * 128 in the script's __main__ at both commits
+AXLEARN_PROTOCOL = ("host-timed: time.perf_counter around 5 calls, each followed by block_until_ready, after one "
+                    "warm-up; the mean printed in s with 4 decimals (0.1 ms resolution); includes host dispatch and "
+                    "sync; 'TPU v5' device_kind, the docstring says v5p; bf16, batch 2; the timed call includes "
+                    "q*softmax_scale and the q/k/v/output transposes between [b, t, n, h] and [b, n, t, h]")
+_AXLEARN_LINE = re.compile(r"Benchmarking attention representative of (\S+) model layer on (TPU v5)\.\n"
+                           r"ref_fwd:[\d.]+s, flash_fwd:([\d.]+)s\nref_bwd:[\d.]+s, flash_bwd:([\d.]+)s")
+
+
+def axlearn_printed_block(text: str) -> str:
+    """The script's printed output in its module docstring (the lines after 'Sample outputs'), as kept above."""
+    docstring = text[text.index('"""') + 3:]
+    docstring = docstring[:docstring.index('"""')]
+    start = docstring.index("Benchmarking attention representative")
+    return docstring[start:]
+
+
+def check_axlearn_sources(root: Path) -> None:
+    """Where SOURCES_DIR holds the benchmark file at a commit, its printed block must be the one kept here."""
+    for commit, *_rest, printed in AXLEARN_RUNS:
+        path = root / f"apple+axlearn@{commit}" / AXLEARN_PATH
+        if path.is_file() and axlearn_printed_block(path.read_text(encoding="utf-8")) != printed:
+            raise SystemExit(f"{path}: the printed block differs from AXLEARN_RUNS[{commit[:8]}]")
+
+
+def axlearn_tpu_attention_rows() -> list[dict]:
+    rows = []
+    for commit, seq_len, window, implementation, configs, conditions, printed in AXLEARN_RUNS:
+        matches = _AXLEARN_LINE.findall(printed)
+        assert len(matches) == len(configs), commit
+        for name, _kind, forward, both in matches:
+            heads, head_dim = configs[name]
+            for direction, seconds in (("fwd", forward), ("fwd_bwd", both)):
+                what = ("'flash_fwd'" if direction == "fwd" else
+                        "'flash_bwd': jax.grad of the mean of the attention call, forward and backward in one executable")
+                rows.append({"source": "axlearn-tpu-attention-benchmark", "device": "tpu-v5p", "dtype": "bf16",
+                             "batch": 2, "heads": heads, "seq_len": seq_len, "head_dim": head_dim, "causal": "true",
+                             "window": window or "", "block": AXLEARN_BLOCK, "direction": direction,
+                             "implementation": implementation, "measured_tflops": "", "time_s": seconds,
+                             "url": f"https://github.com/apple/axlearn/blob/{commit}/{AXLEARN_PATH}",
+                             "tool": "axlearn tpu_attention_benchmark.py (docstring sample output)", "version": commit,
+                             "conditions": f"'{name}' config; {what}; {conditions}; {AXLEARN_PROTOCOL}",
+                             "kind": "measured"})
     return rows
 
 
@@ -583,16 +713,27 @@ def write(path: Path, columns: list[str], rows: list[dict]) -> None:
 
 
 def main(argv: list[str]) -> None:
+    """``SOURCES_DIR [OUT_DIR] [--only attention]``: ``--only attention`` rewrites attention.csv alone (its rows
+    are kept in this file, checked against SOURCES_DIR's copies where it has them); the other files need every
+    source and would drop the TPU rows appended after this script's output (README.md)."""
+    only = None
+    if "--only" in argv:
+        position = argv.index("--only")
+        only, argv = argv[position + 1], argv[:position] + argv[position + 2:]
+        if only != "attention":
+            raise SystemExit(f"--only: only 'attention' can be written alone, not {only!r}")
     root = Path(argv[0])
     out = Path(argv[1]) if len(argv) > 1 else Path(__file__).resolve().parent
-    write(out / "matmul.csv", MATMUL_COLUMNS,
-          xla_matmul_rows(root) + mamf_rows(root) + deepgemm_rows(root) + tilelang_fp8_rows(root))
-    # gpu-stream/a100_80.txt is left out: its triad figure is a validation row (README.md).
-    memory = (stream_rows(root, "stream_h200", "h200")
-              + cache_rows(root, "cache_a100", "a100")
-              + l2_cache_rows(root, "l2_a100", "a100") + l2_cache_rows(root, "l2_h200", "h200"))
-    write(out / "memory_bandwidth.csv", MEMORY_COLUMNS, memory)
-    write(out / "collectives.csv", COLLECTIVE_COLUMNS, xla_collective_rows(root) + mle_collective_rows(root))
+    if only is None:
+        write(out / "matmul.csv", MATMUL_COLUMNS,
+              xla_matmul_rows(root) + mamf_rows(root) + deepgemm_rows(root) + tilelang_fp8_rows(root))
+        # gpu-stream/a100_80.txt is left out: its triad figure is a validation row (README.md).
+        memory = (stream_rows(root, "stream_h200", "h200")
+                  + cache_rows(root, "cache_a100", "a100")
+                  + l2_cache_rows(root, "l2_a100", "a100") + l2_cache_rows(root, "l2_h200", "h200"))
+        write(out / "memory_bandwidth.csv", MEMORY_COLUMNS, memory)
+        write(out / "collectives.csv", COLLECTIVE_COLUMNS, xla_collective_rows(root) + mle_collective_rows(root))
+    check_axlearn_sources(root)
     write(out / "attention.csv", ATTENTION_COLUMNS, attention_rows())
 
 
