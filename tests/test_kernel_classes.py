@@ -73,7 +73,11 @@ def test_the_evaluation_charges_the_class_and_dtype_latency():
                       parameters=parameters)
     prefill = evaluate(Graph(name="p", ops=[_attention(16, seq_kv=16, batch=1)]), hardware, mode="graph",
                        parameters=parameters)
-    assert 7e-6 <= decode.ops[0].compute_s < 8e-6 and 30e-6 <= prefill.ops[0].compute_s < 31e-6
+    # attention counts thread blocks (``OpCost.work_units``), so its start-up is charged beside its
+    # bottlenecks, in the device-side fixed time, not inside its compute time
+    fixed = hardware.compute["tensor_cores"].kernel_fixed_s
+    assert decode.ops[0].fixed_s - fixed == pytest.approx(7e-6) and prefill.ops[0].fixed_s - fixed == pytest.approx(30e-6)
+    assert decode.ops[0].compute_s < 1e-6 and prefill.ops[0].compute_s < 1e-6
     fp8 = evaluate(Graph(name="f", ops=[_matmul(16, 256, 256, "fp8")]), hardware, mode="graph", parameters=parameters)
     bf16 = evaluate(Graph(name="b", ops=[_matmul(16, 256, 256, "bf16")]), hardware, mode="graph", parameters=parameters)
     assert fp8.ops[0].compute_s >= 15e-6 > 2e-6 > bf16.ops[0].compute_s

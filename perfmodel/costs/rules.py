@@ -44,7 +44,7 @@ from perfmodel.hardware.model import (
     Parameters,
     base_kind,
 )
-from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
+from perfmodel.tracing import argmin, clip, equal, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -83,6 +83,10 @@ class OpCost:
     side_engine: str | None = None  # a second engine working inside the same kernel (weight dequantization)
     side_peak_dtype: str = ""
     side_flops: SIValue = 0.0
+    # Thread blocks of the kernel that each pay a fixed prologue and epilogue of their own beside the main loop
+    # (attention's Q tiles: ``attention_work_units``); spread over the engine's units, they cost
+    # ``Parameters.unit_latency`` each (0: none counted, the kernel's start-up latency alone).
+    work_units: SIValue = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -203,6 +207,11 @@ def pricing_kind(op: Op) -> str:
     if queries is None or (np.ndim(queries) != 0 and not is_traced(queries)):
         return op.kind
     one_query = bool(queries == 1) if is_traced(queries) else float(queries) == 1
+    keys = op.attrs.get("seq_kv")
+    if one_query and keys is not None and not is_traced(keys) and np.ndim(keys) == 0 and float(keys) == 1:
+        # one token and no cache: a one-token prompt, which the engines run through their context (prefill)
+        # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do)
+        return op.kind
     return DECODE_ATTENTION if one_query else op.kind
 
 
@@ -759,8 +768,30 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     if op.attrs.get("backward", False):
         useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, C.ATTENTION_BACKWARD_EXECUTED * executed
         traffic = [C.ATTENTION_BACKWARD_TRAFFIC * level_bytes for level_bytes in traffic]
+    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) \
+        if flash and not op.attrs.get("backward", False) else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
-                  bytes_by_level=tuple(traffic), launches=1 if flash else 3)
+                  bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units)
+
+
+def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
+                         seq_q: RuleDimension, seq_kv: RuleDimension) -> SIValue:
+    """The thread blocks a flash-style attention kernel runs, each with a fixed prologue and epilogue (load its
+    queries, rescale and write its output) beside its main loop over the keys. Prefill kernels tile each query
+    head's rows into blocks of ``conventions.FLASH_ATTENTION_QUERY_BLOCK``: batch x heads x ceil(seq_q / 128).
+    Decode kernels pack the query heads that share a KV head into one block (TensorRT-LLM's XQA, FlashInfer's and
+    FlashAttention's GQA packing), so there is one block a sequence and KV head (before any split over the keys):
+    batch x kv_heads x ceil(group / 128). NVIDIA's generation-attention tables show that cost: with 2-8 cached
+    tokens, time grows with batch x KV heads at 20-40 ns per pair on an H100 (132 SMs: 3-5 us per block and SM)
+    whatever the byte count (``calibration.aiconfigurator``)."""
+    block = C.FLASH_ATTENTION_QUERY_BLOCK
+    # Decided point by point (one query a sequence: the decode kernels), so alike ops priced together as arrays
+    # count what each would alone.
+    decode = floats(batch) * kv_heads * np.ceil(floats(heads) / kv_heads / block)
+    prefill = floats(batch) * heads * np.ceil(floats(seq_q) / block)
+    if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
+        return decode if float(seq_q) == 1 and float(seq_kv) > 1 else prefill
+    return where(equal(seq_q, 1), where(greater(seq_kv, 1), decode, prefill), prefill)
 
 
 def _vector_cost(op: Op, context: CostContext, flops: SIValue) -> OpCost:

@@ -388,6 +388,19 @@ class Parameters:
                     return table[key]
         return 0.0
 
+    def unit_latency(self, kind: str) -> float:
+        """The fixed time of one thread block of a ``kind`` kernel per unit of the engine it runs on
+        (``OpCost.work_units``: attention's Q tiles), kept in ``compute_latency_s`` as ``kind@unit``: the
+        kernel class's own, then its plain kind's (0 where none is fitted; never the kernel's start-up latency)."""
+        for each in kind_chain(kind):
+            key = f"{each}{UNIT_LATENCY_SUFFIX}"
+            if key in self.compute_latency_s:
+                return self.compute_latency_s[key]
+        return 0.0
+
+
+# The suffix of a kind's per-thread-block latency in ``Parameters.compute_latency_s`` (``attention@unit``).
+UNIT_LATENCY_SUFFIX = "@unit"
 
 # A kernel class is written ``kind/variant`` (``attention/decode``); not a dot, which ``--set`` paths split on.
 KERNEL_CLASS_SEPARATOR = "/"
