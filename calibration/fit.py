@@ -122,6 +122,7 @@ class Components:
     # Each op's thread blocks with a fixed cost of their own per unit of its engine (``OpCost.work_units`` /
     # units: attention's Q tiles), which a ``kind@unit`` latency prices (``Parameters.unit_latency``).
     unit_waves: np.ndarray | None = None
+    exposed: np.ndarray | None = None  # ops whose outermost traffic adds to the rest (``OpCost.exposed_traffic``)
 
     @property
     def link_time(self) -> np.ndarray:
@@ -247,7 +248,8 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       serial=serial_vector_kernels(hardware, arrays.costs, merged.ops),
                       datasheet_levels=datasheet_levels,
                       unit_waves=np.asarray([float(cost.work_units) / hardware.compute[cost.engine].units
-                                             for cost in arrays.costs]))
+                                             for cost in arrays.costs]),
+                      exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -315,8 +317,14 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
         if parts.serial is not None and parts.serial.any():
             moving = np.sum(stacked[1:] ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
             busy = np.where(parts.serial, compute + moving, busy)
-    else:  # the evaluation's own rule (serial vector kernels included)
-        busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial)
+        if parts.exposed is not None and parts.exposed.any():
+            outer = stacked.shape[0] - 2
+            rest = np.delete(stacked, outer, axis=0)
+            busy = np.where(parts.exposed, np.sum(rest ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
+                            + stacked[outer], busy)
+    else:  # the evaluation's own rule (serial vector kernels and exposed traffic included)
+        busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial,
+                             False if parts.exposed is None else parts.exposed)
     busy = busy + parts.fixed_s + blocks  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)

@@ -87,6 +87,9 @@ class OpCost:
     # (attention's Q tiles: ``attention_work_units``); spread over the engine's units, they cost
     # ``Parameters.unit_latency`` each (0: none counted, the kernel's start-up latency alone).
     work_units: SIValue = 0.0
+    # Whether the kernel's blocks wait for their traffic at the outermost on-device level outside their main loop
+    # (prefill attention: ``kernel_busy_s``); per point where alike ops are priced together.
+    exposed_traffic: Any = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -464,15 +467,18 @@ def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficien
 
 
 @overload
-def kernel_busy_s(components: np.ndarray, overlap: str, serial: Any = False) -> np.ndarray: ...
+def kernel_busy_s(components: np.ndarray, overlap: str, serial: Any = False, exposed: Any = False) -> np.ndarray: ...
 @overload
-def kernel_busy_s(components: Sequence[float], overlap: str, serial: Any = False) -> float: ...
-def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial: Any = False) -> SIValue:
+def kernel_busy_s(components: Sequence[float], overlap: str, serial: Any = False, exposed: Any = False) -> float: ...
+def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial: Any = False,
+                  exposed: Any = False) -> SIValue:
     """A kernel's busy time from its bottleneck times (compute first, then memory levels and link;
     stacked on the first axis of an array): the slowest where they overlap ('max'), their sum where
     they do not ('sum'). Where ``serial`` (a vector kernel on an engine that does not hide memory
     behind its math, ``ComputeEngine.vector_kernels_hide_memory``), compute adds to the slowest of the
-    data movements."""
+    data movements. Where ``exposed`` (``OpCost.exposed_traffic``: prefill attention, whose blocks' loads and
+    stores at the outermost level, the next-to-last row, wait outside their main loop), that level's time adds to
+    the slowest of the others (arrays only)."""
     if isinstance(components, np.ndarray):
         if overlap != "max":
             total: np.ndarray = components.sum(axis=0)
@@ -480,6 +486,10 @@ def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial
         busy: np.ndarray = largest(components, axis=0)
         if np.any(serial):
             busy = np.where(serial, components[0] + largest(components[1:], axis=0), busy)
+        if is_traced(exposed) or np.any(exposed):
+            outer = components.shape[0] - 2
+            rest = np.concatenate([components[:outer], components[outer + 1:]])
+            busy = where(exposed, largest(rest, axis=0) + components[outer], busy)
         return busy
     if overlap != "max":
         return sum(components)
@@ -768,10 +778,11 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     if op.attrs.get("backward", False):
         useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, C.ATTENTION_BACKWARD_EXECUTED * executed
         traffic = [C.ATTENTION_BACKWARD_TRAFFIC * level_bytes for level_bytes in traffic]
-    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) \
-        if flash and not op.attrs.get("backward", False) else 0.0
+    blocked = flash and not op.attrs.get("backward", False)
+    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) if blocked else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
-                  bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units)
+                  bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
+                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False)
 
 
 def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
@@ -785,13 +796,29 @@ def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: R
     tokens, time grows with batch x KV heads at 20-40 ns per pair on an H100 (132 SMs: 3-5 us per block and SM)
     whatever the byte count (``calibration.aiconfigurator``)."""
     block = C.FLASH_ATTENTION_QUERY_BLOCK
-    # Decided point by point (one query a sequence: the decode kernels), so alike ops priced together as arrays
-    # count what each would alone.
     decode = floats(batch) * kv_heads * np.ceil(floats(heads) / kv_heads / block)
     prefill = floats(batch) * heads * np.ceil(floats(seq_q) / block)
+    one = _one_query(seq_q, seq_kv)
+    return (decode if one else prefill) if isinstance(one, bool) else where(one, decode, prefill)
+
+
+def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+    """Whether attention of ``seq_q`` queries against ``seq_kv`` keys runs the engines' decode kernels: one query a
+    sequence against a cache (one token and no cache is a one-token prompt: their context kernels). Point by
+    point, so alike ops priced together as arrays count what each would alone."""
     if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
-        return decode if float(seq_q) == 1 and float(seq_kv) > 1 else prefill
-    return where(equal(seq_q, 1), where(greater(seq_kv, 1), decode, prefill), prefill)
+        return float(seq_q) == 1 and float(seq_kv) > 1
+    return where(equal(seq_q, 1), greater(seq_kv, 1), False)
+
+
+def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+    """Prefill attention's outermost traffic adds to its main loop (``kernel_busy_s``): each Q tile loads its
+    queries and first keys before its loop and stores its output after it, and with a few key blocks a tile (short
+    prompts) no pipeline hides them. NVIDIA's context-attention tables (``calibration.aiconfigurator``) show it:
+    fitted with the traffic overlapped, H100's TensorRT-LLM and SGLang prompts of 128-2048 tokens came out
+    12-24% slow. Decode kernels stream their cache and keep the overlap."""
+    one = _one_query(seq_q, seq_kv)
+    return (not one) if isinstance(one, bool) else where(one, False, True)
 
 
 def _vector_cost(op: Op, context: CostContext, flops: SIValue) -> OpCost:

@@ -436,8 +436,9 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # fixed time together), in one array: ``components`` are all rows but the last.
     bottlenecks = np.concatenate([compute_s[None], memory_s, link_s[None], (scheduling_s + fixed_s)[None]])
     components = bottlenecks[:-1]
+    exposed = stack([c.exposed_traffic for c in costs]).astype(bool) if blocked.any() else False
     busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
-        count_column.shape)) + fixed_s
+        count_column.shape), exposed) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial:  # one item streams as no pipeline: the formula gives per_instance x count exactly
