@@ -15,6 +15,10 @@ Parameters (all fitted in log space, so they stay positive):
   one per kind where a dtype has too few; kinds are the kinds that price the ops
   (``costs.rules.pricing_kind``: decode attention apart from prefill attention) here and for the
   efficiencies;
+* a fixed time per thread block (``kind@unit``, ``Parameters.unit_latency``) for kinds whose kernels count
+  their blocks (``OpCost.work_units``: attention's Q tiles, per kernel class), where the records span a
+  decade of block counts: small shapes with many blocks bind it (decode attention with 2-8 cached tokens at
+  batch 512-2048), the rates come from the large ones;
 * per link, alpha-beta for collectives: a base latency per collective (alpha) and a bandwidth
   efficiency (beta);
 * the per-kernel dispatch cost of the execution mode (``kernel_launch``), when the records pay one.

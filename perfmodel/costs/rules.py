@@ -717,7 +717,11 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     dQ, dK: the model-FLOPs convention); a flash kernel executes a fifth, recomputing the scores
     (FlashAttention-2, arXiv 2307.08691, Algorithm 2; ``torch.utils.flop_counter`` counts it too), so
     2.5x the forward. It reads Q, K, V,
-    O and dO and writes dQ, dK and dV: twice the forward's traffic at every level."""
+    O and dO and writes dQ, dK and dV: twice the forward's traffic at every level.
+
+    A forward flash kernel also counts its thread blocks (``attention_work_units``), each with a fixed cost
+    (``Parameters.unit_latency``), and a prefill's outermost traffic adds to its main loop
+    (``exposed_prefill_traffic``)."""
     batch, heads = _attr(op, "batch"), _attr(op, "heads")
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
     kv_heads = op.attrs.get("kv_heads")

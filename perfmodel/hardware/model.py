@@ -315,6 +315,9 @@ class Parameters:
     A kind may be a kernel class ``"kind/variant"`` (``attention/decode``: the one-query kernels engines
     run for generation, see ``costs.rules.pricing_kind``); every lookup for it falls back to the plain
     kind's parameters, so a parameter set fitted before the class existed prices it as before.
+    A ``kind@unit`` entry (``unit_latency``) is the fixed time of each thread block of such kernels that
+    count their blocks (``OpCost.work_units``: attention's Q tiles) per unit of the engine; those kernels pay
+    their start-up latency beside their bottlenecks, not under them.
     ``memory_latency_s`` (level -> seconds) does the same for memory: a kernel that moves B bytes at a
     level takes ``latency + B / (bandwidth x e)``, a bandwidth efficiency that saturates with transfer
     size, ``e(B) = e B / (B + e bandwidth latency)`` (small transfers never reach the stream rate).
