@@ -436,7 +436,9 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # fixed time together), in one array: ``components`` are all rows but the last.
     bottlenecks = np.concatenate([compute_s[None], memory_s, link_s[None], (scheduling_s + fixed_s)[None]])
     components = bottlenecks[:-1]
-    exposed = stack([c.exposed_traffic for c in costs]).astype(bool) if blocked.any() else False
+    exposed: Any = stack([c.exposed_traffic for c in costs]) if blocked.any() else False
+    if isinstance(exposed, np.ndarray) and exposed.dtype != object:  # (traced flags stay objects for the replay)
+        exposed = exposed.astype(bool)
     busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
         count_column.shape), exposed) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
