@@ -15,6 +15,10 @@ Parameters (all fitted in log space, so they stay positive):
   one per kind where a dtype has too few; kinds are the kinds that price the ops
   (``costs.rules.pricing_kind``: decode attention apart from prefill attention) here and for the
   efficiencies;
+* a fixed time per thread block (``kind@unit``, ``Parameters.unit_latency``) for kinds whose kernels count
+  their blocks (``OpCost.work_units``: attention's Q tiles, per kernel class), where the records span a
+  decade of block counts: small shapes with many blocks bind it (decode attention with 2-8 cached tokens at
+  batch 512-2048), the rates come from the large ones;
 * per link, alpha-beta for collectives: a base latency per collective (alpha) and a bandwidth
   efficiency (beta);
 * the per-kernel dispatch cost of the execution mode (``kernel_launch``), when the records pay one.
@@ -59,7 +63,7 @@ from perfmodel.costs.rules import fitted_kind, kernel_busy_s, pricing_kind
 from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
-from perfmodel.hardware.model import ExecutionMode, Hardware, Parameters, base_kind
+from perfmodel.hardware.model import UNIT_LATENCY_SUFFIX, ExecutionMode, Hardware, Parameters, base_kind
 from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
@@ -119,6 +123,10 @@ class Components:
     # component (a GPU's shared memory feeds the tensor cores inside every GEMM kernel, so kernel times
     # alone cannot separate its bandwidth from the tensor-core rate: fitting both leaves one arbitrary).
     datasheet_levels: tuple[str, ...] = ()
+    # Each op's thread blocks with a fixed cost of their own per unit of its engine (``OpCost.work_units`` /
+    # units: attention's Q tiles), which a ``kind@unit`` latency prices (``Parameters.unit_latency``).
+    unit_waves: np.ndarray | None = None
+    exposed: np.ndarray | None = None  # ops whose outermost traffic adds to the rest (``OpCost.exposed_traffic``)
 
     @property
     def link_time(self) -> np.ndarray:
@@ -242,7 +250,10 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       link_latency_s=np.asarray([float(cost.link_latency_s) if cost.link else 0.0
                                                  for cost in arrays.costs]) * arrays.counts,
                       serial=serial_vector_kernels(hardware, arrays.costs, merged.ops),
-                      datasheet_levels=datasheet_levels)
+                      datasheet_levels=datasheet_levels,
+                      unit_waves=np.asarray([float(cost.work_units) / hardware.compute[cost.engine].units
+                                             for cost in arrays.costs]),
+                      exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,8 +292,15 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     for _label, level, mask in design.memory:
         memory[level, mask] = memory[level, mask] / values[position]
         position += 1
-    for _label, mask in design.latency:
-        compute = compute + np.where(mask, values[position], 0.0) * parts.counts
+    blocked = np.zeros(len(compute), dtype=bool) if parts.unit_waves is None else parts.unit_waves > 0
+    blocks = np.zeros_like(compute)  # thread blocks' fixed time, beside the bottlenecks (``Parameters.unit_latency``)
+    for label, mask in design.latency:
+        if label.endswith(UNIT_LATENCY_SUFFIX):
+            blocks = blocks + np.where(mask, values[position], 0.0) * parts.unit_waves * parts.counts
+        else:  # a kernel with blocks pays its start-up beside its bottlenecks too (``evaluate_arrays``)
+            startup = np.where(mask, values[position], 0.0) * parts.counts
+            compute = compute + np.where(blocked, 0.0, startup)
+            blocks = blocks + np.where(blocked, startup, 0.0)
         position += 1
     for _name, level, mask in design.memory_latency:
         memory[level] = memory[level] + np.where(mask & (parts.memory_s[level] > 0), values[position], 0.0) * parts.counts
@@ -303,9 +321,15 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
         if parts.serial is not None and parts.serial.any():
             moving = np.sum(stacked[1:] ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
             busy = np.where(parts.serial, compute + moving, busy)
-    else:  # the evaluation's own rule (serial vector kernels included)
-        busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial)
-    busy = busy + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
+        if parts.exposed is not None and parts.exposed.any():
+            outer = stacked.shape[0] - 2
+            rest = np.delete(stacked, outer, axis=0)
+            busy = np.where(parts.exposed, np.sum(rest ** SMOOTH_MAX_POWER, axis=0) ** (1 / SMOOTH_MAX_POWER)
+                            + stacked[outer], busy)
+    else:  # the evaluation's own rule (serial vector kernels and exposed traffic included)
+        busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial,
+                             False if parts.exposed is None else parts.exposed)
+    busy = busy + parts.fixed_s + blocks  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
@@ -468,6 +492,15 @@ def _latency_groups(parts: Components, compute_binding: np.ndarray,
             groups[base] = groups[base] | mask
         elif base != kind and measured_by(mask, base) is not None:
             groups[base] = mask
+    if parts.unit_waves is not None:
+        # A kind whose kernels count thread blocks with a fixed cost each (``OpCost.work_units``) gets that
+        # cost as its own latency per block and engine unit, where its records span a decade of block counts
+        # (else it cannot be told from the kernel's start-up latency).
+        for kind in sorted(set(priced[in_subset & (parts.unit_waves > 0)])):
+            mask = (priced == kind) & (parts.unit_waves > 0)
+            measured = in_subset & mask
+            if _records_where(parts, measured) >= MIN_RECORDS_FOR_LATENCY and _spans_a_decade(parts.unit_waves[measured]):
+                groups[f"{kind}{UNIT_LATENCY_SUFFIX}"] = mask
     return tuple(groups.items())
 
 

@@ -73,7 +73,11 @@ def test_the_evaluation_charges_the_class_and_dtype_latency():
                       parameters=parameters)
     prefill = evaluate(Graph(name="p", ops=[_attention(16, seq_kv=16, batch=1)]), hardware, mode="graph",
                        parameters=parameters)
-    assert 7e-6 <= decode.ops[0].compute_s < 8e-6 and 30e-6 <= prefill.ops[0].compute_s < 31e-6
+    # attention counts thread blocks (``OpCost.work_units``), so its start-up is charged beside its
+    # bottlenecks, in the device-side fixed time, not inside its compute time
+    fixed = hardware.compute["tensor_cores"].kernel_fixed_s
+    assert decode.ops[0].fixed_s - fixed == pytest.approx(7e-6) and prefill.ops[0].fixed_s - fixed == pytest.approx(30e-6)
+    assert decode.ops[0].compute_s < 1e-6 and prefill.ops[0].compute_s < 1e-6
     fp8 = evaluate(Graph(name="f", ops=[_matmul(16, 256, 256, "fp8")]), hardware, mode="graph", parameters=parameters)
     bf16 = evaluate(Graph(name="b", ops=[_matmul(16, 256, 256, "bf16")]), hardware, mode="graph", parameters=parameters)
     assert fp8.ops[0].compute_s >= 15e-6 > 2e-6 > bf16.ops[0].compute_s
@@ -129,3 +133,69 @@ def test_a_dtype_without_small_kernels_shares_the_kind_latency():
     names = [name for name in result.params if name.startswith("latency:")]
     assert names == ["latency:matmul"]
     assert result.params["latency:matmul"][0] == pytest.approx(4e-6, rel=0.15)
+
+
+def test_attention_counts_its_thread_blocks():
+    """Prefill tiles each query head's rows by 128; decode packs a KV head's query group into one block; a
+    one-token prompt (no cache) runs the context kernels; the backward kernel counts none."""
+    from perfmodel.costs.rules import CostContext, op_cost
+
+    context = CostContext(hardware=load_hardware("h100-sxm"))
+    assert op_cost(_attention(1000, seq_kv=1000, batch=2), context).work_units == 2 * 32 * 8   # ceil(1000/128)
+    assert op_cost(_attention(1, seq_kv=4096, batch=16), context).work_units == 16 * 8          # 4 heads a KV head
+    one_token = _attention(1, seq_kv=1, batch=16)
+    assert pricing_kind(one_token) == "attention" and op_cost(one_token, context).work_units == 16 * 32
+    assert op_cost(_attention(1000, seq_kv=1000, backward=True), context).work_units == 0
+    # alike ops priced together as arrays count what each would alone
+    swept = _attention(1, seq_kv=4096, batch=16)
+    swept = dataclasses.replace(swept, attrs={**swept.attrs, "seq_q": np.array([1, 256]),
+                                              "seq_kv": np.array([4096, 256])})
+    assert list(op_cost(swept, context).work_units) == [16 * 8, 16 * 32 * 2]
+
+
+def test_unit_latency_is_per_block_and_never_the_start_up():
+    parameters = Parameters(compute_latency_s={"attention": 20e-6, "attention@unit": 3e-6,
+                                               f"{DECODE_ATTENTION}@unit": 2e-6})
+    assert parameters.unit_latency(DECODE_ATTENTION) == 2e-6 and parameters.unit_latency("attention") == 3e-6
+    assert Parameters(compute_latency_s={"attention": 20e-6}).unit_latency(DECODE_ATTENTION) == 0.0
+    assert Parameters(compute_latency_s={"attention@unit": 3e-6}).unit_latency(DECODE_ATTENTION) == 3e-6
+    assert parameters.latency("attention", "bf16") == 20e-6                 # the start-up is not the block's
+
+
+def test_the_evaluation_charges_blocks_and_exposes_prefill_traffic():
+    """Blocks cost their latency per SM (132 on H100) beside the bottlenecks; a prefill's HBM time adds to the
+    slowest of its other bottlenecks, a decode's overlaps."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    units = hardware.compute["tensor_cores"].units
+    parameters = Parameters(name="p", kind="calibrated", compute_latency_s={f"{DECODE_ATTENTION}@unit": 3e-6})
+    decode = evaluate(Graph(name="d", ops=[_attention(1, seq_kv=8, batch=1024)]), hardware, mode="graph",
+                      parameters=parameters).ops[0]
+    start = hardware.compute["tensor_cores"].kernel_fixed_s  # every kernel's own, from the spec
+    assert decode.fixed_s == pytest.approx(start + 1024 * 8 / units * 3e-6)
+    assert decode.total_s == pytest.approx(max(decode.compute_s, *decode.memory_s.values()) + decode.fixed_s)
+    prefill = evaluate(Graph(name="p", ops=[_attention(512, seq_kv=512, batch=64)]), hardware, mode="graph",
+                       parameters=Parameters(name="q", kind="calibrated")).ops[0]
+    others = max(prefill.compute_s, *(time for level, time in prefill.memory_s.items() if level != "hbm"))
+    assert prefill.memory_s["hbm"] > 0
+    assert prefill.total_s == pytest.approx(others + prefill.memory_s["hbm"] + prefill.fixed_s)
+
+
+def test_the_fit_recovers_the_block_costs():
+    """Synthetic truth with 3 us a decode block and 5 us a prefill tile (per SM): the fit finds both within 15%
+    from shapes whose block counts span decades (2-8 cached tokens at batch 1-2048 bind the decode one)."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated", compute_efficiency={"attention": 0.5},
+                       memory_efficiency={f"{DECODE_ATTENTION}:hbm": 0.85},
+                       compute_latency_s={"attention": 15e-6, f"{DECODE_ATTENTION}:bf16": 8e-6,
+                                          "attention@unit": 5e-6, f"{DECODE_ATTENTION}@unit": 3e-6})
+    ops = [(_attention(seq, seq_kv=seq, batch=batch), "prefill") for seq in (64, 512, 2048, 8192)
+           for batch in (1, 4, 32)]
+    ops += [(_attention(1, seq_kv=seq_kv, batch=batch), "decode") for seq_kv in (4, 512, 16384)
+            for batch in (1, 16, 256, 2048)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       op_class, index) for index, (op, op_class) in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    fitted = {name: value for name, (value, _) in result.params.items()}
+    assert fitted[f"latency:{DECODE_ATTENTION}@unit"] == pytest.approx(3e-6, rel=0.15)
+    assert fitted["latency:attention@unit"] == pytest.approx(5e-6, rel=0.15)
+    assert result.median_abs_error < 0.02

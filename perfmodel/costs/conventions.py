@@ -71,6 +71,12 @@ BLOCK_SCALE_FLOPS_PER_PROMOTION = 2
 # compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size,
 # the default for an engine whose spec gives no ``attention_kv_block`` (PyTorch's CPU kernel: 512).
 FLASH_ATTENTION_BLOCK = 128
+# The query rows one thread block of a flash-style kernel owns (its Q tile): 128 in FlashAttention-2's and
+# FlashAttention-3's forward kernels for the head dimensions served here (kBlockM = 128; arXiv 2307.08691
+# section 3.1 and https://github.com/Dao-AILab/flash-attention/blob/main/hopper/tile_size.h, source kind:
+# vendor-code). Each tile pays a fixed prologue and epilogue (load its queries, rescale and write its
+# output) beside its main loop: ``costs.rules.attention_work_units``.
+FLASH_ATTENTION_QUERY_BLOCK = 128
 # A tiled matmul keeps a b x b output block resident and streams one column of A and one row of B
 # past it (b*b + 2*b <= S): the block takes essentially all of the inner memory, b = sqrt(S), which
 # gives the textbook Q = 2*m*n*k/sqrt(S) (Hong & Kung 1981; Demmel's CS267 notes on blocked matmul).

@@ -45,7 +45,7 @@ from perfmodel.hardware.model import (
     Parameters,
     base_kind,
 )
-from perfmodel.tracing import argmin, clip, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
+from perfmodel.tracing import argmin, clip, equal, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -84,6 +84,13 @@ class OpCost:
     side_engine: str | None = None  # a second engine working inside the same kernel (weight dequantization)
     side_peak_dtype: str = ""
     side_flops: SIValue = 0.0
+    # Thread blocks of the kernel that each pay a fixed prologue and epilogue of their own beside the main loop
+    # (attention's Q tiles: ``attention_work_units``); spread over the engine's units, they cost
+    # ``Parameters.unit_latency`` each (0: none counted, the kernel's start-up latency alone).
+    work_units: SIValue = 0.0
+    # Whether the kernel's blocks wait for their traffic at the outermost on-device level outside their main loop
+    # (prefill attention: ``kernel_busy_s``); per point where alike ops are priced together.
+    exposed_traffic: Any = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -204,6 +211,11 @@ def pricing_kind(op: Op) -> str:
     if queries is None or (np.ndim(queries) != 0 and not is_traced(queries)):
         return op.kind
     one_query = bool(queries == 1) if is_traced(queries) else float(queries) == 1
+    keys = op.attrs.get("seq_kv")
+    if one_query and keys is not None and not is_traced(keys) and np.ndim(keys) == 0 and float(keys) == 1:
+        # one token and no cache: a one-token prompt, which the engines run through their context (prefill)
+        # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do)
+        return op.kind
     return DECODE_ATTENTION if one_query else op.kind
 
 
@@ -456,15 +468,18 @@ def memory_time_s(moved_bytes: SIValue, bandwidth_bytes_per_s: SIValue, efficien
 
 
 @overload
-def kernel_busy_s(components: np.ndarray, overlap: str, serial: Any = False) -> np.ndarray: ...
+def kernel_busy_s(components: np.ndarray, overlap: str, serial: Any = False, exposed: Any = False) -> np.ndarray: ...
 @overload
-def kernel_busy_s(components: Sequence[float], overlap: str, serial: Any = False) -> float: ...
-def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial: Any = False) -> SIValue:
+def kernel_busy_s(components: Sequence[float], overlap: str, serial: Any = False, exposed: Any = False) -> float: ...
+def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial: Any = False,
+                  exposed: Any = False) -> SIValue:
     """A kernel's busy time from its bottleneck times (compute first, then memory levels and link;
     stacked on the first axis of an array): the slowest where they overlap ('max'), their sum where
     they do not ('sum'). Where ``serial`` (a vector kernel on an engine that does not hide memory
     behind its math, ``ComputeEngine.vector_kernels_hide_memory``), compute adds to the slowest of the
-    data movements."""
+    data movements. Where ``exposed`` (``OpCost.exposed_traffic``: prefill attention, whose blocks' loads and
+    stores at the outermost level, the next-to-last row, wait outside their main loop), that level's time adds to
+    the slowest of the others (arrays only)."""
     if isinstance(components, np.ndarray):
         if overlap != "max":
             total: np.ndarray = components.sum(axis=0)
@@ -472,6 +487,10 @@ def kernel_busy_s(components: Sequence[float] | np.ndarray, overlap: str, serial
         busy: np.ndarray = largest(components, axis=0)
         if np.any(serial):
             busy = np.where(serial, components[0] + largest(components[1:], axis=0), busy)
+        if is_traced(exposed) or np.any(exposed):
+            outer = components.shape[0] - 2
+            rest = np.concatenate([components[:outer], components[outer + 1:]])
+            busy = where(exposed, largest(rest, axis=0) + components[outer], busy)
         return busy
     if overlap != "max":
         return sum(components)
@@ -719,7 +738,11 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     dQ, dK: the model-FLOPs convention); a flash kernel executes a fifth, recomputing the scores
     (FlashAttention-2, arXiv 2307.08691, Algorithm 2; ``torch.utils.flop_counter`` counts it too), so
     2.5x the forward. It reads Q, K, V,
-    O and dO and writes dQ, dK and dV: twice the forward's traffic at every level."""
+    O and dO and writes dQ, dK and dV: twice the forward's traffic at every level.
+
+    A forward flash kernel also counts its thread blocks (``attention_work_units``), each with a fixed cost
+    (``Parameters.unit_latency``), and a prefill's outermost traffic adds to its main loop
+    (``exposed_prefill_traffic``)."""
     batch, heads = _attr(op, "batch"), _attr(op, "heads")
     seq_q, seq_kv, head_dim = _attr(op, "seq_q"), _attr(op, "seq_kv"), _attr(op, "head_dim")
     kv_heads = op.attrs.get("kv_heads")
@@ -790,8 +813,47 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     if op.attrs.get("backward", False):
         useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, C.ATTENTION_BACKWARD_EXECUTED * executed
         traffic = [C.ATTENTION_BACKWARD_TRAFFIC * level_bytes for level_bytes in traffic]
+    blocked = flash and not op.attrs.get("backward", False)
+    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) if blocked else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
-                  bytes_by_level=tuple(traffic), launches=1 if flash else 3)
+                  bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
+                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False)
+
+
+def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
+                         seq_q: RuleDimension, seq_kv: RuleDimension) -> SIValue:
+    """The thread blocks a flash-style attention kernel runs, each with a fixed prologue and epilogue (load its
+    queries, rescale and write its output) beside its main loop over the keys. Prefill kernels tile each query
+    head's rows into blocks of ``conventions.FLASH_ATTENTION_QUERY_BLOCK``: batch x heads x ceil(seq_q / 128).
+    Decode kernels pack the query heads that share a KV head into one block (TensorRT-LLM's XQA, FlashInfer's and
+    FlashAttention's GQA packing), so there is one block a sequence and KV head (before any split over the keys):
+    batch x kv_heads x ceil(group / 128). NVIDIA's generation-attention tables show that cost: with 2-8 cached
+    tokens, time grows with batch x KV heads at 20-40 ns per pair on an H100 (132 SMs: 3-5 us per block and SM)
+    whatever the byte count (``calibration.aiconfigurator``)."""
+    block = C.FLASH_ATTENTION_QUERY_BLOCK
+    decode = floats(batch) * kv_heads * np.ceil(floats(heads) / kv_heads / block)
+    prefill = floats(batch) * heads * np.ceil(floats(seq_q) / block)
+    one = _one_query(seq_q, seq_kv)
+    return (decode if one else prefill) if isinstance(one, bool) else where(one, decode, prefill)
+
+
+def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+    """Whether attention of ``seq_q`` queries against ``seq_kv`` keys runs the engines' decode kernels: one query a
+    sequence against a cache (one token and no cache is a one-token prompt: their context kernels). Point by
+    point, so alike ops priced together as arrays count what each would alone."""
+    if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
+        return float(seq_q) == 1 and float(seq_kv) > 1
+    return where(equal(seq_q, 1), greater(seq_kv, 1), False)
+
+
+def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+    """Prefill attention's outermost traffic adds to its main loop (``kernel_busy_s``): each Q tile loads its
+    queries and first keys before its loop and stores its output after it, and with a few key blocks a tile (short
+    prompts) no pipeline hides them. NVIDIA's context-attention tables (``calibration.aiconfigurator``) show it:
+    fitted with the traffic overlapped, H100's TensorRT-LLM and SGLang prompts of 128-2048 tokens came out
+    12-24% slow. Decode kernels stream their cache and keep the overlap."""
+    one = _one_query(seq_q, seq_kv)
+    return (not one) if isinstance(one, bool) else where(one, False, True)
 
 
 def _vector_cost(op: Op, context: CostContext, flops: SIValue) -> OpCost:

@@ -315,6 +315,9 @@ class Parameters:
     A kind may be a kernel class ``"kind/variant"`` (``attention/decode``: the one-query kernels engines
     run for generation, see ``costs.rules.pricing_kind``); every lookup for it falls back to the plain
     kind's parameters, so a parameter set fitted before the class existed prices it as before.
+    A ``kind@unit`` entry (``unit_latency``) is the fixed time of each thread block of such kernels that
+    count their blocks (``OpCost.work_units``: attention's Q tiles) per unit of the engine; those kernels pay
+    their start-up latency beside their bottlenecks, not under them.
     ``memory_latency_s`` (level -> seconds) does the same for memory: a kernel that moves B bytes at a
     level takes ``latency + B / (bandwidth x e)``, a bandwidth efficiency that saturates with transfer
     size, ``e(B) = e B / (B + e bandwidth latency)`` (small transfers never reach the stream rate).
@@ -388,6 +391,19 @@ class Parameters:
                     return table[key]
         return 0.0
 
+    def unit_latency(self, kind: str) -> float:
+        """The fixed time of one thread block of a ``kind`` kernel per unit of the engine it runs on
+        (``OpCost.work_units``: attention's Q tiles), kept in ``compute_latency_s`` as ``kind@unit``: the
+        kernel class's own, then its plain kind's (0 where none is fitted; never the kernel's start-up latency)."""
+        for each in kind_chain(kind):
+            key = f"{each}{UNIT_LATENCY_SUFFIX}"
+            if key in self.compute_latency_s:
+                return self.compute_latency_s[key]
+        return 0.0
+
+
+# The suffix of a kind's per-thread-block latency in ``Parameters.compute_latency_s`` (``attention@unit``).
+UNIT_LATENCY_SUFFIX = "@unit"
 
 # A kernel class is written ``kind/variant`` (``attention/decode``); not a dot, which ``--set`` paths split on.
 KERNEL_CLASS_SEPARATOR = "/"

@@ -365,9 +365,13 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
         if key not in rates:
             rates[key] = compute_rate_flops_per_s(hardware, parameters, *key)
     peaks = column([rates[(c.engine, c.peak_dtype, kind)] for c, kind in zip(costs, priced_as, strict=True)])
-    latency = column([parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)])
+    latencies = [parameters.latency(kind, c.peak_dtype) for c, kind in zip(costs, priced_as, strict=True)]
     kinds = set(priced_as)
-    compute_s = compute_time_s(executed, peaks, latency)
+    # A kernel that counts thread blocks with a fixed cost each (``OpCost.work_units``: attention) pays its
+    # start-up latency beside its bottlenecks, as it pays its blocks' (below), not hidden under its memory time.
+    blocked = np.asarray([is_traced(c.work_units) or bool(np.any(c.work_units)) for c in costs], dtype=bool)
+    compute_s = compute_time_s(executed, peaks, column([0.0 if outside else value
+                                                        for value, outside in zip(latencies, blocked, strict=True)]))
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
     if any(c.side_engine is not None for c in costs):
@@ -419,13 +423,24 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     # Every kernel pays its engine's device-side fixed time (start-up and tail), whoever launched it.
     fixed_s = np.broadcast_to(anchors * stack([hardware.compute[c.engine].kernel_fixed_s for c in costs])
                               * scale, compute_s.shape).copy()
+    # Kernels whose thread blocks each pay a fixed prologue and epilogue (attention's Q tiles) pay it once a
+    # block and engine unit, on top of their busy time (``OpCost.work_units``, ``Parameters.unit_latency``).
+    if blocked.any():
+        per_unit = {kind: parameters.unit_latency(kind) for kind in kinds}
+        fixed_s = fixed_s + stack([c.work_units / hardware.compute[c.engine].units * per_unit[kind]
+                                   + (startup if outside else 0.0)
+                                   for c, kind, startup, outside in zip(costs, priced_as, latencies, blocked,
+                                                                        strict=True)])
 
     # The bottlenecks, and the scheduling bottleneck after them (launch/dispatch costs and the kernel's
     # fixed time together), in one array: ``components`` are all rows but the last.
     bottlenecks = np.concatenate([compute_s[None], memory_s, link_s[None], (scheduling_s + fixed_s)[None]])
     components = bottlenecks[:-1]
+    exposed: Any = stack([c.exposed_traffic for c in costs]) if blocked.any() else False
+    if isinstance(exposed, np.ndarray) and exposed.dtype != object:  # (traced flags stay objects for the replay)
+        exposed = exposed.astype(bool)
     busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
-        count_column.shape)) + fixed_s
+        count_column.shape), exposed) + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial:  # one item streams as no pipeline: the formula gives per_instance x count exactly
