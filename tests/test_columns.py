@@ -218,3 +218,23 @@ def test_split_costs_are_whole_records():
     assert second == OpCost(flops=2.0, executed_flops=2.0, engine="simd", peak_dtype="fp32", bytes_by_level=(4.0, 5.0))
     assert hash(first) == hash(OpCost(flops=1.0, executed_flops=1.0, engine="simd", peak_dtype="fp32",
                                       bytes_by_level=(3.0, 5.0)))
+
+
+def test_attention_ops_with_their_own_kernel_blocks_price_together_as_one_by_one():
+    """Causal attention ops that configure different flash blocks (``kv_block``, a training run's
+    sa_block) are stacked into one op whose block is an array: the rule must price each row with its own
+    block (a truthiness test on the array raised), as op by op."""
+    from perfmodel.training.step import blocked_attention
+
+    graph = transformer_block(batch=2, seq=2048)
+    attention = [op for op in graph.ops if op.kind == "attention"]
+    assert attention, "the block has an attention op"
+    ops = [*blocked_attention(attention, 512), *blocked_attention(attention, 2048)]
+    ops = [dataclasses.replace(op, name=f"{op.name}_{index}") for index, op in enumerate(ops)]
+    context = CostContext(hardware=load_hardware("tpu-v5p-achievable"))
+    one_by_one = [op_cost(op, context) for op in ops]
+    together = op_costs(ops, context)
+    assert all(_same(dataclasses.astuple(a), dataclasses.astuple(b)) for a, b in zip(one_by_one, together))
+    # the larger block wastes more of the causal square's masked pairs
+    assert float(one_by_one[-1].executed_flops) > float(one_by_one[0].executed_flops)
+    assert float(one_by_one[-1].flops) == float(one_by_one[0].flops)

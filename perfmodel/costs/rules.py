@@ -765,7 +765,10 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     # square of n blocks that is exactly the documented n(n+1)/2 blocks. B is the engine's key block
     # (PyTorch's CPU kernel: 512 keys against query blocks of 32-256, which wastes the same (B-1)/2).
     # An op's ``kv_block`` (the run's configured kernel block: MaxText's sa_block_*) overrides the engine's.
-    block = op.attrs.get("kv_block") or engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK
+    # (``is None``, not truthiness: ops priced together carry their attributes as arrays.)
+    configured_block = op.attrs.get("kv_block")
+    block = configured_block if configured_block is not None else (
+        engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK)
     executed_pairs = minimum(full_pairs, pairs + floats(seq_q) * (block - 1) / 2) \
         if flash and masked else full_pairs
     if flash and chunked and not causal:
