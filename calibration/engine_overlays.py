@@ -253,11 +253,11 @@ def chosen_k_step(records, hardware, seed: int, candidates=K_STEP_CANDIDATES_S) 
     measured = np.asarray([record.duration_s for record in records])
     train, _ = split_half(tuple(record.op_class for record in records), seed)
     weights = spread_weights(records)
-    costs = {}
+    costs: dict[float, float] = {}
     for step in candidates:
         parts = components(records, with_k_step(hardware, step), "graph", DATASHEET_LEVELS + ("l2",))
-        costs[step] = _solve(parts, measured, train, weights[train])[0].cost
-    return min(costs, key=costs.get)
+        costs[step] = float(_solve(parts, measured, train, weights[train])[0].cost)
+    return min(costs, key=lambda step: costs[step])
 
 
 def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,

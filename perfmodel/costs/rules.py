@@ -375,14 +375,15 @@ def _executed_flops(units: int, m: RuleDimension, n: RuleDimension, k: RuleDimen
     split = np.where(split_k, clip(np.floor(units / tiles), 1.0, k_blocks), 1.0)
     waves = np.ceil(tiles * split / units)
     step = maximum(C.FLOPS_PER_FMA * tile_m * tile_n * tile_k, step_flops)
-    return waves * units * np.ceil(k_blocks / split) * step + where(greater(split, 1.0), split_flops, 0.0)
+    executed: SIValue = waves * units * np.ceil(k_blocks / split) * step + where(greater(split, 1.0), split_flops, 0.0)
+    return executed
 
 
 def k_step_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> SIValue:
     """The work a unit could do at ``rate_flops_per_s`` (the datasheet peak: the floor then scales with the
     compute efficiency, as a fit's compute components do) in the engine's shortest k-loop step
-    (``ComputeEngine.k_step_s``): a tile step whose math takes less still holds the unit that long. A kernel with a small output
-    tile cannot hide its operand loads behind its math: NVIDIA's H100 GEMM tables (``calibration.
+    (``ComputeEngine.k_step_s``): a tile step whose math takes less still holds the unit that long. A kernel
+    with a small output tile cannot hide its operand loads behind its math: NVIDIA's H100 GEMM tables (``calibration.
     aiconfigurator``) grow by ~75 ns per 64 of k for a single output tile, the same for 32 to 256 columns
     and for 1 to 1024 rows (a 16 x 128 x 64 step's math takes 35 ns at a unit's share of the peak)."""
     return engine.k_step_s * rate_flops_per_s / engine.units
