@@ -227,14 +227,16 @@ def _filename(kind: str) -> str:
     return {**TABLES, **UNFITTED_TABLES, **LIBRARY_TABLES}[kind][1]
 
 
-def _record(source: Table, name: str, op_class: str, latency_ms: float, op: Op, row: int) -> MeasurementRecord:
+def _record(source: Table, name: str, op_class: str, latency_ms: float, op: Op | tuple[Op, ...],
+            row: int) -> MeasurementRecord:
+    ops = op if isinstance(op, tuple) else (op,)
     return MeasurementRecord(
         name=name, op_class=op_class, duration_s=float(latency_ms) * 1e-3, device=source.gpu,
         tool=f"aiconfigurator:{source.engine}", tool_version=f"{source.engine} {source.version}; {PACKAGE} "
         f"{source.package_version or package_version()}", flops_source="analytic_shapes", bytes_source="model_derived",
         source_file=f"{GPU_FOLDERS[source.gpu]}/{_family(source.kind)}/{source.engine}/{source.version}/"
                     f"{_filename(source.kind)}",
-        source_row=int(row), clock="device", workload_json=dumps(Graph(name=name, ops=[op]), "json"))
+        source_row=int(row), clock="device", workload_json=dumps(Graph(name=name, ops=list(ops)), "json"))
 
 
 def gemm_op(m: int, n: int, k: int, dtype: str) -> Op:
@@ -246,6 +248,27 @@ def gemm_op(m: int, n: int, k: int, dtype: str) -> Op:
     return Op(name="gemm", kind="matmul", inputs=(TensorSpec(shape=(m, k), dtype=activations), weight),
               outputs=(TensorSpec(shape=(m, n), dtype=output),),
               attrs={"m": m, "n": n, "k": k, "dtype": activations})
+
+
+#: GEMM dtypes whose rows time the activations' quantization too: the collectors call the engine's own
+#: linear method, which quantizes its bf16 input to fp8 (dynamic scales) in a kernel before the GEMM. Every
+#: engine's table shows that kernel's floor: on H100 the smallest fp8 GEMMs take 4.8 us (vLLM), 4.6 us
+#: (SGLang) and 12.2 us (TensorRT-LLM, whose scale is computed by several torch ops) where bf16's take 2.6 us,
+#: and the time of a fixed GEMM grows with m where bf16's does not (vLLM, n = k = 32: 3.8 us bf16, 239 us fp8
+#: at m = 32768; ``calibration/data``'s quantize tables time the same kernels alone).
+QUANTIZED_ACTIVATION_GEMMS = ("fp8",)
+
+
+def gemm_ops(m: int, n: int, k: int, dtype: str) -> tuple[Op, ...]:
+    """The ops one GEMM row of the tables times: the GEMM (``gemm_op``), after the quantization of its
+    bf16 activations (an element-wise kernel over m x k) where ``QUANTIZED_ACTIVATION_GEMMS`` says so."""
+    gemm = gemm_op(m, n, k, dtype)
+    if dtype not in QUANTIZED_ACTIVATION_GEMMS:
+        return (gemm,)
+    quantize = Op(name="quantize_activations", kind="elementwise",
+                  inputs=(TensorSpec(shape=(m, k), dtype="bf16"),), outputs=(TensorSpec(shape=(m, k), dtype=dtype),),
+                  attrs={"dtype": "bf16"})
+    return quantize, gemm
 
 
 def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int) -> Op:
@@ -329,7 +352,7 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
         if kind == "gemm":
             dtype = GEMM_DTYPES[row["gemm_dtype"]]
             m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
-            yield _record(source, f"gemm_{dtype}_{m}x{n}x{k}", f"gemm:{dtype}", latency, gemm_op(m, n, k, dtype), index)
+            yield _record(source, f"gemm_{dtype}_{m}x{n}x{k}", f"gemm:{dtype}", latency, gemm_ops(m, n, k, dtype), index)
         elif kind in ("prefill_attention", "decode_attention"):
             batch, heads, kv_heads, head_dim = (int(row[column]) for column in
                                                 ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))

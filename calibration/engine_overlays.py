@@ -126,6 +126,7 @@ class EngineFit:
     versions: dict[str, str]
     step_latency_s: float = 0.0  # the step latency of the engine's own all-reduce kernels the fit ran with
     package_version: str = ""    # the aiconfigurator-core version the rows come from
+    k_step_s: float = 0.0        # the matrix engines' k-loop step floor the fit ran with (``chosen_k_step``)
 
     @property
     def name(self) -> str:
@@ -225,6 +226,40 @@ def with_held_parameters(result, held: dict[str, tuple[float, float]]):
                                covariance_names=names)
 
 
+#: The k-loop step floors (``hardware.model.ComputeEngine.k_step_s``) a fit chooses among: the one whose fit
+#: of the training half costs least. On H100 a single output tile's time grows ~75 ns per 64 of k in every
+#: engine's bf16 table (``costs.rules.k_step_flops``); zero: no floor.
+K_STEP_CANDIDATES_S = (0.0, 25e-9, 50e-9, 75e-9, 100e-9)
+
+
+def with_k_step(hardware, step_s: float):
+    """The spec with its matrix engines' k-loop step floor at ``step_s`` (engines that declare kernels)."""
+    compute = {name: dataclasses.replace(engine, k_step_s=step_s) if engine.kind == "matrix" and engine.kernels
+               else engine for name, engine in hardware.compute.items()}
+    return dataclasses.replace(hardware, compute=compute)
+
+
+def chosen_k_step(records, hardware, seed: int, candidates=K_STEP_CANDIDATES_S) -> float:
+    """The k-loop step floor (``K_STEP_CANDIDATES_S``) under which the fit of the training half of the
+    held-out split (``calibration.fit.split_half`` with ``seed``) costs least: the floor changes which
+    kernel prices a product (a split or not), so each candidate re-prices the records. Chosen on that half
+    only, so the held-out half of the same split stays unseen."""
+    import numpy as np
+
+    from calibration.fit import _solve, components, split_half, spread_weights
+
+    if not any(engine.kind == "matrix" and engine.kernels for engine in hardware.compute.values()):
+        return 0.0
+    measured = np.asarray([record.duration_s for record in records])
+    train, _ = split_half(tuple(record.op_class for record in records), seed)
+    weights = spread_weights(records)
+    costs: dict[float, float] = {}
+    for step in candidates:
+        parts = components(records, with_k_step(hardware, step), "graph", DATASHEET_LEVELS + ("l2",))
+        costs[step] = float(_solve(parts, measured, train, weights[train])[0].cost)
+    return min(costs, key=lambda step: costs[step])
+
+
 def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
                versions_by_kind: dict[str, str] | None = None, root: Path | None = None,
                rows: Path | None = None, nccl: bool = False) -> EngineFit:
@@ -248,6 +283,8 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     records += streams
     stepped = with_measured_step_latency(device_time_hardware(spec), records, tables.all_reduce_policy(gpu, engine))
     hardware, on_die = _with_measured_l2(stepped, streams, seed)
+    k_step = chosen_k_step(records, hardware, seed)
+    hardware = with_k_step(hardware, k_step)
     result = fit(records, hardware, mode="graph", seed=seed, datasheet_levels=DATASHEET_LEVELS + ("l2",),
                  posterior_draws=True,
                  **({} if heldout else {"folds": 0, "extra_seeds": 0}))
@@ -256,7 +293,7 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
                default=0.0)
     package = tables.rows_package_version(rows, gpu, engine) if rows is not None else tables.package_version()
     return EngineFit(gpu=gpu, engine=engine, result=result, records=records, skipped=skipped, versions=read,
-                     step_latency_s=step, package_version=package)
+                     step_latency_s=step, package_version=package, k_step_s=k_step)
 
 
 def overlay_text(fitted: EngineFit) -> str:
@@ -292,10 +329,15 @@ def overlay_text(fitted: EngineFit) -> str:
                 links[name]["kernel_latency"] = format_quantity(step, "seconds", digits=4)
                 links[name]["field_sources"]["kernel_latency"] = "calibration"
     result = dataclasses.replace(result, params=params)
+    # The k-loop step floor the fit ran with (chosen by the training half's cost), on the matrix engines.
+    compute = {name: {"k_step_time": format_quantity(fitted.k_step_s, "seconds", digits=4),
+                      "field_sources": {"k_step_time": "calibration"}}
+               for name, engine in spec.compute.items() if engine.kind == "matrix" and engine.kernels} \
+        if fitted.k_step_s > 0 else {}
     scheduling, sources = engine_step_overrides(fitted.engine)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,
                             name=fitted.name, kind="achievable", provenance=provenance, description=description,
-                            overrides={"links": links, "scheduling": scheduling,
+                            overrides={"links": links, "scheduling": scheduling, **({"compute": compute} if compute else {}),
                                        "sources": {**sources, "engine-all-reduce": engine_all_reduce_source(fitted)}})
 
 

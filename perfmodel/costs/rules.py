@@ -377,28 +377,56 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim: RuleDimensi
 
 # -------------------------------------------------------------------------------------- padding
 def _executed_flops(units: int, m: RuleDimension, n: RuleDimension, k: RuleDimension, batch: RuleDimension,
-                    tile_m: SIValue, tile_n: SIValue, tile_k: SIValue, split_k: bool | np.ndarray) -> SIValue:
+                    tile_m: SIValue, tile_n: SIValue, tile_k: SIValue, split_k: bool | np.ndarray,
+                    step_flops: SIValue = 0.0, split_flops: SIValue = 0.0) -> SIValue:
+    """FLOPs a unit's time is held for: every wave runs each unit's share of the k-loop, one tile step at a
+    time, a step holding the unit for at least ``step_flops`` (``k_step_flops``); a split product adds
+    ``split_flops`` (``split_reduction_flops``)."""
     tiles_m, tiles_n = np.ceil(floats(m) / tile_m), np.ceil(floats(n) / tile_n)
     k_blocks = np.ceil(floats(k) / tile_k)
     tiles = batch * tiles_m * tiles_n
     split = np.where(split_k, clip(np.floor(units / tiles), 1.0, k_blocks), 1.0)
     waves = np.ceil(tiles * split / units)
-    return C.FLOPS_PER_FMA * waves * units * tile_m * tile_n * np.ceil(k_blocks / split) * tile_k
+    step = maximum(C.FLOPS_PER_FMA * tile_m * tile_n * tile_k, step_flops)
+    executed: SIValue = waves * units * np.ceil(k_blocks / split) * step + where(greater(split, 1.0), split_flops, 0.0)
+    return executed
+
+
+def k_step_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> SIValue:
+    """The work a unit could do at ``rate_flops_per_s`` (the datasheet peak: the floor then scales with the
+    compute efficiency, as a fit's compute components do) in the engine's shortest k-loop step
+    (``ComputeEngine.k_step_s``): a tile step whose math takes less still holds the unit that long. A kernel
+    with a small output tile cannot hide its operand loads behind its math: NVIDIA's H100 GEMM tables (``calibration.
+    aiconfigurator``) grow by ~75 ns per 64 of k for a single output tile, the same for 32 to 256 columns
+    and for 1 to 1024 rows (a 16 x 128 x 64 step's math takes 35 ns at a unit's share of the peak)."""
+    return engine.k_step_s * rate_flops_per_s / engine.units
+
+
+def split_reduction_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> SIValue:
+    """A split-K product's extra work, as FLOPs at ``rate_flops_per_s`` (the datasheet peak): the partial sums are added by a
+    second kernel (cuBLAS's and CUTLASS's split-K reduction), which pays the engine's fixed time per kernel.
+    NVIDIA's H100 GEMM tables show it: a single output tile's time grows with k up to k ~ 3-4k, then stays
+    ~3 us above the 2.6 us floor of the smallest GEMMs for every larger k (``calibration.aiconfigurator``)."""
+    return engine.kernel_fixed_s * rate_flops_per_s
 
 
 def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimension, k: RuleDimension,
-                          batch: RuleDimension, kernel: KernelShape | None = None) -> SIValue:
+                          batch: RuleDimension, kernel: KernelShape | None = None,
+                          rate_flops_per_s: SIValue = 0.0) -> SIValue:
     """FLOPs the engine actually performs with ``kernel`` (default: the engine's first candidate):
     dims padded to its tile, tiles quantized into waves over the units. When there are fewer output
     tiles than units and the kernel splits k (split-K / stream-K, as cuBLAS/CUTLASS and XLA do for
-    skinny products), the units share the work; the partial-sum reduction is small for such shapes
-    and is not charged."""
+    skinny products), the units share the work and a reduction kernel adds the partial sums
+    (``split_reduction_flops``; its traffic, small for such shapes, is not charged). With the rate the
+    op runs at (``rate_flops_per_s``; 0: not known), the k-loop's shortest step (``k_step_flops``) and the
+    split's reduction count as the time they hold the units."""
     if kernel is None:
         candidates = engine.kernel_candidates
         kernel = candidates[0] if candidates else None
     if kernel is None:
         return C.FLOPS_PER_FMA * batch * floats(m) * n * k
-    executed = _executed_flops(engine.units, m, n, k, batch, kernel.m, kernel.n, kernel.k, kernel.split_k)
+    executed = _executed_flops(engine.units, m, n, k, batch, kernel.m, kernel.n, kernel.k, kernel.split_k,
+                               k_step_flops(engine, rate_flops_per_s), split_reduction_flops(engine, rate_flops_per_s))
     return executed if np.ndim(executed) else float(executed)
 
 
@@ -537,6 +565,7 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     if not engine.kernels:
         native = candidates[0] if candidates else None
         return executed_matmul_flops(engine, m, n, k, batch, native), traffic, native.name if native else None
+    candidates = with_unsplit_variants(candidates)
     # Sweep points come from the op's dimensions and from array-valued spec fields (bandwidth, peak).
     inner_level = hardware.memory[0]
     shape = np.broadcast_shapes(*(np.shape(value) for value in (m, n, k, batch, traffic[0], side_compute_s,
@@ -553,16 +582,18 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
 
     tile_m, tile_n, tile_k = (per_kernel([getattr(kernel, dim) for kernel in candidates]) for dim in "mnk")
     splits = np.asarray([kernel.split_k for kernel in candidates]).reshape(column)
-    executed = _executed_flops(engine.units, m, n, k, batch, tile_m, tile_n, tile_k, splits)
+    parameters = context.pricing
+    kind = pricing_kind(op)
+    rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, kind)
+    peak = engine.peak_flops_per_s[peak_dtype]
+    executed = _executed_flops(engine.units, m, n, k, batch, tile_m, tile_n, tile_k, splits,
+                               k_step_flops(engine, peak), split_reduction_flops(engine, peak))
     a_bytes, b_bytes, c_bytes = bytes_per_element
     reads_a, reads_b, writes_c = tile_elements_moved(m, n, k, tile_m, tile_n)
     if a_compulsory_elements is not None:
         reads_a = reads_a * (a_compulsory_elements / (floats(m) * k))
     inner = batch * (reads_a * a_bytes + reads_b * b_bytes + writes_c * c_bytes) * _granule_factor(
         hardware, 0, k, a_bytes)
-    parameters = context.pricing
-    kind = pricing_kind(op)
-    rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, kind)
     compute = maximum(compute_time_s(executed, rate, parameters.latency(kind, peak_dtype)), side_compute_s)
     memory = memory_time_s(inner, inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, kind),
                            parameters.memory_latency(inner_level.name))
@@ -571,6 +602,13 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     chosen_executed, chosen_inner = pick(executed, best), pick(inner, best)
     names = np.asarray([kernel.name for kernel in candidates])[peek(best)]
     return chosen_executed, (chosen_inner, *traffic[1:]), names
+
+
+def with_unsplit_variants(candidates: Sequence[KernelShape]) -> tuple[KernelShape, ...]:
+    """The candidates, and each split-K one also run whole: a split pays its reduction kernel
+    (``split_reduction_flops``), so for a short k the unsplit kernel is the faster (cuBLAS's heuristics
+    split only long k loops: NVIDIA's H100 tables time a single output tile rising with k up to k ~ 3k)."""
+    return tuple(candidates) + tuple(replace(kernel, split_k=False) for kernel in candidates if kernel.split_k)
 
 
 # A product's dimension swept over at least this many points, taking at most 1/8 as many distinct
@@ -615,13 +653,16 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
     compute_latency = parameters.latency(kind, peak_dtype)
     inner_bandwidth, inner_efficiency = inner_level.bandwidth_bytes_per_s, parameters.memory(inner_level.name, kind)
     inner_latency = parameters.memory_latency(inner_level.name)
+    peak = float(engine.peak_flops_per_s[peak_dtype])
+    step_flops, split_flops = float(k_step_flops(engine, peak)), float(split_reduction_flops(engine, peak))
     best: tuple[float, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)
     for kernel in candidates:
         tiles = batch * math.ceil(m / kernel.m) * math.ceil(n / kernel.n)
         k_blocks = math.ceil(k / kernel.k)
         split = min(max(math.floor(engine.units / tiles), 1.0), k_blocks) if kernel.split_k else 1.0
         waves = math.ceil(tiles * split / engine.units)
-        executed = C.FLOPS_PER_FMA * waves * engine.units * kernel.m * kernel.n * math.ceil(k_blocks / split) * kernel.k
+        step = max(C.FLOPS_PER_FMA * kernel.m * kernel.n * kernel.k, step_flops)
+        executed = waves * engine.units * math.ceil(k_blocks / split) * step + (split_flops if split > 1 else 0.0)
         inner = batch * (m * k * math.ceil(n / kernel.n) * a_scale * a_bytes + k * n * math.ceil(m / kernel.m) * b_bytes
                          + m * n * c_bytes) * granule
         compute = max(float(compute_time_s(executed, rate, compute_latency)), side_compute_s)

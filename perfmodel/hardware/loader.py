@@ -639,6 +639,7 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
         compute[name] = model.ComputeEngine(name=name, kind=engine.kind, units=engine.units,
                                             peak_flops_per_s=engine.peak, clock_hz=engine.clock, tile=tile,
                                             kernels=kernels, kernel_fixed_s=engine.kernel_fixed_time or 0.0,
+                                            k_step_s=engine.k_step_time or 0.0,
                                             vector_kernels_hide_memory=engine.vector_kernels_hide_memory,
                                             attention_kv_block=engine.attention_kv_block)
     memory = []

@@ -93,7 +93,10 @@ class ComputeEngine:
     ``kernels`` are the candidate matmul kernel shapes (empty: the ``tile`` alone, or no padding);
     ``kernel_fixed_s`` is the device-side fixed time of every kernel on this engine (start-up: the
     first wave's prologue and pipeline fill; tail: the epilogue and drain), separate from the host's
-    launch cost, which belongs to the execution mode. ``vector_kernels_hide_memory``: whether a vector
+    launch cost, which belongs to the execution mode. ``k_step_s``: the shortest step of a matmul kernel's
+    k-loop, the time a unit holds its tile for each ``k`` block even when the tile's math takes less (a
+    small output tile cannot hide its operand loads: NVIDIA's GEMM tables on H100 grow ~75 ns per 64 of k
+    for a single output tile whatever its width; 0: no floor). ``vector_kernels_hide_memory``: whether a vector
     kernel (element-wise, reduction, norm, softmax) on this engine moves its data while it computes, so
     that the slower of the two sets its time (True, the roofline), or computes and waits for its data in
     turn, so that they add up (False: a CPU core's streaming loop, measured on this project's CPU: a
@@ -110,6 +113,7 @@ class ComputeEngine:
     tile: Tile | None = None
     kernels: tuple[KernelShape, ...] = ()
     kernel_fixed_s: float = 0.0
+    k_step_s: float = 0.0
     vector_kernels_hide_memory: bool = True
     attention_kv_block: int | None = None
 

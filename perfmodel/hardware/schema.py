@@ -215,6 +215,8 @@ class EngineSpec(Sourced):
     tile: TileSpec | None = None
     kernels: dict[KernelName, KernelSpec] = {}
     kernel_fixed_time: Overhead | None = None
+    # The shortest step of a matmul kernel's k-loop (``model.ComputeEngine.k_step_s``); None: no floor.
+    k_step_time: Overhead | None = None
     # Whether a vector kernel's memory traffic proceeds under its arithmetic (the roofline's maximum)
     # or waits for it (their sum): false for a CPU core, whose streaming loops stall on their loads.
     vector_kernels_hide_memory: bool = True
