@@ -193,6 +193,9 @@ def combined_bounds(low, high, parameter_low, parameter_high):
 RELATIVE_FLOOR = 1e-3  # a relative draw below -100% keeps 0.1% of the value (an efficiency must stay above 0)
 
 
+UNBOUND_LOG_VARIANCE = 100.0  # ``parameter_samples``: beyond it a parameter counts as unbound
+
+
 def parameter_samples(nominal: Parameters, names: Sequence[str], log_covariance: np.ndarray, samples: int,
                       seed: int = 0, *, relative: bool = False) -> list[Parameters]:
     """``samples`` parameter sets drawn around ``nominal``: the fitted parameters ``names`` (``section:key``
@@ -208,6 +211,11 @@ def parameter_samples(nominal: Parameters, names: Sequence[str], log_covariance:
         raise ValueError(f"covariance of shape {covariance.shape} for {len(names)} parameters")
     rng = np.random.default_rng(seed)
     finite = np.all(np.isfinite(covariance), axis=0) & np.all(np.isfinite(covariance), axis=1)
+    if not relative:
+        # A log variance this large (a standard error of a factor e^10) is a parameter the data do not bind,
+        # whatever the optimizer reported: its draws would overflow a float (H100's attention start-up latency
+        # fitted on FlashAttention rows that all hold 16k tokens: 7e7).
+        finite &= np.diag(covariance) < UNBOUND_LOG_VARIANCE
     kept = [index for index, name in enumerate(names) if finite[index] and _field_of(nominal, name) is not None]
     if not kept:
         return [nominal] * samples
