@@ -234,7 +234,7 @@ def test_attention_ops_with_their_own_kernel_blocks_price_together_as_one_by_one
     context = CostContext(hardware=load_hardware("tpu-v5p-achievable"))
     one_by_one = [op_cost(op, context) for op in ops]
     together = op_costs(ops, context)
-    assert all(_same(dataclasses.astuple(a), dataclasses.astuple(b)) for a, b in zip(one_by_one, together))
+    assert all(_same(dataclasses.astuple(a), dataclasses.astuple(b)) for a, b in zip(one_by_one, together, strict=True))
     # the larger block wastes more of the causal square's masked pairs
     assert float(one_by_one[-1].executed_flops) > float(one_by_one[0].executed_flops)
     assert float(one_by_one[-1].flops) == float(one_by_one[0].flops)
