@@ -162,7 +162,7 @@ def test_fitted_class_predicts_held_out_engine_rows(fp8_rows):
     assert statistics.median(np.abs(unfitted)) > 2 * statistics.median(np.abs(errors))
 
 
-def _gemm(record):
+def _table_gemm(record):
     """The GEMM of a table row's graph (an fp8 row also holds the activations' quantize kernel it times)."""
     return next(op for op in record.graph().ops if op.kind == "matmul")
 
@@ -175,7 +175,7 @@ def test_the_class_fixed_cost_and_rate_agree_with_the_small_and_large_rows(fp8_r
 
     def small(op_class):
         return statistics.median(record.duration_s for record in fp8_rows if record.op_class == op_class and (
-            lambda a: a["m"] <= 16 and a["n"] * a["k"] <= 4 * 2 ** 20)(_gemm(record).attrs))
+            lambda a: a["m"] <= 16 and a["n"] * a["k"] <= 4 * 2 ** 20)(_table_gemm(record).attrs))
 
     block_latency = values[f"latency:{BLOCK_FP8_MATMUL}"]
     fp8_latency = values.get("latency:matmul:fp8", values.get("latency:matmul"))
