@@ -61,6 +61,13 @@ FLOPS_PER_REDUCED_ELEMENT = 1
 ATTENTION_BACKWARD_USEFUL = 2.0
 ATTENTION_BACKWARD_EXECUTED = 2.5
 ATTENTION_BACKWARD_TRAFFIC = 2.0
+# A backward split into two kernels, one for dK and dV and one for dQ, each recomputing the scores S = QK^T and
+# dP = dO V^T: seven matmuls against the forward's two (JAX's Pallas TPU flash attention,
+# ``_flash_attention_bwd_dkv`` (S, dV, dP, dK) and ``_flash_attention_bwd_dq`` (S, dP, dQ); splash attention
+# without ``use_fused_bwd_kernel``, MaxText's default ``sa_use_fused_bwd_kernel: false``). The two kernels read Q,
+# K, V and dO each and write dK, dV and dQ: 11 tensors against the forward's 4.
+ATTENTION_BACKWARD_EXECUTED_SPLIT = 3.5
+ATTENTION_BACKWARD_TRAFFIC_SPLIT = 11 / 4
 DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8,
                                "fp8_block": 4, "mxfp8": 4, "mxfp4": 8, "nvfp4": 8}
 # Block-scaled weights are dequantized inside the kernel only under activations at least this wide (bytes).

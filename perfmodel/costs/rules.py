@@ -139,6 +139,8 @@ def op_cost(op: Op, context: CostContext) -> OpCost:
 
 # The kernel class of attention with one query per sequence (``pricing_kind``).
 DECODE_ATTENTION = f"attention{KERNEL_CLASS_SEPARATOR}decode"
+# The kernel class of attention's gradient kernels (``pricing_kind``).
+ATTENTION_BACKWARD = f"attention{KERNEL_CLASS_SEPARATOR}backward"
 # The kernel class of a product of block-scaled fp8 weights (``dtypes``: fp8_block, 128 x 128 weight scales)
 # with fp8 activations (1 x 128 scales), DeepSeek-V3's recipe (``pricing_kind``).
 BLOCK_FP8_MATMUL = f"matmul{KERNEL_CLASS_SEPARATOR}fp8_block"
@@ -167,6 +169,13 @@ KERNEL_CLASSES = {
     # ``benchmarks/fp8_block_gap.py``). Fitted with a memory efficiency of its own, H100's lower one stood in for
     # the rate at m = 10-99 and priced the m < 10 rows 10-30% slow.
     BLOCK_FP8_MATMUL: KernelClass(own_rate=True, own_memory=False),
+    # Attention's gradient kernels are not its forward kernel (other loops, tiles and pipelines: FlashAttention-2's
+    # Algorithm 2 runs key blocks outside and query blocks inside; TPU kernels split it in two or write a partial dQ
+    # per key block). On v5p, at the FLOPs each kernel executes (``attention_cost``), axlearn's splash forward rows
+    # reach 0.33-0.41 of the peak (the legacy kernel's, too short to fit, 0.27-0.38) and the backward 0.46-0.54
+    # (legacy: 0.43-0.60) with the forward at 0.41 (``calibration/data/published/TPU_SEARCH.md``). Its traffic is
+    # the forward's tensors again, through the same levels: the plain kind's memory efficiency.
+    ATTENTION_BACKWARD: KernelClass(own_rate=True, own_memory=False),
 }
 
 
@@ -192,21 +201,24 @@ def pricing_kind(op: Op) -> str:
     """The kind whose parameters (efficiencies, start-up latency: ``Parameters``) price ``op``: its own,
     except a block-scaled fp8 GEMM (``block_fp8_product``: ``BLOCK_FP8_MATMUL``, whose kernels are not
     the per-tensor fp8 ones: their fixed cost and rate differ by engine, ``benchmarks/fp8_block_gap.py``;
-    a parameter set without the class prices it as an fp8 matmul) and forward attention with one query
-    per sequence, the generation step. Engines run other
-    kernels for it than for prefill (TensorRT-LLM's XQA and masked multi-head attention, FlashInfer's
+    a parameter set without the class prices it as an fp8 matmul), attention's gradient (``ATTENTION_BACKWARD``,
+    whose kernels are not the forward's: ``KERNEL_CLASSES``; a parameter set without the class prices it as
+    attention) and forward attention with one query per sequence, the generation step. Engines run other
+    kernels for the generation step than for prefill (TensorRT-LLM's XQA and masked multi-head attention, FlashInfer's
     and FlashAttention's decode kernels, split over the KV length as in flash-decoding), and their
     fixed cost and their reach of HBM differ: NVIDIA's generation-attention tables
     (``calibration.aiconfigurator``) start at 8-10 us on H100 where context kernels start above 15 us.
     Several queries (prefill, chunked prefill,
-    speculative verification) and the backward pass keep the attention class, and so does an array of
+    speculative verification) keep the attention class, and so does an array of
     query counts (a sweep over them): which points are evaluated together (a sweep's chunks, alike ops
     priced as one) must not change how any of them is priced. A traced count decides (and guards) as
     numbers do in the replay (``tracing``)."""
     if op.kind == "matmul":
         return BLOCK_FP8_MATMUL if block_fp8_product(op) else op.kind
-    if op.kind != "attention" or op.attrs.get("backward", False):
+    if op.kind != "attention":
         return op.kind
+    if op.attrs.get("backward", False):
+        return ATTENTION_BACKWARD
     queries = op.attrs.get("seq_q")
     if queries is None or (np.ndim(queries) != 0 and not is_traced(queries)):
         return op.kind
@@ -780,6 +792,12 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     (FlashAttention-2, arXiv 2307.08691, Algorithm 2; ``torch.utils.flop_counter`` counts it too), so
     2.5x the forward. It reads Q, K, V,
     O and dO and writes dQ, dK and dV: twice the forward's traffic at every level.
+    ``backward_split``: the gradient split into a dK/dV kernel and a dQ kernel that each recompute the
+    scores (``conventions.ATTENTION_BACKWARD_EXECUTED_SPLIT``: 3.5x the forward). ``backward_one_core``: the
+    gradient kernels' grids have no parallel dimension (splash attention's dq and dkv kernels:
+    ``dimension_semantics`` all "arbitrary"), so on a chip whose two TensorCores appear as one device
+    (megacore: TPU v4, v5p; ``tensor_cores``) Pallas runs them on one core, at the rate of half the chip's
+    MXUs: their executed FLOPs are counted as the chip-time they take (x cores).
 
     A forward flash kernel also counts its thread blocks (``attention_work_units``), each with a fixed cost
     (``Parameters.unit_latency``), and a prefill's outermost traffic adds to its main loop
@@ -810,7 +828,13 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     configured_block = op.attrs.get("kv_block")
     block = configured_block if configured_block is not None else (
         engine.attention_kv_block or C.FLASH_ATTENTION_BLOCK)
-    executed_pairs = minimum(full_pairs, pairs + floats(seq_q) * (block - 1) / 2) \
+    # A causal sliding window has a second partly masked block diagonal, at its lower edge: every query whose
+    # window starts after the first key computes the block that edge cuts, (B-1)/2 masked pairs a row on average
+    # (splash attention's LocalMask: a query block of 512 against a window of 1,025 keys runs 3 key blocks,
+    # 1,536 keys a row, where the diagonal alone would leave 1,280).
+    cut_rows = floats(seq_q) + (window_edge_rows(seq_q, seq_kv, window)
+                                if causal and window is not None and not chunked else 0.0)
+    executed_pairs = minimum(full_pairs, pairs + cut_rows * (block - 1) / 2) \
         if flash and masked else full_pairs
     if flash and chunked and not causal:
         # A decode query of a chunked layer sees whole key blocks from its chunk's start (a multiple of the chunk, and
@@ -855,13 +879,32 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
             # QK^T writes the scores, softmax reads and writes them, PV reads them.
             traffic.append(compulsory + 4 * scale * full_pairs * q_bytes)
     if op.attrs.get("backward", False):
-        useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, C.ATTENTION_BACKWARD_EXECUTED * executed
-        traffic = [C.ATTENTION_BACKWARD_TRAFFIC * level_bytes for level_bytes in traffic]
+        split = bool(op.attrs.get("backward_split", False))
+        executed_share = C.ATTENTION_BACKWARD_EXECUTED_SPLIT if split else C.ATTENTION_BACKWARD_EXECUTED
+        traffic_share = C.ATTENTION_BACKWARD_TRAFFIC_SPLIT if split else C.ATTENTION_BACKWARD_TRAFFIC
+        cores = tensor_cores(hardware) if op.attrs.get("backward_one_core", False) else 1
+        useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, executed_share * cores * executed
+        traffic = [traffic_share * level_bytes for level_bytes in traffic]
     blocked = flash and not op.attrs.get("backward", False)
     units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) if blocked else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
                   exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False)
+
+
+def window_edge_rows(seq_q: RuleDimension, seq_kv: RuleDimension, window: RuleDimension) -> SIValue:
+    """Queries (the last ``seq_q`` of ``seq_kv`` positions) whose causal window of ``window`` keys starts after
+    the first key: those at positions ``p >= window``, whose window's lower edge cuts a key block."""
+    return clip(floats(seq_kv) - maximum(floats(window), floats(seq_kv) - floats(seq_q)), 0.0, floats(seq_q))
+
+
+def tensor_cores(hardware: Hardware) -> int:
+    """TensorCores one device holds: 2 on a TPU whose two cores appear as one device (megacore: v4, v5p),
+    counted by its per-core VMEM (a software-managed scratchpad's ``instances``); 1 on any other device."""
+    if hardware.family != "tpu":
+        return 1
+    return max((level.instances for level in hardware.memory
+                if level.kind == "scratchpad" and level.managed == "software"), default=1)
 
 
 def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,

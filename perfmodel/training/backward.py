@@ -6,7 +6,10 @@ One rule per op kind, applied to a forward :class:`Graph` in reverse order:
   "dgrad") and ``dW = X^T dY`` (k x n x m, "wgrad"); the backward is twice the forward. Where ``X``
   is a routing mask (``first_operand_is_mask``: a token-dropping MoE's boolean dispatch mask), only
   ``dW`` is computed.
-* attention: one gradient kernel (the op with ``backward``; priced by the attention rule).
+* attention: one gradient kernel (the op with ``backward``; priced by the attention rule). A kernel that
+  writes one partial dQ per key block (``backward_dq_partials``: the number of key blocks; splash attention's
+  fused backward, ``use_fused_bwd_kernel``, whose output is ``(kv_seq_len // block_kv, *q.shape)``) is
+  followed by the sum of those partials (``dq_unreduced.sum(axis=0)``, an XLA reduction that reads them all).
 * collectives: the conjugate collective (an all-reduce's is an all-reduce, as Megatron's f/g pair;
   all-gather <-> reduce-scatter; all-to-all and send are their own).
 * everything else (norms, point-wise ops, softmax, reductions, copies, gathers): one op of the same
@@ -62,8 +65,14 @@ def gradient_ops(op: Op) -> list[Op]:
     if op.kind == "attention":
         q, key, value = op.inputs[:3]
         o = op.outputs[0]
-        return [replace(op, name=name, inputs=(q, key, value, o, _gradient(o)),
-                        outputs=(_gradient(q), _gradient(key), _gradient(value)), attrs={**op.attrs, "backward": True})]
+        kernel = replace(op, name=name, inputs=(q, key, value, o, _gradient(o)),
+                         outputs=(_gradient(q), _gradient(key), _gradient(value)), attrs={**op.attrs, "backward": True})
+        partials = int(op.attrs.get("backward_dq_partials", 1))
+        if partials <= 1:
+            return [kernel]
+        unreduced = TensorSpec(shape=(partials, *q.shape), dtype=q.dtype)
+        return [kernel, Op(name=name + ".dq_sum", kind="reduction", count=op.count, provenance="aten.sum",
+                           inputs=(unreduced,), outputs=(_gradient(q),))]
     if op.kind == "collective":
         collective = str(op.attrs.get("collective", "all_reduce"))
         return [replace(op, name=name, attrs={**op.attrs, "collective": CONJUGATE_COLLECTIVE[collective]})]
