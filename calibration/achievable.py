@@ -87,18 +87,18 @@ HOST_TIMED_MIN_S = 40 * max(HOST_DISPATCH_FLOOR_S.values())
 # A TPU's VMEM feeds the MXUs inside every attention kernel: whole-kernel times cannot separate its bandwidth
 # from the kernel's rate (fitted together on v5p's attention rows, VMEM went to 0.50, a device-wide factor
 # that every v5p op would then pay), so it stays at the datasheet, as a GPU's shared memory does in
-# ``calibration.engine_overlays.DATASHEET_LEVELS``.
+# ``calibration.engine_overlays.DATASHEET_LEVELS``. So does HBM: the only HBM-bound work in these rows is the sum
+# of splash attention's partial dQs inside a forward + backward time, and fitted from it HBM went to 0.34, again
+# a device-wide factor, for a device with no published memory measurement.
 OWN_ROWS_DATASHEET_LEVELS = ("vmem", "hbm")
 ATTENTION_FORWARD_MATMULS = 4  # FlashAttention's benchmark counts 4 * b * s^2 * h * d for the forward
-# How each TPU kernel the published rows time computes its gradient (``costs.rules.attention_cost``), from its
-# source at the benchmark's commit: axlearn a5f0b462 runs its copy of the legacy Pallas flash kernel, whose
-# backward is a dK/dV kernel and a dQ kernel that each recompute the scores, their grids split over the megacore
-# ("parallel" dimensions); axlearn c40b39a5 runs splash attention (jax 0.4.33) with ``use_fused_bwd_kernel=True``:
-# one gradient kernel, whose grid is all "arbitrary" (one TensorCore of a v5p's two), as is the dQ kernel it
-# replaces, and which writes one partial dQ per key block, summed afterwards. The forward kernels of both split
-# their grids over the cores.
-TPU_ATTENTION_BACKWARD = {"pallas-tpu-flash-attention (legacy)": {"backward_split": True},
-                          "splash-attention": {"backward_one_core": True, "backward_dq_partials": "key blocks"}}
+# The kernel each published TPU row times, for how it computes the gradient (``training.backward.ATTENTION_KERNELS``),
+# from its source at the benchmark's commit: axlearn a5f0b462 runs its copy of the legacy Pallas flash kernel (a dK/dV
+# kernel and a dQ kernel that each recompute the scores, their grids split over the megacore: "parallel" dimensions);
+# axlearn c40b39a5 runs splash attention (jax 0.4.33) with ``use_fused_bwd_kernel=True`` (``tpu_attention.py``): one
+# gradient kernel whose grid is all "arbitrary" (one TensorCore of a v5p's two) and which writes a partial dQ per key
+# block (``dq_unreduced``, summed after it). The forward kernels of both split their grids over the cores.
+TPU_ATTENTION_KERNELS = {"pallas-tpu-flash-attention (legacy)": "pallas-flash", "splash-attention": "splash-fused"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -180,12 +180,12 @@ def _attention(row: dict, device: str) -> MeasurementRecord | None:
     if row.get("window"):
         attrs["window"] = row["window"]
     if backward:
-        if row["implementation"] not in TPU_ATTENTION_BACKWARD:
+        from perfmodel.training.backward import attention_kernel_attrs
+
+        if row["implementation"] not in TPU_ATTENTION_KERNELS:
             raise ValueError(f"TPU attention row of kernel {row['implementation']!r}: how its backward runs is not "
-                             f"known (TPU_ATTENTION_BACKWARD names {', '.join(TPU_ATTENTION_BACKWARD)})")
-        attrs.update(TPU_ATTENTION_BACKWARD[row["implementation"]])
-        if attrs.get("backward_dq_partials"):
-            attrs["backward_dq_partials"] = math.ceil(seq / row["block"])
+                             f"known (TPU_ATTENTION_KERNELS names {', '.join(TPU_ATTENTION_KERNELS)})")
+        attrs.update(attention_kernel_attrs(TPU_ATTENTION_KERNELS[row["implementation"]], seq, row["block"]))
     op = Op(name="sdpa", kind="attention", inputs=(tensor, tensor, tensor), outputs=(tensor,), attrs=attrs)
     name = (f"attention_{row['implementation'].split(' ')[0]}_{batch}x{heads}x{seq}x{head_dim}"
             f"{'_causal' if causal else ''}{'_w' + str(row['window']) if row.get('window') else ''}"

@@ -659,7 +659,8 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
     setup = TrainingSetup(global_batch=global_batch, seq_len=int(recipe["seq_len"]), master_dtype=master,
                           recompute=recipe["remat"] or "none", kept=tuple(recipe["kept_matmuls"].split()) or None,
                           offload=recipe["offload"] == "yes", moe_capacity_factor=float(capacity) if capacity else None,
-                          attention_block=_int(recipe.get("attention_block", "")))
+                          attention_block=_int(recipe.get("attention_block", "")),
+                          attention_kernel=recipe.get("attention_kernel") or None)
     result = train_predict(architecture, hardware, setup, layout, domain_chips=layout.chips // slices)
     if not result.fits:  # the run did fit: say by how much the memory estimate overshoots, and predict
         how += (f"; memory estimate {result.memory.total / 2**30:.0f} GiB per chip exceeds "

@@ -22,6 +22,10 @@ from perfmodel.jsonable import json_text
 from perfmodel.tables import format_table
 from perfmodel.units import format_quantity
 
+# training.backward.ATTENTION_KERNELS's names, spelled here so that building the parser imports no model code (a test
+# checks they agree)
+ATTENTION_KERNEL_NAMES = ("flash", "pallas-flash", "splash", "splash-fused")
+
 LAYOUT_AXES = ("dp", "fsdp", "tp", "pp", "cp", "ep")
 
 
@@ -63,6 +67,12 @@ def register(commands) -> None:
                        help="the flash-attention kernel's block (the larger of its query and key blocks, MaxText's "
                             "sa_block_*): a causal kernel also computes the masked pairs of the blocks on the "
                             "diagonal (default: the spec's attention_kv_block, else 128)")
+    train.add_argument("--attention-kernel", choices=ATTENTION_KERNEL_NAMES, metavar="KERNEL",
+                       help="the flash-attention kernel, for how its backward runs: flash (FlashAttention-2, one "
+                            "gradient kernel; the default), pallas-flash (JAX's Pallas TPU kernel: dK/dV and dQ "
+                            "kernels, each recomputing the scores), splash (splash attention, MaxText's default: the "
+                            "same two kernels on one TensorCore of a v4/v5p chip), splash-fused (its fused backward "
+                            "on one TensorCore, one partial dQ per key block of --attention-block keys)")
     train.add_argument("--compute-dtype", default="bf16", help="matmul and activation dtype (default bf16)")
     train.add_argument("--master-dtype", default="fp32",
                        help="master weights, AdamW moments and reduced gradients (default fp32; a spec without an "
@@ -140,7 +150,7 @@ def _train(args) -> int:
     setup = TrainingSetup(global_batch=args.global_batch, seq_len=args.seq, compute_dtype=args.compute_dtype,
                           master_dtype=args.master_dtype, recompute=args.recompute or "none", kept=args.keep,
                           offload=args.offload, moe_capacity_factor=args.moe_capacity_factor,
-                          mtp=args.mtp, attention_block=args.attention_block)
+                          mtp=args.mtp, attention_block=args.attention_block, attention_kernel=args.attention_kernel)
     if args.search:
         if any(getattr(args, axis) is not None for axis in LAYOUT_AXES):
             raise PerfmodelError("--search chooses the layout: drop --dp/--fsdp/--tp/--pp/--cp/--ep")

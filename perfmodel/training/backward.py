@@ -24,9 +24,11 @@ these rules: its matmul FLOPs are twice the forward's as here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from perfmodel.errors import PerfmodelError
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 
 if TYPE_CHECKING:
@@ -34,6 +36,34 @@ if TYPE_CHECKING:
 
 CONJUGATE_COLLECTIVE = {"all_reduce": "all_reduce", "all_gather": "reduce_scatter", "reduce_scatter": "all_gather",
                         "all_to_all": "all_to_all", "send": "send"}
+# How a named flash-attention kernel computes its gradient (attributes of its attention ops, read by
+# ``costs.rules.attention_cost`` and ``gradient_ops``), from each kernel's source:
+# * flash: FlashAttention-2 (arXiv 2307.08691, Algorithm 2): one gradient kernel, the rules' default;
+# * pallas-flash: JAX's Pallas TPU flash attention (``jax.experimental.pallas.ops.tpu.flash_attention``; MaxText
+#   before splash, e.g. 76bd53b ``layers/attentions.py``): a dK/dV kernel and a dQ kernel, each recomputing the
+#   scores, their grids split over a megacore chip's TensorCores ("parallel" dimensions);
+# * splash: splash attention with its default backward (MaxText ``sa_use_fused_bwd_kernel: False``): the same
+#   two kernels, whose grids are all "arbitrary", so one TensorCore runs them on a megacore chip (v4, v5p);
+# * splash-fused: splash attention's fused backward (``use_fused_bwd_kernel=True``): one gradient kernel on one
+#   TensorCore, writing a partial dQ per key block of ``block`` keys, summed afterwards.
+ATTENTION_KERNELS = {"flash": {}, "pallas-flash": {"backward_split": True},
+                     "splash": {"backward_split": True, "backward_one_core": True},
+                     "splash-fused": {"backward_one_core": True, "backward_dq_partials": True}}
+
+
+def attention_kernel_attrs(kernel: str, seq_kv: int, block: int | None) -> dict:
+    """The attention op attributes of ``kernel`` (``ATTENTION_KERNELS``) for ``seq_kv`` keys in blocks of ``block``."""
+    if kernel not in ATTENTION_KERNELS:
+        raise PerfmodelError(f"attention kernel {kernel!r} is unknown; allowed: {', '.join(ATTENTION_KERNELS)}")
+    attrs = dict(ATTENTION_KERNELS[kernel])
+    if attrs.get("backward_dq_partials"):
+        if block is None:
+            raise PerfmodelError(f"attention kernel {kernel!r} writes one partial dQ per key block: give its block "
+                                 "(--attention-block, MaxText's sa_block_kv_dkv)")
+        attrs["backward_dq_partials"] = math.ceil(seq_kv / block)
+    return attrs
+
+
 BACKWARD_PREFIX = "backward."
 RECOMPUTE_PREFIX = "recompute."
 LAYER_PREFIX = "layers."

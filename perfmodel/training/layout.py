@@ -21,7 +21,7 @@ from perfmodel.dtypes import DTYPES
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.architecture import Architecture
 from perfmodel.llm.graphs import Parallelism, Scenario, stage_graph
-from perfmodel.training.backward import kept_name
+from perfmodel.training.backward import ATTENTION_KERNELS, kept_name
 
 RECOMPUTE_POLICIES = ("none", "selective", "full")
 PIPELINE_SCHEDULES = ("1f1b", "interleaved")
@@ -65,6 +65,9 @@ class TrainingSetup:
     # row also computes (block - 1) / 2 masked pairs on average (``costs.rules.attention_cost``).
     # None: the engine's own (``attention_kv_block``, else the rules' default).
     attention_block: int | None = None
+    # The flash-attention kernel, for how it computes the gradient (``training.backward.ATTENTION_KERNELS``:
+    # flash, pallas-flash, splash, splash-fused). None: FlashAttention-2's one gradient kernel.
+    attention_kernel: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -153,6 +156,12 @@ def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chip
                             f"choose from {', '.join(names)}")
     if setup.attention_block is not None and setup.attention_block < 1:
         problems.append(f"attention block {setup.attention_block} must be at least 1 key")
+    if setup.attention_kernel is not None and setup.attention_kernel not in ATTENTION_KERNELS:
+        problems.append(f"attention kernel {setup.attention_kernel!r} is unknown; allowed: {', '.join(ATTENTION_KERNELS)}")
+    if setup.attention_kernel is not None and setup.attention_block is None and \
+            ATTENTION_KERNELS[setup.attention_kernel].get("backward_dq_partials"):
+        problems.append(f"attention kernel {setup.attention_kernel!r} writes one partial dQ per key block: give its "
+                        "block (attention block, MaxText's sa_block_kv_dkv)")
     if setup.mtp and a.mtp_modules < 1:
         problems.append(f"multi-token prediction needs a model with MTP modules (num_nextn_predict_layers); "
                         f"{a.name} has none")

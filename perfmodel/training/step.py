@@ -60,6 +60,7 @@ from perfmodel.training.backward import (
     BACKWARD_PREFIX,
     LAYER_PREFIX,
     RECOMPUTE_PREFIX,
+    attention_kernel_attrs,
     backward_with_recompute,
     saved_activation_bytes,
 )
@@ -161,6 +162,10 @@ def forward_graph(architecture: Architecture, setup: TrainingSetup, layout: Layo
         graph = Graph.prechecked(graph.name, placed_collectives(list(graph.ops), layout, domain_chips), graph.edges)
     if setup.attention_block is not None:
         graph = Graph.prechecked(graph.name, blocked_attention(list(graph.ops), setup.attention_block), graph.edges)
+    if setup.attention_kernel is not None:
+        attrs = attention_kernel_attrs(setup.attention_kernel, setup.seq_len // layout.cp, setup.attention_block)
+        graph = Graph.prechecked(graph.name, [replace(op, attrs={**op.attrs, **attrs}) if op.kind == "attention" else op
+                                              for op in graph.ops], graph.edges)
     if not setup.mtp:
         return graph
     return Graph(name=graph.name, ops=[*graph.ops, *mtp_ops(architecture, scenario, parallelism, setup.seq_len)])
