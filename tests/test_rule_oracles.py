@@ -493,3 +493,27 @@ def test_ring_all_reduce_evaluated_time_is_link_bound():
     assert total == pytest.approx(786_432 / 100e9 + 6e-6, rel=EXACT) and total == pytest.approx(13.86432e-6)
     assert bound == 2  # compute, memory:dram, link
     assert float(arrays.memory_s[0, 0]) == pytest.approx(2 * MiB / 1e12, rel=EXACT)
+
+
+def test_a_sliding_window_flash_kernel_computes_the_blocks_cut_by_both_edges():
+    # Causal, seq 1024, window 256, key blocks of 128 (the rules' default): attended pairs
+    # 256 x 257 / 2 + (1024 - 256) x 256 = 229,504. Every row computes half a block of masked pairs on the
+    # diagonal ((128 - 1) / 2 = 63.5), and the 768 rows past the window (p >= 256) another half block where the
+    # window's lower edge cuts a key block: 256 + 127 keys a row there, the three blocks a query block spans.
+    result = cost(attention(1, 1, 1024, 1024, 64, causal=True, window=256, implementation="flash"))
+    assert result.flops == 229_504 * PER_PAIR
+    assert result.executed_flops == (229_504 + 63.5 * (1024 + 768)) * PER_PAIR == 343_296 * PER_PAIR
+
+
+def test_a_split_attention_backward_executes_seven_matmuls_and_reads_eleven_tensors():
+    # The backward of JAX's Pallas TPU flash kernel: a dK/dV kernel (S, dV, dP, dK) and a dQ kernel (S, dP, dQ),
+    # 7 matmuls against the forward's 2 (3.5x); Q, K, V, dO read by each and dK, dV, dQ written: 11 tensors
+    # against the forward's 4. FlashAttention-2's one kernel: 5 matmuls (2.5x), twice the forward's traffic.
+    forward = cost(attention(1, 2, 256, 256, 64, implementation="flash"))
+    fused = cost(attention(1, 2, 256, 256, 64, implementation="flash", backward=True))
+    split = cost(attention(1, 2, 256, 256, 64, implementation="flash", backward=True, backward_split=True))
+    assert fused.flops == split.flops == 2 * forward.flops == 2 * 2 * 256 * 256 * PER_PAIR
+    assert fused.executed_flops == 2.5 * forward.executed_flops
+    assert split.executed_flops == 3.5 * forward.executed_flops
+    assert fused.bytes_by_level[0] == 2 * forward.bytes_by_level[0] == 2 * 4 * (2 * 256 * 64) * 2
+    assert split.bytes_by_level[0] == 11 * (2 * 256 * 64) * 2

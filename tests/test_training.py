@@ -436,6 +436,7 @@ def test_the_train_command_reproduces_a_validation_row(capsys):
     argv = ["train", "--model", "mixtral-8x7b", "--on", "tpu-v6e", "--chips", "256", "--fsdp", "256", "--micro-batch",
             "12", "--global-batch", "3072", "--seq", "4096", "--recompute", "selective", "--keep",
             "q_proj,k_proj,v_proj,o_proj", "--offload", "--moe-capacity-factor", "1.25", "--attention-block", "2048",
+            "--attention-kernel", "splash",
             "--json"]
     assert main(argv) == 0
     assert json.loads(capsys.readouterr().out)["tokens_per_s_per_chip"] == pytest.approx(expected.predicted, rel=1e-9)
@@ -528,3 +529,90 @@ def test_attention_block_computes_the_masked_pairs_of_the_diagonal_blocks():
         train_predict(architecture, hardware, base, layout).step_s
     with pytest.raises(PerfmodelError, match="attention block"):
         train_predict(architecture, hardware, replace(base, attention_block=0), layout)
+
+
+def _backward_attention(architecture, hardware, setup: TrainingSetup, layout: Layout):
+    """The forward attention op and the backward's ops that price its gradient (attention and reduction rows
+    of the backward graph), evaluated on ``hardware``."""
+    forward = forward_graph(architecture, setup, layout)
+    backward = backward_graph(forward)
+    rows = [i for i, op in enumerate(backward.ops) if op.name.startswith("backward.") and
+            (op.kind == "attention" or op.name.endswith(".dq_sum"))]
+    arrays = evaluate_arrays(backward, hardware)
+    return [backward.ops[i] for i in rows], arrays.executed_flops[rows], arrays.total_s[rows]
+
+
+def test_each_attention_kernel_prices_its_own_backward():
+    """pallas-flash: a dK/dV and a dQ kernel, 3.5x the forward's executed FLOPs (FlashAttention-2's one kernel:
+    2.5x); splash: the same on one TensorCore, which on a megacore v5p takes the chip-time of twice its FLOPs and
+    on a one-core v6e does not; splash-fused: one kernel on one core, then the sum of one partial dQ per key
+    block. The model FLOPs never change."""
+    architecture = load_architecture("llama-3.1-8b")
+    layout = Layout(fsdp=8, micro_batch=1)
+    base = TrainingSetup(global_batch=8, seq_len=4096, recompute="full", attention_block=512)
+    forward_op = next(op for op in forward_graph(architecture, base, layout).ops if op.kind == "attention")
+    for device, cores in (("tpu-v5p", 2), ("tpu-v6e", 1)):
+        hardware = load_for_prediction(device, ideal=True)
+        forward = float(evaluate_arrays(forward_graph(architecture, base, layout), hardware).executed_flops[
+            next(i for i, op in enumerate(forward_graph(architecture, base, layout).ops) if op.kind == "attention")])
+        executed = {}
+        for kernel in ("flash", "pallas-flash", "splash", "splash-fused"):
+            ops, flops, _ = _backward_attention(architecture, hardware, replace(base, attention_kernel=kernel), layout)
+            executed[kernel] = float(flops[0])
+            if kernel == "splash-fused":
+                assert [op.kind for op in ops] == ["attention", "reduction"]
+                assert ops[1].inputs[0].shape == (4096 // 512, *forward_op.inputs[0].shape)
+            else:
+                assert [op.kind for op in ops] == ["attention"]
+        assert executed["flash"] == pytest.approx(2.5 * forward, rel=1e-12)
+        assert executed["pallas-flash"] == pytest.approx(3.5 * forward, rel=1e-12)
+        assert executed["splash"] == pytest.approx(3.5 * cores * forward, rel=1e-12)
+        assert executed["splash-fused"] == pytest.approx(2.5 * cores * forward, rel=1e-12)
+    h100 = load_for_prediction("h100-sxm", ideal=True)  # one device, one core: never charged twice
+    _, flash, _ = _backward_attention(architecture, h100, replace(base, attention_kernel="flash"), layout)
+    _, splash, _ = _backward_attention(architecture, h100, replace(base, attention_kernel="splash"), layout)
+    assert float(splash[0]) == pytest.approx(3.5 / 2.5 * float(flash[0]), rel=1e-12)
+    assert model_flops_per_sequence(architecture, h100, replace(base, attention_kernel="splash")) == \
+        model_flops_per_sequence(architecture, h100, base)
+
+
+def test_an_attention_kernel_is_checked():
+    architecture, hardware = load_architecture("llama-3.1-8b"), load_for_prediction("tpu-v6e")
+    setup, layout = TrainingSetup(global_batch=8, seq_len=1024, recompute="full"), Layout(fsdp=8, micro_batch=1)
+    with pytest.raises(PerfmodelError, match="attention kernel 'bogus' is unknown"):
+        train_predict(architecture, hardware, replace(setup, attention_kernel="bogus"), layout)
+    with pytest.raises(PerfmodelError, match="partial dQ per key block"):
+        train_predict(architecture, hardware, replace(setup, attention_kernel="splash-fused"), layout)
+
+
+def test_the_train_command_names_the_attention_kernels_the_model_knows():
+    from perfmodel.cli.train_command import ATTENTION_KERNEL_NAMES
+    from perfmodel.training.backward import ATTENTION_KERNELS
+
+    assert ATTENTION_KERNEL_NAMES == tuple(ATTENTION_KERNELS)
+
+
+def test_every_tpu_training_recipe_names_a_known_attention_kernel():
+    """MaxText at 76bd53b ran JAX's Pallas flash kernel; later recipes run splash (TRAINING_SOURCES.md)."""
+    import csv
+
+    from perfmodel.paths import data_directory
+    from perfmodel.training.backward import ATTENTION_KERNELS
+
+    path = data_directory("workloads") / "validation" / "training_recipes.csv"
+    with path.open(newline="", encoding="utf-8") as stream:
+        recipes = list(csv.DictReader(stream))
+    for recipe in recipes:
+        assert recipe["attention_kernel"] in ("", *ATTENTION_KERNELS), recipe["system"]
+        if "76bd53b" in recipe["source"]:
+            assert recipe["attention_kernel"] == "pallas-flash", recipe["workload"]
+        elif recipe["model"] and "MaxText" in recipe["system"] and "405B" not in recipe["workload"]:
+            assert recipe["attention_kernel"].startswith("splash"), recipe["workload"]
+
+
+def test_the_train_command_refuses_a_fused_splash_backward_without_its_block(capsys):
+    argv = ["train", "--model", "llama-3.1-8b", "--on", "tpu-v6e", "--chips", "8", "--global-batch", "8", "--seq",
+            "1024", "--attention-kernel", "splash-fused"]
+    assert main(argv) == 2
+    assert "partial dQ per key block" in capsys.readouterr().err
+    assert main([*argv, "--attention-block", "512"]) == 0

@@ -46,16 +46,16 @@ CONJUGATE_COLLECTIVE = {"all_reduce": "all_reduce", "all_gather": "reduce_scatte
 #   two kernels, whose grids are all "arbitrary", so one TensorCore runs them on a megacore chip (v4, v5p);
 # * splash-fused: splash attention's fused backward (``use_fused_bwd_kernel=True``): one gradient kernel on one
 #   TensorCore, writing a partial dQ per key block of ``block`` keys, summed afterwards.
-ATTENTION_KERNELS = {"flash": {}, "pallas-flash": {"backward_split": True},
-                     "splash": {"backward_split": True, "backward_one_core": True},
-                     "splash-fused": {"backward_one_core": True, "backward_dq_partials": True}}
+ATTENTION_KERNELS: dict[str, dict[str, bool]] = {"flash": {}, "pallas-flash": {"backward_split": True},
+                                                   "splash": {"backward_split": True, "backward_one_core": True},
+                                                   "splash-fused": {"backward_one_core": True, "backward_dq_partials": True}}
 
 
 def attention_kernel_attrs(kernel: str, seq_kv: int, block: int | None) -> dict:
     """The attention op attributes of ``kernel`` (``ATTENTION_KERNELS``) for ``seq_kv`` keys in blocks of ``block``."""
     if kernel not in ATTENTION_KERNELS:
         raise PerfmodelError(f"attention kernel {kernel!r} is unknown; allowed: {', '.join(ATTENTION_KERNELS)}")
-    attrs = dict(ATTENTION_KERNELS[kernel])
+    attrs: dict[str, bool | int] = dict(ATTENTION_KERNELS[kernel])
     if attrs.get("backward_dq_partials"):
         if block is None:
             raise PerfmodelError(f"attention kernel {kernel!r} writes one partial dQ per key block: give its block "

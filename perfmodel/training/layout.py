@@ -158,8 +158,8 @@ def check(architecture: Architecture, setup: TrainingSetup, layout: Layout, chip
         problems.append(f"attention block {setup.attention_block} must be at least 1 key")
     if setup.attention_kernel is not None and setup.attention_kernel not in ATTENTION_KERNELS:
         problems.append(f"attention kernel {setup.attention_kernel!r} is unknown; allowed: {', '.join(ATTENTION_KERNELS)}")
-    if setup.attention_kernel is not None and setup.attention_block is None and \
-            ATTENTION_KERNELS[setup.attention_kernel].get("backward_dq_partials"):
+    if setup.attention_block is None and ATTENTION_KERNELS.get(setup.attention_kernel or "", {}).get(
+            "backward_dq_partials"):
         problems.append(f"attention kernel {setup.attention_kernel!r} writes one partial dQ per key block: give its "
                         "block (attention block, MaxText's sa_block_kv_dkv)")
     if setup.mtp and a.mtp_modules < 1:
