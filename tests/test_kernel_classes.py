@@ -12,7 +12,7 @@ from calibration.achievable import device_time_hardware
 from calibration.aiconfigurator import attention_op, gemm_op
 from calibration.fit import fit
 from calibration.records import MeasurementRecord
-from perfmodel.costs.rules import DECODE_ATTENTION, pricing_kind
+from perfmodel.costs.rules import ATTENTION_BACKWARD, DECODE_ATTENTION, pricing_kind
 from perfmodel.hardware.loader import load_hardware
 from perfmodel.hardware.model import Parameters, kind_chain
 from perfmodel.roofline import evaluate
@@ -33,7 +33,7 @@ def test_one_query_per_sequence_is_the_decode_class():
     assert pricing_kind(_attention(1)) == DECODE_ATTENTION
     assert pricing_kind(_attention(128)) == "attention"                     # prefill
     assert pricing_kind(_attention(4)) == "attention"                       # speculative verification
-    assert pricing_kind(_attention(1, backward=True)) == "attention"        # the backward kernel
+    assert pricing_kind(_attention(1, backward=True)) == ATTENTION_BACKWARD  # the backward kernels' own class
     def swept(queries):
         op = _attention(1)
         return dataclasses.replace(op, attrs={**op.attrs, "seq_q": np.array(queries)})
