@@ -616,3 +616,41 @@ def test_the_train_command_refuses_a_fused_splash_backward_without_its_block(cap
     assert main(argv) == 2
     assert "partial dQ per key block" in capsys.readouterr().err
     assert main([*argv, "--attention-block", "512"]) == 0
+
+
+def test_a_tpu_recompute_skips_the_layer_tail_no_gradient_reads(monkeypatch):
+    """JAX's remat keeps only the recomputed forward ops the backward reads: a dense layer's down projection,
+    the tensor-parallel reduce-scatter after it and the residual add are not rerun (their outputs only make the
+    next layer's saved input); a MoE layer's expert matmul is (the router's gradient reads it). GPU stacks keep
+    the whole layer (Megatron-LM's full recompute)."""
+    from perfmodel.training.backward import dead_layer_tail
+    from perfmodel.training.step import micro_batch_costs
+
+    dense, moe = load_architecture("llama-3.1-8b"), load_architecture("mixtral-8x7b")
+    setup = TrainingSetup(global_batch=8, seq_len=2048, recompute="full")
+    forward = forward_graph(dense, setup, Layout(tp=2, fsdp=4, micro_batch=2))
+    layer = [op for op in forward.ops if op.name.startswith("layers.")]
+    assert dead_layer_tail(layer) == {"layers.mlp.down_proj", "layers.mlp.reduce_scatter", "layers.mlp.residual"}
+    moe_layer = [op for op in forward_graph(moe, setup, Layout(fsdp=8, micro_batch=1)).ops
+                 if op.name.startswith("layers.")]
+    assert dead_layer_tail(moe_layer) == {"layers.mlp.residual"}
+    full = {op.name for op in backward_with_recompute(forward, "full", drop_dead=True).ops}
+    assert "recompute.layers.mlp.act" in full and "recompute.layers.mlp.down_proj" not in full
+    layout = Layout(fsdp=8, micro_batch=1)
+    forward = forward_graph(dense, setup, layout)
+    down = next(op for op in forward.ops if op.name == "layers.mlp.down_proj")
+    down_flops = 2 * down.attrs["m"] * down.attrs["n"] * down.attrs["k"]
+    tpu = load_for_prediction("tpu-v6e", ideal=True)
+    kept_tail = micro_batch_costs(dense, tpu, setup, layout, "graph")
+    assert float(kept_tail.recompute_flops_layer) > 0
+    import perfmodel.training.step as step
+
+    whole = step.backward_with_recompute
+    # the same TPU with the whole layer rerun: more recompute FLOPs by the down projection's
+    monkeypatch.setattr(step, "backward_with_recompute",
+                        lambda forward, policy, kept, drop_dead=False: whole(forward, policy, kept))
+    rerun = micro_batch_costs(dense, tpu, setup, layout, "graph")
+    assert float(rerun.recompute_flops_layer - kept_tail.recompute_flops_layer) == pytest.approx(
+        down_flops + 2048 * dense.hidden, rel=1e-9)  # the down projection and the residual add (1 FLOP an element)
+    gpu = micro_batch_costs(dense, load_for_prediction("h100-sxm", ideal=True), setup, layout, "graph")
+    assert float(gpu.recompute_flops_layer) == pytest.approx(float(rerun.recompute_flops_layer), rel=1e-9)

@@ -141,24 +141,49 @@ def _kept(op: Op, kept: tuple[str, ...] | None) -> bool:
     return op.kind == "matmul" and (kept is None or kept_name(op) in kept)
 
 
-def recomputed_ops(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> list[Op]:
+def dead_layer_tail(layer_ops: list[Op]) -> set[str]:
+    """The names of a layer's last ops whose outputs no gradient reads: walking back from the layer's end, its
+    residual adds (``*.residual``: the gradient of a sum needs no value), collectives, and the first matmul by a
+    2-D weight before them (``y = x W``: ``dx = dy W^T`` and ``dW = x^T dy`` read ``x``, not ``y``; a dense MLP's
+    down projection). A grouped expert matmul is not: its output is weighted by the router, whose gradient reads
+    it. The layer's output is the next layer's saved input, so a recomputation that keeps only what the gradients
+    read (``recomputed_ops`` with ``drop_dead``) never runs these."""
+    dead: set[str] = set()
+    for op in reversed(layer_ops):
+        if op.kind == "collective" or (op.kind == "elementwise" and op.name.endswith(".residual")):
+            dead.add(op.name)
+            continue
+        weight = op.inputs[1] if op.kind == "matmul" and len(op.inputs) > 1 else None
+        if weight is not None and weight.role == "weight" and len(weight.shape) == 2:
+            dead.add(op.name)
+        break
+    return dead
+
+
+def recomputed_ops(forward: Graph, policy: str, kept: tuple[str, ...] | None = None,
+                   drop_dead: bool = False) -> list[Op]:
     """The forward ops a recomputation ``policy`` runs again during the backward, renamed
     ``recompute.<name>``: 'full' every op of the decoder layers, 'selective' every layer op but the
     kept matmuls (all matmuls, or those whose last name part is in ``kept``: q_proj, o_proj...) and
-    the collectives, 'none' nothing."""
+    the collectives, 'none' nothing. ``drop_dead``: less the layer's tail that no gradient reads
+    (``dead_layer_tail``), as JAX builds the recomputation: ``jax.checkpoint``'s partial evaluation keeps only
+    the staged forward ops the backward reads (``remat_partial_eval``, ``pe.dce_jaxpr``, jax/_src/ad_checkpoint.py)."""
     if policy == "none":
         return []
     layer_ops = [op for op in forward.ops if op.name.startswith(LAYER_PREFIX)]
+    dead = dead_layer_tail(layer_ops) if drop_dead else set()
+    layer_ops = [op for op in layer_ops if op.name not in dead]
     if policy == "selective":
         layer_ops = [op for op in layer_ops if not _kept(op, kept) and op.kind != "collective"]
     return [replace(op, name=RECOMPUTE_PREFIX + op.name) for op in layer_ops]
 
 
-def backward_with_recompute(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> Graph:
+def backward_with_recompute(forward: Graph, policy: str, kept: tuple[str, ...] | None = None,
+                            drop_dead: bool = False) -> Graph:
     """What a chip runs between a micro-batch's forward and its gradients: the recomputed forward
-    ops, then the backward."""
+    ops (less the dead layer tail with ``drop_dead``), then the backward."""
     return _chained(f"{forward.name}.backward",
-                    [*recomputed_ops(forward, policy, kept), *backward_graph(forward).ops])
+                    [*recomputed_ops(forward, policy, kept, drop_dead), *backward_graph(forward).ops])
 
 
 def saved_activation_bytes(forward: Graph, policy: str, kept: tuple[str, ...] | None = None) -> SIValue:

@@ -340,7 +340,9 @@ def micro_batch_costs(architecture: Architecture, hardware: Hardware, setup: Tra
     whole = replace(layout, pp=1, virtual_stages=1)
     domain = domain_chips or default_domain_chips(hardware, layout.chips)
     forward = forward_graph(architecture, setup, whole, micro_batch, domain_chips=domain)
-    backward = backward_with_recompute(forward, setup.recompute, setup.kept)
+    # A TPU runs programs XLA compiles from a traced graph (JAX's remat keeps only the recomputed ops the backward
+    # reads); GPU stacks differ (Megatron-LM's full recompute re-runs the whole layer), so they keep the whole tail.
+    backward = backward_with_recompute(forward, setup.recompute, setup.kept, drop_dead=hardware.family == "tpu")
     # A spatial (layer-pipelined) machine streams the micro-batch's tokens through its regions.
     tokens = (layout.micro_batch if micro_batch is None else micro_batch) * (setup.seq_len // layout.cp)
     f_arrays = evaluate_arrays(forward, hardware, mode=mode, stream_items=tokens)
