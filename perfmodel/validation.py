@@ -7,7 +7,9 @@ rows) where one ships, or the datasheet specs with ``ideal=True``; nothing is tu
 
 Conventions for reproducing rows:
 * TensorRT-LLM and gpt-fast runs use CUDA graphs (the `compiled` mode: graph on GPUs, the static program on
-  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream.
+  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream. (The Azure
+  AI-benchmarking-guide rows ran TensorRT-LLM's Python session without CUDA graphs, an engine enqueued per
+  step, which no mode prices; they are priced as graph, and their notes say so.)
 * Static-batching throughput = batch x output tokens / (TTFT + (output - 1) x TPOT), per GPU when
   the row says so.
 * In-flight-batching "max-load" rows (``trtllm-bench throughput``, TensorRT-LLM's perf-overview) go
@@ -46,7 +48,9 @@ Conventions for reproducing rows:
   stated system count (Cerebras: one wafer per pipeline stage).
 * Kernel rows (GEMM TFLOP/s, HBM bandwidth) compare the op's device time (max of compute and memory
   time, plus the kernel's device-side fixed time), not host launch costs, as the benchmarks time
-  back-to-back kernels.
+  back-to-back kernels. nccl-tests rows run under ``NCCL_ALGO=NVLS`` (the row says NVLS) are priced as
+  NCCL's NVLS all-reduce, the reduction in the NVSwitch; nvbandwidth's peer-copy rows as a 1 GiB copy
+  on the chip-to-chip link, both directions summed for its bidirectional tests (as nvbandwidth reports them).
 """
 
 from __future__ import annotations
