@@ -24,6 +24,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from calibration.fit import FitResult
 
 ENGINE = "vllm"
 DEVICE = "tpu-v6e"
@@ -56,7 +60,8 @@ ENGINE_COLLECTIVES_SOURCE = {
     "kind": "vendor-code",
     "note": ("vLLM TPU (tpu-inference v0.12.0, the vllm/vllm-tpu:v0.12.0 image): Llama's o_proj and down_proj weights "
              "are sharded on their contracting axis over the mesh ('model' axis; nnx.with_partitioning at lines 55 and "
-             "119, ShardingAxisName.MLP_TENSOR / ATTN_HEAD; MODEL_IMPL_TYPE defaults to flax_nnx, tpu_inference/envs.py line 19), so XLA's partitioner inserts an all-reduce after each, two a "
+             "119, ShardingAxisName.MLP_TENSOR / ATTN_HEAD; MODEL_IMPL_TYPE defaults to flax_nnx, tpu_inference/envs.py "
+             "line 19), so XLA's partitioner inserts an all-reduce after each, two a "
              "layer, inside the one jitted step program (tpu_inference/runner/tpu_runner.py: model_fn); they run as "
              "XLA collectives over ICI, the operation XLA_ALL_REDUCE_SOURCE times"),
 }
@@ -64,7 +69,7 @@ ENGINE_COLLECTIVES_SOURCE = {
 
 @dataclass(frozen=True, kw_only=True)
 class TpuEngineFit:
-    result: object  # calibration.fit.FitResult
+    result: FitResult
     records: list
 
     @property
