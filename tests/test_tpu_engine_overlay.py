@@ -70,6 +70,10 @@ def test_the_engine_overlay_keeps_the_device_s_fitted_mxu_and_is_named_for_servi
     assert spec.sources["engine-collectives"].kind == "vendor-code"
     assert engine_overlays("tpu-v6e") == ("vllm",)
     assert serving_spec_name("tpu-v6e", "vllm") == "tpu-v6e-vllm"
+    # its only engine is the default for serve/size/llm (GPUs keep TensorRT-LLM); 'none' still opts out
+    assert serving_spec_name("tpu-v6e", None) == "tpu-v6e-vllm"
+    assert serving_spec_name("tpu-v6e", "none") == "tpu-v6e"
+    assert serving_spec_name("tpu-v5e", None) == "tpu-v5e"
 
 
 def test_a_tp8_decode_step_pays_the_measured_all_reduces():
