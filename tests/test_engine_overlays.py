@@ -146,9 +146,7 @@ def test_an_engine_without_an_overlay_is_refused_clearly():
 def test_validation_prices_an_llm_row_with_the_engine_it_names():
     assert _serving_spec("h100-sxm", "H100 SXM 80GB (TensorRT-LLM v1.0)", False, None) == "h100-sxm-trtllm"
     assert _serving_spec("a100-sxm-80gb", "A100-SXM 80GB @330W (gpt-fast)", False, None) == "a100-sxm-80gb"
-    # vLLM TPU's overlay (its XLA collectives: calibration.tpu_engine_overlays); v5e ships none
-    assert _serving_spec("tpu-v6e", "TPU v6e Trillium (vLLM-TPU)", False, None) == "tpu-v6e-vllm"
-    assert _serving_spec("tpu-v5e", "TPU v5e (vLLM-TPU)", False, None) == "tpu-v5e"
+    assert _serving_spec("tpu-v6e", "TPU v6e Trillium (vLLM-TPU)", False, None) == "tpu-v6e"  # no TPU overlay
     assert _serving_spec("h100-sxm", "H100 SXM 80GB (TensorRT-LLM)", False, "none") == "h100-sxm"
     assert _serving_spec("h100-sxm", "H100 SXM 80GB (TensorRT-LLM)", True, None) == "h100-sxm"
     assert _serving_spec("h100-sxm", "Azure ND H100 v5", False, "vllm") == "h100-sxm-vllm"

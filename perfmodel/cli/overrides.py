@@ -71,8 +71,7 @@ def add_engine_argument(parser) -> None:
 
     parser.add_argument("--engine", choices=SERVING_ENGINES + (NO_ENGINE,), default=None, help=(
         "the serving engine whose kernels price the device: its <device>-<engine> overlay, fitted to the per-op "
-        f"latencies NVIDIA measured inside that engine (default: {DEFAULT_SERVING_ENGINE} where the device has one, else "
-        "the device's only engine overlay (tpu-v6e: vllm, its XLA collectives); "
+        f"latencies NVIDIA measured inside that engine (default: {DEFAULT_SERVING_ENGINE} where the device has one; "
         f"{NO_ENGINE}: the engine-independent achievable overlay); engine overlays run in graph mode (CUDA graphs) "
         "unless --mode says otherwise"))
 

@@ -462,18 +462,13 @@ def engine_overlays(name: str) -> tuple[str, ...]:
 
 def serving_spec_name(name: str, engine: str | None) -> str:
     """The spec a serving prediction on ``name`` uses: ``<name>-<engine>`` for a named engine (an error if
-    none ships), the default engine's where the device has one and no engine is named (else the device's only
-    engine overlay, if it has exactly one), else ``name``
+    none ships), the default engine's where the device has one and no engine is named, else ``name``
     (whose achievable overlay ``load_for_prediction`` then takes). ``engine='none'``: ``name``."""
     if engine == NO_ENGINE:
         return name
     available = engine_overlays(name)
     if engine is None:
-        if DEFAULT_SERVING_ENGINE in available:
-            return f"{name}-{DEFAULT_SERVING_ENGINE}"
-        # A device with one engine's overlay (tpu-v6e: vLLM TPU, calibration.tpu_engine_overlays) is served
-        # by that engine; its engine-independent overlay would price collectives the engine does not run.
-        return f"{name}-{available[0]}" if len(available) == 1 else name
+        return f"{name}-{DEFAULT_SERVING_ENGINE}" if DEFAULT_SERVING_ENGINE in available else name
     if engine not in SERVING_ENGINES:
         raise PerfmodelError(f"--engine {engine!r}: expected one of {', '.join(SERVING_ENGINES + (NO_ENGINE,))}")
     if engine not in available:
