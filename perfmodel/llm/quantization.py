@@ -17,9 +17,9 @@ Activations: the engines quantize only each GEMM's input and keep the rest in 16
 checkpoint's graphs do so (``Scenario.carried_dtype``: bf16 between the GEMMs, and the quantization op before
 each GEMM, ``graphs.quantize_activations_op``; the attention kernels run in fp8 and write fp8); a block-scaled
 one (fp8_block) is still priced with fp8 activations throughout (norms, residuals and collectives on fp8
-bytes), its per-token-group quantization inside its GEMM class. The KV cache stays in the 16-bit type the checkpoint's config names (the engines'
-``kv_cache_dtype`` default, ``auto``). Any other ``quant_method`` or block shape is refused: perfmodel
-does not guess a format.
+bytes), its per-token-group quantization inside its GEMM class. The KV cache stays in the 16-bit type the
+checkpoint's config names (the engines' ``kv_cache_dtype`` default, ``auto``). Any other ``quant_method``
+or block shape is refused: perfmodel does not guess a format.
 """
 
 from __future__ import annotations
