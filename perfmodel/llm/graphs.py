@@ -507,7 +507,8 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
 
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
                 context, context_shards: int = 1, sequence_parallel: bool = False,
-                moe_capacity_factor: float | None = None, every_logit: bool = False) -> Graph:
+                moe_capacity_factor: float | None = None, every_logit: bool = False,
+                all_reduce_library: str | None = None) -> Graph:
     """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
     token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
     step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
@@ -527,8 +528,13 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``).
 
     ``every_logit`` (prefill): logits for every new token, not only each sequence's last (a
-    speculative verifier scoring its drafted tokens, ``serving.speculation``)."""
+    speculative verifier scoring its drafted tokens, ``serving.speculation``).
+
+    ``all_reduce_library`` (``costs.all_reduce.LIBRARIES``): the tensor-parallel all-reduces call that library
+    at every size instead of the engine's own choice (an engine built to use NCCL, as TensorRT-LLM's engines
+    were without ``--use_custom_all_reduce``)."""
     a, s, p = architecture, scenario, parallelism
+    reduce_with = {"library": all_reduce_library} if all_reduce_library else {}
     training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
     seq = s.prompt_tokens // context_shards if training else s.prompt_tokens if phase == "prefill" else 1
@@ -558,7 +564,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act,
                                groups.mixing))
     elif p.tp > 1:
-        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing))
+        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing,
+                               **reduce_with))
     ops.append(_elementwise("layers.attn.residual", rows_per_chip, hidden, act, groups.mixing, inputs=2))
     # A parallel block with one norm (GPT-J, PaLM, MaxText's 2023 synthetic models: y = x + Attention(LN(x)) +
     # MLP(LN(x))) feeds the MLP the attention's normalized, gathered input: no second norm, no second all-gather.
@@ -594,7 +601,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if sharded:
         ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, groups.mlps))
     elif p.tp > 1:
-        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mlps))
+        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mlps,
+                               **reduce_with))
     rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
     ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, groups.mlps, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
