@@ -74,14 +74,17 @@ TRTLLM_KV_FREE_FRACTION = 0.95
 # TensorRT-LLM defaults (tensorrt_llm/llmapi/llm_args.py, vendor code): KvCacheConfig.tokens_per_block = 32;
 # SchedulerConfig.capacity_scheduler_policy = GUARANTEED_NO_EVICT (a request's whole sequence is reserved).
 TRTLLM_TOKENS_PER_BLOCK = 32
-# Sources whose TensorRT-LLM engines were built to all-reduce with NCCL: the build commands that reproduce the
-# tables of TensorRT-LLM's performance.md at commit 138f96d4 (its 'Benchmarking per Model' section: the GPT-J,
-# Llama2-7b and Llama2-70b engines, one build each for its throughput and first-token rows) do not pass
-# --use_custom_all_reduce, which examples/llama/build.py at that commit leaves off by default ("Activates
-# latency-optimized algorithm for all-reduce instead of NCCL"). Their tensor-parallel rows run NCCL's all-reduce
-# at every size, not the algorithm today's engine picks (``links.<name>.all_reduce`` of the engine overlay).
-NCCL_BUILT_SOURCES = ("https://github.com/NVIDIA/TensorRT-LLM/blob/138f96d45f90b9667426f7c47297d8c06bafac73/"
-                      "docs/source/performance.md",)
+# Sources measured on TensorRT-LLM engines built by the commands of TensorRT-LLM's performance.md at commit
+# 138f96d4 (its 'Benchmarking per Model' section: one GPT-J, Llama2-7b and Llama2-70b engine each for its
+# throughput and first-token rows; examples/llama/build.py at that commit): without --use_custom_all_reduce,
+# which the script leaves off ("Activates latency-optimized algorithm for all-reduce instead of NCCL":
+# set_nccl_plugin(dtype, use_custom_all_reduce)), so the tensor-parallel rows all-reduce with NCCL at every
+# size, not with the algorithm today's engine picks (``links.<name>.all_reduce`` of the engine overlay); and
+# with no fp8 attention (the script has no FP8 context FMHA option; --enable_fp8 --fp8_kv_cache give fp8
+# GEMMs and an fp8 KV cache, the attention plugin runs in --dtype float16), so an FP8 row's attention
+# computes in fp16.
+LEGACY_TRTLLM_BUILD_SOURCES = ("https://github.com/NVIDIA/TensorRT-LLM/blob/138f96d45f90b9667426f7c47297d8c06bafac73/"
+                               "docs/source/performance.md",)
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
@@ -271,10 +274,12 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     metric = row["metric"].lower()
     mode = "eager" if "eager" in row["workload"].lower() else "compiled"
     graphs, _ = stage_graphs_for(load_config(model), hardware, mode)
-    nccl = graphs is stage_graph and row.get("source", "").startswith(NCCL_BUILT_SOURCES) and \
-        (_int(row["chips"]) or 1) > 1
-    if nccl:  # (the engine's build, not its kernels: see NCCL_BUILT_SOURCES)
+    legacy = graphs is stage_graph and row.get("source", "").startswith(LEGACY_TRTLLM_BUILD_SOURCES)
+    nccl = legacy and (_int(row["chips"]) or 1) > 1
+    if nccl:  # (the engine's build, not its kernels: see LEGACY_TRTLLM_BUILD_SOURCES)
         graphs = functools.partial(stage_graph, all_reduce_library=NCCL_LIBRARY)
+    if legacy and dtypes["activation_dtype"] == "fp8":
+        dtypes = {**dtypes, "attention_dtype": "fp16"}
     chips = _int(row["chips"])
     api = "user" in row["batch"].lower() or "per user" in metric
     short = row["input_len"].strip().lower() == "short"
@@ -297,8 +302,9 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     base = Scenario(batch=1, prompt_tokens=prompt, generated_tokens=gen, **dtypes)
     how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
-        + ("" if load is not None else f"; prompt {prompt}, gen {gen}") + ("; NCCL all-reduce (built without "
-                                                                          "--use_custom_all_reduce)" if nccl else "")
+        + ("" if load is not None else f"; prompt {prompt}, gen {gen}") \
+        + ("; NCCL all-reduce (built without --use_custom_all_reduce)" if nccl else "") \
+        + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "")
     if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
         how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
     if _served(row):

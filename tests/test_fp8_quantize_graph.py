@@ -15,9 +15,10 @@ from perfmodel.llm.graphs import Parallelism, Scenario, quantize_activations_op,
 PROMPT = 128
 
 
-def _graph(weights: str, activations: str, *, batch=1, phase="prefill", tp=2):
+def _graph(weights: str, activations: str, *, batch=1, phase="prefill", tp=2, attention=None):
     scenario = Scenario(batch=batch, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype=weights,
-                        activation_dtype=activations, kv_dtype=activations if activations == "fp8" else "bf16")
+                        activation_dtype=activations, kv_dtype=activations if activations == "fp8" else "bf16",
+                        attention_dtype=attention)
     context = PROMPT if phase == "prefill" else PROMPT + 1
     return stage_graph(load_architecture("llama-2-7b"), scenario, Parallelism(tp=tp), phase=phase, context=context)
 
@@ -89,3 +90,13 @@ def test_a_swept_decode_graph_shares_the_qkv_quantization():
     quantizes = _quantizes(_graph("fp8", "fp8", batch=batch, phase="decode"))
     assert len(quantizes) == 4
     assert np.array_equal(quantizes[0].output_bytes, batch * 4096)
+
+
+def test_a_16_bit_attention_makes_the_output_projection_quantize_its_input():
+    """An engine without fp8 attention kernels (TensorRT-LLM before FP8 context FMHA) computes attention in fp16
+    over the fp8 KV cache; o_proj then reads a quantized copy of its output."""
+    graph = _graph("fp8", "fp8", attention="fp16")
+    sdpa = next(op for op in graph.ops if op.kind == "attention")
+    assert sdpa.attrs["dtype"] == "fp16" and sdpa.inputs[1].dtype == "fp8"  # the fp8 cache, read by an fp16 kernel
+    names = [op.name for op in _quantizes(graph)]
+    assert "layers.attn.o_proj.quantize_input" in names and len(names) == 5

@@ -64,6 +64,10 @@ class Scenario:
     activation_dtype: str = "bf16"
     # The routed experts' weights when stored apart (gpt-oss: MXFP4 experts, bf16 elsewhere); None: weight_dtype.
     expert_weight_dtype: str | None = None
+    # The dtype the attention kernels compute in and write; None: the activation dtype. An fp8 model whose engine
+    # has no fp8 attention kernel (TensorRT-LLM before --use_fp8_context_fmha) computes it in 16 bits, reading
+    # an fp8 KV cache, and its output projection then quantizes its input (``with_quantized_inputs``).
+    attention_dtype: str | None = None
 
     @property
     def quantizes_gemm_inputs(self) -> bool:
@@ -128,7 +132,8 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
     if total > architecture.max_positions:
         problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
                         f"{architecture.max_positions} positions (max_position_embeddings)")
-    for role in ("weight_dtype", "kv_dtype", "activation_dtype"):
+    roles = ("weight_dtype", "kv_dtype", "activation_dtype") + (("attention_dtype",) if scenario.attention_dtype else ())
+    for role in roles:
         if getattr(scenario, role) not in DTYPES:
             problems.append(f"{role} {getattr(scenario, role)!r} is unknown; allowed: {', '.join(DTYPES)}")
         elif role != "weight_dtype" and DTYPES[getattr(scenario, role)].block_scaled:
@@ -326,7 +331,7 @@ def _sdpa(name: str, a: Architecture, s: Scenario, shape: _Shape, *, heads: int,
     """One flash attention kernel over ``count`` layers that see ``window`` keys (None: all). ``v_head_dim``
     and ``kv_shared`` (the values are the first ``v_head_dim`` elements of the cached keys: MLA's
     latent) default to per-head K and V of ``head_dim``."""
-    act, kv_role = s.activation_dtype, "activation" if shape.training else "kv_cache"
+    act, kv_role = s.attention_dtype or s.activation_dtype, "activation" if shape.training else "kv_cache"
     if shape.training and shape.context_shards > 1:  # each query sees half the sequence on average (causal, balanced)
         kv_tokens, causal = math.ceil(s.prompt_tokens / 2), False
     else:
