@@ -100,3 +100,14 @@ def test_a_16_bit_attention_makes_the_output_projection_quantize_its_input():
     assert sdpa.attrs["dtype"] == "fp16" and sdpa.inputs[1].dtype == "fp8"  # the fp8 cache, read by an fp16 kernel
     names = [op.name for op in _quantizes(graph)]
     assert "layers.attn.o_proj.quantize_input" in names and len(names) == 5
+
+
+@pytest.mark.parametrize("batch", [1, np.array([1, 4])])
+def test_a_moe_router_and_its_experts_quantize_apart_at_any_batch(batch):
+    """At batch 1 the router's input and the experts' routed rows have the same shape but are not one tensor: both
+    are quantized, on the scalar path and on a sweep alike (the two must price the same graph)."""
+    scenario = Scenario(batch=batch, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype="fp8", activation_dtype="fp8")
+    graph = stage_graph(load_architecture("mixtral-8x7b"), scenario, Parallelism(tp=2), phase="decode",
+                        context=PROMPT + 1)
+    names = [op.name for op in _quantizes(graph)]
+    assert {"layers.moe.router.quantize_input", "layers.moe.experts.gate_up.quantize_input"} <= set(names)

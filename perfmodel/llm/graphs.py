@@ -629,26 +629,24 @@ def _quantized_gemm(op: Op, carried: str) -> bool:
                                         for t in op.inputs) and op.inputs[0].dtype != carried)
 
 
-def _same_dimensions(first: tuple, second: tuple) -> bool:
-    """Whether two shapes are the same: the same objects (a swept or traced dimension is the one array or
-    number the graph builder passed each op) or equal whole numbers; no comparison of arrays' values."""
-    return len(first) == len(second) and all(
-        a is b or (isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)) and a == b)
-        for a, b in zip(first, second, strict=True))
+#: GEMMs that read the input of the GEMM listed just before them (the projections the engines run as one fused
+#: GEMM behind one quantization: QKV, and MLA's q_a / kv_a down-projections of the same hidden states).
+SHARED_INPUT = {"layers.attn.k_proj": ("layers.attn.q_proj",), "layers.attn.v_proj": ("layers.attn.k_proj",),
+                "layers.attn.kv_a_proj": ("layers.attn.q_a_proj", "layers.attn.q_proj")}
 
 
 def with_quantized_inputs(ops: list[Op], carried: str) -> list[Op]:
     """``ops`` with the quantization of each quantized GEMM's input (``quantize_activations_op``) before the
-    GEMM: one per input tensor, so projections that read the same input one after the other (q, k and v;
-    TensorRT-LLM, vLLM and SGLang run them as one fused QKV GEMM behind one quantization) share the first's;
-    none where the op before already writes the GEMM's input dtype (an fp8 attention kernel writes fp8 for
-    the output projection: TensorRT-LLM's FP8 context FMHA and XQA kernels with an fp8 KV cache)."""
+    GEMM: one per input tensor, so projections that read the same input one after the other (``SHARED_INPUT``:
+    q, k and v, which TensorRT-LLM, vLLM and SGLang run as one fused QKV GEMM) share the first's quantization;
+    the names say which, not the shapes (a batch-1 router and its experts' rows have the same shape, not the
+    same tensor); none where the op before already writes the GEMM's input dtype (an fp8 attention kernel
+    writes fp8 for the output projection: TensorRT-LLM's FP8 context FMHA and XQA kernels with an fp8 KV cache)."""
     out: list[Op] = []
     for op in ops:
         if _quantized_gemm(op, carried):
             before = out[-1] if out else None
-            shared = (before is not None and _quantized_gemm(before, carried) and before.count == op.count
-                      and _same_dimensions(before.inputs[0].shape, op.inputs[0].shape))
+            shared = before is not None and before.name in SHARED_INPUT.get(op.name, ())
             written = before is not None and before.kind != "matmul" and \
                 any(t.dtype == op.inputs[0].dtype for t in before.outputs)
             if not shared and not written:
