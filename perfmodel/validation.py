@@ -36,7 +36,10 @@ Conventions for reproducing rows:
   highest rate whose p99 TTFT and p99 TPOT meet the benchmark's constraints (``MLPERF_LATENCY``,
   ``serving.server_scenario``); both with the dataset's length distribution, which must be shipped
   (OpenOrca's is not: such rows are skipped with the reason).
-* FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute;
+* FP8 rows use fp8 weights, activations and KV cache (each GEMM quantizes its bf16 input, the rest carried in
+  bf16: ``llm.graphs.with_quantized_inputs``); rows of TensorRT-LLM's early builds
+  (``LEGACY_TRTLLM_BUILD_SOURCES``) all-reduce with NCCL and compute attention in fp16, as those engines were
+  built; "INT8 weight-only" int8 weights, bf16 compute;
   "INT4 weight-only (G=32)" int4 weights (the group scales' 0.5 bit a weight not counted), bf16
   compute; a bare "INT8" int8 weights and activations (SmoothQuant W8A8, TensorRT-LLM's INT8), KV in
   the 16-bit type. ITL rows are the time between tokens: TPOT for a lone request, the simulator's
