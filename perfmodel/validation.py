@@ -7,7 +7,9 @@ rows) where one ships, or the datasheet specs with ``ideal=True``; nothing is tu
 
 Conventions for reproducing rows:
 * TensorRT-LLM and gpt-fast runs use CUDA graphs (the `compiled` mode: graph on GPUs, the static program on
-  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream.
+  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream. (The Azure
+  AI-benchmarking-guide rows ran TensorRT-LLM's Python session without CUDA graphs, an engine enqueued per
+  step, which no mode prices; they are priced as graph, and their notes say so.)
 * Static-batching throughput = batch x output tokens / (TTFT + (output - 1) x TPOT), per GPU when
   the row says so.
 * In-flight-batching "max-load" rows (``trtllm-bench throughput``, TensorRT-LLM's perf-overview) go
@@ -49,7 +51,9 @@ Conventions for reproducing rows:
   stated system count (Cerebras: one wafer per pipeline stage).
 * Kernel rows (GEMM TFLOP/s, HBM bandwidth) compare the op's device time (max of compute and memory
   time, plus the kernel's device-side fixed time), not host launch costs, as the benchmarks time
-  back-to-back kernels.
+  back-to-back kernels. nccl-tests rows run under ``NCCL_ALGO=NVLS`` (the row says NVLS) are priced as
+  NCCL's NVLS all-reduce, the reduction in the NVSwitch; nvbandwidth's peer-copy rows as a 1 GiB copy
+  on the chip-to-chip link, both directions summed for its bidirectional tests (as nvbandwidth reports them).
 """
 
 from __future__ import annotations
@@ -582,6 +586,7 @@ def _groq_parallelism(architecture, hardware, scenario):
 
 
 def _kernel_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.costs.all_reduce import NCCL_LIBRARY, NVLS
     from perfmodel.roofline import evaluate
     from perfmodel.workload.ir import Graph, Op, TensorSpec
 
@@ -613,17 +618,31 @@ def _kernel_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
         size = re.search(r"(\d+)\s*(MB|GB)", workload)
         payload = int(size.group(1)) * (1 << 20 if size.group(2) == "MB" else 1 << 30)
         group = _int(row["chips"]) or 8
+        # nccl-tests run under NCCL_ALGO=NVLS (the row says so) reduce in the NVSwitch: NCCL's NVLS algorithm,
+        # whatever an engine's rule would pick; busBW keeps nccl-tests' ring-based definition either way.
+        nvls = "nvls" in f"{row['system']} {workload} {row.get('notes', '')}".lower()
+        forced = {"library": NCCL_LIBRARY, "algorithm": NVLS} if nvls else {}
         op = Op(name="allreduce", kind="collective", attrs={"collective": "all_reduce", "bytes": payload,
-                                                              "group_size": group, "dtype": "bf16"})
+                                                              "group_size": group, "dtype": "bf16", **forced})
         timing = evaluate(Graph(name="allreduce", ops=[op]), hardware, mode="graph").ops[0]
         bus = 2 * (group - 1) / group * payload / timing.link_s
-        return bus / 1e9, f"ring all-reduce of {size.group(0)} over {group} GPUs, busBW = 2(p-1)/p x size / time"
+        algorithm = "NCCL NVLS (in-switch reduction)" if nvls else "ring"
+        return bus / 1e9, f"{algorithm} all-reduce of {size.group(0)} over {group} GPUs, busBW = 2(p-1)/p x size / time"
     if "host-to-device" in workload.lower():
         link = next(link for link in hardware.links.values() if link.kind == "host")
         return link.bandwidth_bytes_per_s_per_direction / 1e9, f"{link.name} bandwidth per direction"
-    if "device-to-device" in workload.lower():
+    if "device-to-device" in lowered or "device_to_device" in lowered:
+        # a 1 GiB peer copy priced on the chip-to-chip link (its achievable efficiency where the spec has one);
+        # nvbandwidth's bidirectional tests copy both ways at once and report the sum (testcases.h,
+        # DeviceToDeviceBidirReadSM: "Copies are run in both directions between each pair, and the sum is reported")
         link = next(link for link in hardware.links.values() if link.kind == "chip_to_chip")
-        return link.bandwidth_bytes_per_s_per_direction / 1e9, f"{link.name} bandwidth per direction"
+        payload = 1 << 30
+        op = Op(name="copy", kind="collective", attrs={"collective": "send", "bytes": payload, "group_size": 2,
+                                                         "dtype": "bf16", "link": link.name})
+        timing = evaluate(Graph(name="copy", ops=[op]), hardware, mode="graph").ops[0]
+        directions = 2 if "bidirectional" in lowered else 1
+        return directions * payload / timing.link_s / 1e9, (
+            f"1 GiB peer copy over {link.name}" + (", both directions at once, the sum" if directions == 2 else ""))
     raise _Skip("kernel not modeled (shape, heads or flags not stated)")
 
 
