@@ -38,7 +38,10 @@ Conventions for reproducing rows:
   highest rate whose p99 TTFT and p99 TPOT meet the benchmark's constraints (``MLPERF_LATENCY``,
   ``serving.server_scenario``); both with the dataset's length distribution, which must be shipped
   (OpenOrca's is not: such rows are skipped with the reason).
-* FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute;
+* FP8 rows use fp8 weights, activations and KV cache (each GEMM quantizes its bf16 input, the rest carried in
+  bf16: ``llm.graphs.with_quantized_inputs``); rows of TensorRT-LLM's early builds
+  (``LEGACY_TRTLLM_BUILD_SOURCES``) all-reduce with NCCL and compute attention in fp16, as those engines were
+  built; "INT8 weight-only" int8 weights, bf16 compute;
   "INT4 weight-only (G=32)" int4 weights (the group scales' 0.5 bit a weight not counted), bf16
   compute; a bare "INT8" int8 weights and activations (SmoothQuant W8A8, TensorRT-LLM's INT8), KV in
   the 16-bit type. ITL rows are the time between tokens: TPOT for a lone request, the simulator's
@@ -78,6 +81,17 @@ TRTLLM_KV_FREE_FRACTION = 0.95
 # TensorRT-LLM defaults (tensorrt_llm/llmapi/llm_args.py, vendor code): KvCacheConfig.tokens_per_block = 32;
 # SchedulerConfig.capacity_scheduler_policy = GUARANTEED_NO_EVICT (a request's whole sequence is reserved).
 TRTLLM_TOKENS_PER_BLOCK = 32
+# Sources measured on TensorRT-LLM engines built by the commands of TensorRT-LLM's performance.md at commit
+# 138f96d4 (its 'Benchmarking per Model' section: one GPT-J, Llama2-7b and Llama2-70b engine each for its
+# throughput and first-token rows; examples/llama/build.py at that commit): without --use_custom_all_reduce,
+# which the script leaves off ("Activates latency-optimized algorithm for all-reduce instead of NCCL":
+# set_nccl_plugin(dtype, use_custom_all_reduce)), so the tensor-parallel rows all-reduce with NCCL at every
+# size, not with the algorithm today's engine picks (``links.<name>.all_reduce`` of the engine overlay); and
+# with no fp8 attention (the script has no FP8 context FMHA option; --enable_fp8 --fp8_kv_cache give fp8
+# GEMMs and an fp8 KV cache, the attention plugin runs in --dtype float16), so an FP8 row's attention
+# computes in fp16.
+LEGACY_TRTLLM_BUILD_SOURCES = ("https://github.com/NVIDIA/TensorRT-LLM/blob/138f96d45f90b9667426f7c47297d8c06bafac73/"
+                               "docs/source/performance.md",)
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
@@ -253,6 +267,7 @@ def _dtypes(precision: str, system: str) -> dict | None:
 
 
 def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.costs.all_reduce import NCCL_LIBRARY
     from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture, load_config
@@ -266,6 +281,12 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     metric = row["metric"].lower()
     mode = "eager" if "eager" in row["workload"].lower() else "compiled"
     graphs, _ = stage_graphs_for(load_config(model), hardware, mode)
+    legacy = graphs is stage_graph and row.get("source", "").startswith(LEGACY_TRTLLM_BUILD_SOURCES)
+    nccl = legacy and (_int(row["chips"]) or 1) > 1
+    if nccl:  # (the engine's build, not its kernels: see LEGACY_TRTLLM_BUILD_SOURCES)
+        graphs = functools.partial(stage_graph, all_reduce_library=NCCL_LIBRARY)
+    if legacy and dtypes["activation_dtype"] == "fp8":
+        dtypes = {**dtypes, "attention_dtype": "fp16"}
     chips = _int(row["chips"])
     api = "user" in row["batch"].lower() or "per user" in metric
     short = row["input_len"].strip().lower() == "short"
@@ -288,7 +309,9 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     base = Scenario(batch=1, prompt_tokens=prompt, generated_tokens=gen, **dtypes)
     how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
-        + ("" if load is not None else f"; prompt {prompt}, gen {gen}")
+        + ("" if load is not None else f"; prompt {prompt}, gen {gen}") \
+        + ("; NCCL all-reduce (built without --use_custom_all_reduce)" if nccl else "") \
+        + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "")
     if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
         how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
     if _served(row):

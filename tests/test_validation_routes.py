@@ -100,6 +100,24 @@ def test_mlperf_server_runs_poisson_arrivals_at_the_rows_rate():
     assert row.kind == "served" and "MLPerf Server at the row's rate: Poisson arrivals at 4/s" in row.how
 
 
+def test_rows_of_engines_built_without_the_custom_all_reduce_all_reduce_with_nccl():
+    """TensorRT-LLM's performance.md at 138f96d4 reproduces its tables with engines built without
+    --use_custom_all_reduce (and without fp8 attention): their tensor-parallel rows run NCCL's all-reduce (slower at
+    a short prompt's small messages than the custom kernels today's engine picks); a one-GPU row has no all-reduce
+    to route."""
+    from perfmodel.validation import LEGACY_TRTLLM_BUILD_SOURCES
+
+    row = _row(system="H100 SXM 80GB (TensorRT-LLM)", chips="4 (TP4)", workload="LLaMA-70B", batch="1",
+               input_len="128", output_len="1", metric="1st token latency (TTFT)", unit="ms")
+    engine = validate_row(2, row)
+    nccl = validate_row(3, {**row, "source": f"{LEGACY_TRTLLM_BUILD_SOURCES[0]} ('Low Latency' tables)"})
+    assert "NCCL all-reduce" in nccl.how and "NCCL" not in engine.how
+    assert "fp16 attention" in nccl.how and "attention" not in engine.how  # an FP8 row: no fp8 attention then
+    assert nccl.predicted > 1.1 * engine.predicted
+    one = {**row, "chips": "1 (TP1)", "workload": "LLaMA-7B", "precision": "FP16"}
+    assert validate_row(4, {**one, "source": LEGACY_TRTLLM_BUILD_SOURCES[0]}).predicted == validate_row(5, one).predicted
+
+
 KERNEL = {"group": "F", "system": "NVIDIA 8x H100", "chips": "8", "workload": "NCCL AllReduce in-place, 8 GB",
           "precision": "-", "batch": "-", "input_len": "-", "output_len": "-", "metric": "bus bandwidth",
           "value": "478.87", "unit": "GB/s", "source": "synthetic test row", "notes": ""}
