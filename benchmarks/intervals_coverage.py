@@ -2,7 +2,8 @@
 
 Every reproduced published measurement (``perfmodel validate``'s predicted rows, as stored in
 ``workloads/validation/interval_residuals.json``) is checked against the band built without its source:
-all rows of the same source (its URL) are held out together, the band is the cross-conformal band over
+all rows of the same source (a GitHub repository at one commit, or one URL: ``perfmodel.intervals.source_group``)
+are held out together, the band is the cross-conformal band over
 sources (CV+ with each remaining source a fold, ``perfmodel.uncertainty.cross_conformal_band``) of the
 remaining residuals of its family and kind (or of its family when the kind has too few or one source,
 ``perfmodel.intervals.band_of``), and the row counts as covered when its residual falls inside.
@@ -54,7 +55,8 @@ def main(argv=None) -> int:
                                 "target": target or None})
     print(format_table(["parameters", "confidence", "family", "rows", "banded", "covered", "median width (high/low)",
                         "75-85% target"], rows))
-    print("held out: every row of a source (URL) together; band: cross-conformal over the other sources (CV+, "
+    print("held out: every row of a source (a repository at a commit, or a URL) together; band: cross-conformal "
+          "over the other sources (CV+, "
           "each source a fold) on their residuals of the row's family and kind (its family's when the kind has "
           "too few or one source)")
     write_text_atomically(args.json, json_text({"protocol": "leave-one-source-out", "results": results}, indent=1))

@@ -40,6 +40,7 @@ from calibration.records import MeasurementRecord
 from perfmodel.costs.all_reduce import NCCL_LIBRARY
 from perfmodel.errors import PerfmodelError
 from perfmodel.llm.caveats import TRTLLM_SHARED_KV_GROUP_MAX
+from perfmodel.llm.graphs import QUANTIZED_ACTIVATION_GEMMS, quantize_activations_op
 from perfmodel.workload.io import dumps
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 
@@ -250,25 +251,23 @@ def gemm_op(m: int, n: int, k: int, dtype: str) -> Op:
               attrs={"m": m, "n": n, "k": k, "dtype": activations})
 
 
-#: GEMM dtypes whose rows time the activations' quantization too: the collectors call the engine's own
+#: GEMM dtypes whose rows time the activations' quantization too (``perfmodel.llm.graphs``'s
+#: ``QUANTIZED_ACTIVATION_GEMMS``, the one list the LLM graphs quantize by): the collectors call the engine's own
 #: linear method, which quantizes its bf16 input to fp8 (dynamic scales) in a kernel before the GEMM. Every
 #: engine's table shows that kernel's floor: on H100 the smallest fp8 GEMMs take 4.8 us (vLLM), 4.6 us
 #: (SGLang) and 12.2 us (TensorRT-LLM, whose scale is computed by several torch ops) where bf16's take 2.6 us,
 #: and the time of a fixed GEMM grows with m where bf16's does not (vLLM, n = k = 32: 3.8 us bf16, 239 us fp8
 #: at m = 32768; ``calibration/data``'s quantize tables time the same kernels alone).
-QUANTIZED_ACTIVATION_GEMMS = ("fp8",)
 
 
 def gemm_ops(m: int, n: int, k: int, dtype: str) -> tuple[Op, ...]:
     """The ops one GEMM row of the tables times: the GEMM (``gemm_op``), after the quantization of its
-    bf16 activations (an element-wise kernel over m x k) where ``QUANTIZED_ACTIVATION_GEMMS`` says so."""
+    bf16 activations (``quantize_activations_op``, the op the LLM graphs emit before such a GEMM) where
+    ``QUANTIZED_ACTIVATION_GEMMS`` says so."""
     gemm = gemm_op(m, n, k, dtype)
     if dtype not in QUANTIZED_ACTIVATION_GEMMS:
         return (gemm,)
-    quantize = Op(name="quantize_activations", kind="elementwise",
-                  inputs=(TensorSpec(shape=(m, k), dtype="bf16"),), outputs=(TensorSpec(shape=(m, k), dtype=dtype),),
-                  attrs={"dtype": "bf16"})
-    return quantize, gemm
+    return quantize_activations_op(m, k, dtype), gemm
 
 
 def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int) -> Op:

@@ -12,7 +12,8 @@ A prediction's band (``band_for``): the cross-conformal band over sources
 (``uncertainty.cross_conformal_band``: each source compared with the centre of the others, so the band
 holds the between-source spread a new setup meets) of the residuals of its family and kind under its
 parameter set; where that kind has too few residuals (``uncertainty.minimum_residuals``) or only one
-source, the family's residuals of every kind, saying so; where the device itself has no reproduced measurement, or
+source (``source_group``: a repository at a commit is one source), the family's residuals of every kind,
+saying so; where the device itself has no reproduced measurement, or
 the spec is a what-if (``--set``), no band: there is no evidence for it.
 """
 
@@ -22,6 +23,7 @@ import argparse
 import functools
 import json
 import math
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
@@ -137,16 +139,32 @@ def percent(confidence: float) -> str:
     return f"{round(100 * confidence, 1):g}%"
 
 
+_GITHUB_SNAPSHOT = re.compile(r"^https?://github\.com/([^/\s]+)/([^/\s]+)/(?:blob|tree|raw)/([0-9a-fA-F]{7,40})/")
+
+
+def source_group(source: str) -> str:
+    """The publication a row's source belongs to, the unit the bands treat as exchangeable: a file of a
+    GitHub repository at a commit is that repository at that commit (its files were published together,
+    by one team, with one harness and one software stack: tpu-recipes' eight per-slice READMEs at e83b691
+    are one source, not eight), any other URL itself without its #fragment."""
+    text = source.strip()
+    found = _GITHUB_SNAPSHOT.match(text)
+    if found:
+        owner, repository, commit = found.groups()
+        return f"github.com/{owner}/{repository}@{commit}"
+    return text.split("#", 1)[0]
+
+
 def _sources(rows: Sequence[Residual]) -> int:
-    return len({item.source for item in rows})
+    return len({source_group(item.source) for item in rows})
 
 
 def _evidence(residuals: Sequence[Residual], family: str, kind: str, confidence: float
               ) -> tuple[list[Residual], str]:
     """The residuals a ``family``/``kind`` band rests on and what they are ([] and why not, when too few).
-    A pool needs ``minimum_residuals`` residuals from at least two sources: the band compares each source
-    with the others (``uncertainty.cross_conformal_band``), so one source alone cannot say how far the
-    next one falls."""
+    A pool needs ``minimum_residuals`` residuals from at least two sources (``source_group``): the band
+    compares each source with the others (``uncertainty.cross_conformal_band``), so one source alone
+    cannot say how far the next one falls."""
     family_rows = [item for item in residuals if item.family == family]
     kind_rows = [item for item in family_rows if item.kind == kind]
     needed = minimum_residuals(confidence)
@@ -166,7 +184,8 @@ def _evidence(residuals: Sequence[Residual], family: str, kind: str, confidence:
 
 
 def _bounds(rows: Sequence[Residual], confidence: float) -> tuple[float, float] | None:
-    return cross_conformal_band([item.residual for item in rows], [item.source for item in rows], confidence)
+    return cross_conformal_band([item.residual for item in rows], [source_group(item.source) for item in rows],
+                                confidence)
 
 
 def band_of(residuals: Sequence[Residual], family: str, kind: str, confidence: float, parameter_set: str) -> Band:
@@ -246,13 +265,13 @@ class Coverage:
 
 def heldout_coverage(residuals: Sequence[Residual], confidence: float) -> list[Coverage]:
     """Each row's residual against the band built without its source's rows (every row of the same
-    source held out together), per family."""
+    source, ``source_group``, held out together), per family."""
     result = []
     for family in sorted({item.family for item in residuals}):
         members = [item for item in residuals if item.family == family]
         covered, banded, widths = 0, 0, []
         for item in members:
-            kept = [other for other in residuals if other.source != item.source]
+            kept = [other for other in residuals if source_group(other.source) != source_group(item.source)]
             band = band_of(kept, family, item.kind, confidence, "")
             if not band.known:
                 continue

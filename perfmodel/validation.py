@@ -7,7 +7,9 @@ rows) where one ships, or the datasheet specs with ``ideal=True``; nothing is tu
 
 Conventions for reproducing rows:
 * TensorRT-LLM and gpt-fast runs use CUDA graphs (the `compiled` mode: graph on GPUs, the static program on
-  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream.
+  Groq and Cerebras); a row marked eager runs `eager`, priced with the captured eager op stream. (The Azure
+  AI-benchmarking-guide rows ran TensorRT-LLM's Python session without CUDA graphs, an engine enqueued per
+  step, which no mode prices; they are priced as graph, and their notes say so.)
 * Static-batching throughput = batch x output tokens / (TTFT + (output - 1) x TPOT), per GPU when
   the row says so.
 * In-flight-batching "max-load" rows (``trtllm-bench throughput``, TensorRT-LLM's perf-overview) go
@@ -36,7 +38,10 @@ Conventions for reproducing rows:
   highest rate whose p99 TTFT and p99 TPOT meet the benchmark's constraints (``MLPERF_LATENCY``,
   ``serving.server_scenario``); both with the dataset's length distribution, which must be shipped
   (OpenOrca's is not: such rows are skipped with the reason).
-* FP8 rows use fp8 weights, activations and KV cache; "INT8 weight-only" int8 weights, bf16 compute;
+* FP8 rows use fp8 weights, activations and KV cache (each GEMM quantizes its bf16 input, the rest carried in
+  bf16: ``llm.graphs.with_quantized_inputs``); rows of TensorRT-LLM's early builds
+  (``LEGACY_TRTLLM_BUILD_SOURCES``) all-reduce with NCCL and compute attention in fp16, as those engines were
+  built; "INT8 weight-only" int8 weights, bf16 compute;
   "INT4 weight-only (G=32)" int4 weights (the group scales' 0.5 bit a weight not counted), bf16
   compute; a bare "INT8" int8 weights and activations (SmoothQuant W8A8, TensorRT-LLM's INT8), KV in
   the 16-bit type. ITL rows are the time between tokens: TPOT for a lone request, the simulator's
@@ -46,7 +51,9 @@ Conventions for reproducing rows:
   stated system count (Cerebras: one wafer per pipeline stage).
 * Kernel rows (GEMM TFLOP/s, HBM bandwidth) compare the op's device time (max of compute and memory
   time, plus the kernel's device-side fixed time), not host launch costs, as the benchmarks time
-  back-to-back kernels.
+  back-to-back kernels. nccl-tests rows run under ``NCCL_ALGO=NVLS`` (the row says NVLS) are priced as
+  NCCL's NVLS all-reduce, the reduction in the NVSwitch; nvbandwidth's peer-copy rows as a 1 GiB copy
+  on the chip-to-chip link, both directions summed for its bidirectional tests (as nvbandwidth reports them).
 """
 
 from __future__ import annotations
@@ -74,6 +81,17 @@ TRTLLM_KV_FREE_FRACTION = 0.95
 # TensorRT-LLM defaults (tensorrt_llm/llmapi/llm_args.py, vendor code): KvCacheConfig.tokens_per_block = 32;
 # SchedulerConfig.capacity_scheduler_policy = GUARANTEED_NO_EVICT (a request's whole sequence is reserved).
 TRTLLM_TOKENS_PER_BLOCK = 32
+# Sources measured on TensorRT-LLM engines built by the commands of TensorRT-LLM's performance.md at commit
+# 138f96d4 (its 'Benchmarking per Model' section: one GPT-J, Llama2-7b and Llama2-70b engine each for its
+# throughput and first-token rows; examples/llama/build.py at that commit): without --use_custom_all_reduce,
+# which the script leaves off ("Activates latency-optimized algorithm for all-reduce instead of NCCL":
+# set_nccl_plugin(dtype, use_custom_all_reduce)), so the tensor-parallel rows all-reduce with NCCL at every
+# size, not with the algorithm today's engine picks (``links.<name>.all_reduce`` of the engine overlay); and
+# with no fp8 attention (the script has no FP8 context FMHA option; --enable_fp8 --fp8_kv_cache give fp8
+# GEMMs and an fp8 KV cache, the attention plugin runs in --dtype float16), so an FP8 row's attention
+# computes in fp16.
+LEGACY_TRTLLM_BUILD_SOURCES = ("https://github.com/NVIDIA/TensorRT-LLM/blob/138f96d45f90b9667426f7c47297d8c06bafac73/"
+                               "docs/source/performance.md",)
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
@@ -249,6 +267,7 @@ def _dtypes(precision: str, system: str) -> dict | None:
 
 
 def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.costs.all_reduce import NCCL_LIBRARY
     from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture, load_config
@@ -262,6 +281,12 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     metric = row["metric"].lower()
     mode = "eager" if "eager" in row["workload"].lower() else "compiled"
     graphs, _ = stage_graphs_for(load_config(model), hardware, mode)
+    legacy = graphs is stage_graph and row.get("source", "").startswith(LEGACY_TRTLLM_BUILD_SOURCES)
+    nccl = legacy and (_int(row["chips"]) or 1) > 1
+    if nccl:  # (the engine's build, not its kernels: see LEGACY_TRTLLM_BUILD_SOURCES)
+        graphs = functools.partial(stage_graph, all_reduce_library=NCCL_LIBRARY)
+    if legacy and dtypes["activation_dtype"] == "fp8":
+        dtypes = {**dtypes, "attention_dtype": "fp16"}
     chips = _int(row["chips"])
     api = "user" in row["batch"].lower() or "per user" in metric
     short = row["input_len"].strip().lower() == "short"
@@ -284,7 +309,9 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
     base = Scenario(batch=1, prompt_tokens=prompt, generated_tokens=gen, **dtypes)
     how = f"{architecture.name}, {parallelism.tp}x tp, {parallelism.pp}x pp, {dtypes['weight_dtype']}, " \
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
-        + ("" if load is not None else f"; prompt {prompt}, gen {gen}")
+        + ("" if load is not None else f"; prompt {prompt}, gen {gen}") \
+        + ("; NCCL all-reduce (built without --use_custom_all_reduce)" if nccl else "") \
+        + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "")
     if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
         how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
     if _served(row):
@@ -559,6 +586,7 @@ def _groq_parallelism(architecture, hardware, scenario):
 
 
 def _kernel_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
+    from perfmodel.costs.all_reduce import NCCL_LIBRARY, NVLS
     from perfmodel.roofline import evaluate
     from perfmodel.workload.ir import Graph, Op, TensorSpec
 
@@ -590,17 +618,31 @@ def _kernel_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str]:
         size = re.search(r"(\d+)\s*(MB|GB)", workload)
         payload = int(size.group(1)) * (1 << 20 if size.group(2) == "MB" else 1 << 30)
         group = _int(row["chips"]) or 8
+        # nccl-tests run under NCCL_ALGO=NVLS (the row says so) reduce in the NVSwitch: NCCL's NVLS algorithm,
+        # whatever an engine's rule would pick; busBW keeps nccl-tests' ring-based definition either way.
+        nvls = "nvls" in f"{row['system']} {workload} {row.get('notes', '')}".lower()
+        forced = {"library": NCCL_LIBRARY, "algorithm": NVLS} if nvls else {}
         op = Op(name="allreduce", kind="collective", attrs={"collective": "all_reduce", "bytes": payload,
-                                                              "group_size": group, "dtype": "bf16"})
+                                                              "group_size": group, "dtype": "bf16", **forced})
         timing = evaluate(Graph(name="allreduce", ops=[op]), hardware, mode="graph").ops[0]
         bus = 2 * (group - 1) / group * payload / timing.link_s
-        return bus / 1e9, f"ring all-reduce of {size.group(0)} over {group} GPUs, busBW = 2(p-1)/p x size / time"
+        algorithm = "NCCL NVLS (in-switch reduction)" if nvls else "ring"
+        return bus / 1e9, f"{algorithm} all-reduce of {size.group(0)} over {group} GPUs, busBW = 2(p-1)/p x size / time"
     if "host-to-device" in workload.lower():
         link = next(link for link in hardware.links.values() if link.kind == "host")
         return link.bandwidth_bytes_per_s_per_direction / 1e9, f"{link.name} bandwidth per direction"
-    if "device-to-device" in workload.lower():
+    if "device-to-device" in lowered or "device_to_device" in lowered:
+        # a 1 GiB peer copy priced on the chip-to-chip link (its achievable efficiency where the spec has one);
+        # nvbandwidth's bidirectional tests copy both ways at once and report the sum (testcases.h,
+        # DeviceToDeviceBidirReadSM: "Copies are run in both directions between each pair, and the sum is reported")
         link = next(link for link in hardware.links.values() if link.kind == "chip_to_chip")
-        return link.bandwidth_bytes_per_s_per_direction / 1e9, f"{link.name} bandwidth per direction"
+        payload = 1 << 30
+        op = Op(name="copy", kind="collective", attrs={"collective": "send", "bytes": payload, "group_size": 2,
+                                                         "dtype": "bf16", "link": link.name})
+        timing = evaluate(Graph(name="copy", ops=[op]), hardware, mode="graph").ops[0]
+        directions = 2 if "bidirectional" in lowered else 1
+        return directions * payload / timing.link_s / 1e9, (
+            f"1 GiB peer copy over {link.name}" + (", both directions at once, the sum" if directions == 2 else ""))
     raise _Skip("kernel not modeled (shape, heads or flags not stated)")
 
 

@@ -534,3 +534,27 @@ def test_an_interval_wholly_on_one_side_of_its_value_is_drawn_as_it_is():
     (segment,) = bars.lines[2][0].get_segments()
     assert segment[:, 1] == pytest.approx([found[0].low, found[0].high])
     pyplot().close(ax.figure)
+
+
+def test_a_repository_at_a_commit_is_one_source():
+    """Rows from several files of one repository snapshot (tpu-recipes' per-slice READMEs) share their
+    publication's harness: they count, and are held out, as one source; other commits and other URLs
+    stay apart, and a #fragment does not split a page."""
+    from perfmodel.intervals import Residual, heldout_coverage, source_group
+
+    base = "https://github.com/AI-Hypercomputer/tpu-recipes/blob/e83b691620476bcc4e6a9f957b9526c24c13429b/training/"
+    assert source_group(base + "a/README.md") == source_group(base + "b/README.md") \
+        == "github.com/AI-Hypercomputer/tpu-recipes@e83b691620476bcc4e6a9f957b9526c24c13429b"
+    assert source_group(base.replace("e83b691", "0000000") + "a/README.md") != source_group(base + "a/README.md")
+    assert source_group("https://example.com/post#table-2") == "https://example.com/post"
+
+    # Five sources of 4 rows near 0 and one publication of 8 files near 1: held out together, the 8 rows
+    # meet a band built only from the other sources and all miss it; counted as 8 sources, each would
+    # be compared with a band that holds its 7 siblings.
+    rows = [Residual(line=index, family="tpu", kind="training", device="d", source=f"https://s{index // 4}.org",
+                     predicted=1.0, measured=1.0, orientation=TIME, residual=0.01 * (index % 4))
+            for index in range(20)]
+    rows += [replace(rows[0], line=100 + index, source=base + f"f{index}/README.md", residual=1.0 + 0.01 * index)
+             for index in range(8)]
+    coverage = heldout_coverage(rows, 0.8)[0]
+    assert coverage.banded == 28 and coverage.covered <= 20

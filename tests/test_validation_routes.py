@@ -98,3 +98,57 @@ def test_mlperf_server_runs_poisson_arrivals_at_the_rows_rate():
     row = validate_row(2, {**MLPERF, "input_len": "512", "output_len": "128",
                            "notes": "MLPerf Inference Server, target_qps 4 --num-prompts 200"})
     assert row.kind == "served" and "MLPerf Server at the row's rate: Poisson arrivals at 4/s" in row.how
+
+
+def test_rows_of_engines_built_without_the_custom_all_reduce_all_reduce_with_nccl():
+    """TensorRT-LLM's performance.md at 138f96d4 reproduces its tables with engines built without
+    --use_custom_all_reduce (and without fp8 attention): their tensor-parallel rows run NCCL's all-reduce (slower at
+    a short prompt's small messages than the custom kernels today's engine picks); a one-GPU row has no all-reduce
+    to route."""
+    from perfmodel.validation import LEGACY_TRTLLM_BUILD_SOURCES
+
+    row = _row(system="H100 SXM 80GB (TensorRT-LLM)", chips="4 (TP4)", workload="LLaMA-70B", batch="1",
+               input_len="128", output_len="1", metric="1st token latency (TTFT)", unit="ms")
+    engine = validate_row(2, row)
+    nccl = validate_row(3, {**row, "source": f"{LEGACY_TRTLLM_BUILD_SOURCES[0]} ('Low Latency' tables)"})
+    assert "NCCL all-reduce" in nccl.how and "NCCL" not in engine.how
+    assert "fp16 attention" in nccl.how and "attention" not in engine.how  # an FP8 row: no fp8 attention then
+    assert nccl.predicted > 1.1 * engine.predicted
+    one = {**row, "chips": "1 (TP1)", "workload": "LLaMA-7B", "precision": "FP16"}
+    assert validate_row(4, {**one, "source": LEGACY_TRTLLM_BUILD_SOURCES[0]}).predicted == validate_row(5, one).predicted
+
+
+KERNEL = {"group": "F", "system": "NVIDIA 8x H100", "chips": "8", "workload": "NCCL AllReduce in-place, 8 GB",
+          "precision": "-", "batch": "-", "input_len": "-", "output_len": "-", "metric": "bus bandwidth",
+          "value": "478.87", "unit": "GB/s", "source": "synthetic test row", "notes": ""}
+
+
+def test_an_nccl_tests_row_under_nvls_is_priced_as_nvls():
+    """nccl-tests under NCCL_ALGO=NVLS reduce in the NVSwitch: each GPU moves 1 + 1/p payloads instead of the
+    ring's 2 (p - 1) / p, so at 8 GB (bandwidth-bound) the bus bandwidth is 1.75 / 1.125 of the ring's."""
+    ring = validate_row(2, {**KERNEL})
+    nvls = validate_row(3, {**KERNEL, "system": "NVIDIA 8x H100 (NVLS)"})
+    assert "ring" in ring.how and "NVLS" in nvls.how
+    assert nvls.predicted / ring.predicted == pytest.approx(1.75 / 1.125, rel=0.02)
+
+
+def test_nvbandwidths_bidirectional_read_is_the_sum_of_both_directions():
+    row = {**KERNEL, "chips": "1", "metric": "bandwidth", "unit": "GB/s"}
+    one = validate_row(2, {**row, "workload": "nvbandwidth device_to_device_memcpy_read_sm (peer, NVLink)"})
+    both = validate_row(3, {**row, "workload": "nvbandwidth device_to_device_bidirectional_memcpy_read_sm"})
+    assert not one.skipped and not both.skipped
+    assert both.predicted == pytest.approx(2 * one.predicted) and "both directions" in both.how
+    # priced on the link with its achievable efficiency: below the 450 GB/s datasheet in one direction
+    assert one.predicted < 450
+
+
+def test_a_forced_all_reduce_algorithm_must_be_one_the_model_knows():
+    from perfmodel.errors import PerfmodelError
+    from perfmodel.hardware.loader import load_for_prediction
+    from perfmodel.roofline import evaluate
+    from perfmodel.workload.ir import Graph, Op
+
+    op = Op(name="ar", kind="collective", attrs={"collective": "all_reduce", "bytes": 1 << 20, "group_size": 8,
+                                                 "dtype": "bf16", "algorithm": "bogus"})
+    with pytest.raises(PerfmodelError, match="not an all-reduce algorithm"):
+        evaluate(Graph(name="g", ops=[op]), load_for_prediction("h100-sxm"), mode="graph")

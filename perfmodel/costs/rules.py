@@ -1077,12 +1077,13 @@ def _kernel_step_s(link: Link) -> float:
     return link.kernel_latency_s if link.kernel_latency_s is not None else (link.latency_s or 0.0)
 
 
-def _engine_all_reduce(link: Link, group: int, payload: Any, library: str | None = None
-                       ) -> tuple[Any, Any, KernelName]:
+def _engine_all_reduce(link: Link, group: int, payload: Any, library: str | None = None,
+                       algorithm: str | None = None) -> tuple[Any, Any, KernelName]:
     """(wire bytes per link, step latency, kernel class) of the all-reduce the link's engine runs
     (``costs.all_reduce``: its algorithm by payload and group size, from the engine's source), or the
-    one ``library`` (NCCL) runs when the op calls it directly."""
-    chosen = all_reduce.algorithms(link.all_reduce, group, payload, library)
+    one ``library`` (NCCL) runs when the op calls it directly, or ``algorithm`` where the op forces one
+    (nccl-tests under ``NCCL_ALGO=NVLS``)."""
+    chosen = algorithm if algorithm is not None else all_reduce.algorithms(link.all_reduce, group, payload, library)
     # NCCL's algorithms step at the link's latency (NCCL's), the engine's kernels at their measured one
     names = [chosen] if isinstance(chosen, str) else sorted(set(np.asarray(chosen).ravel().tolist()))
     per_link = links_in_use(link, "all_reduce", group)
@@ -1130,9 +1131,14 @@ def collective_cost(op: Op, context: CostContext) -> OpCost:
     latency = steps * (link.latency_s or 0.0)
     link_class: KernelName = None
     library = op.attrs.get("library")  # an op that calls NCCL itself (NCCL's own benchmark tables)
+    # an algorithm the run forced (NCCL_ALGO): priced as that algorithm whatever the engine's rule
+    algorithm = op.attrs.get("algorithm")
+    if algorithm is not None and (collective != "all_reduce" or algorithm not in all_reduce.TRAFFIC):
+        raise PerfmodelError(f"op {op.name!r}: algorithm {algorithm!r} is not an all-reduce algorithm "
+                             f"({', '.join(all_reduce.TRAFFIC)})")
     if collective == "all_reduce" and link.kind == "chip_to_chip" and group > 1:
-        if link.all_reduce not in (None, all_reduce.FASTEST) or library is not None:
-            wire_bytes, latency, link_class = _engine_all_reduce(link, group, payload, library)
+        if link.all_reduce not in (None, all_reduce.FASTEST) or library is not None or algorithm is not None:
+            wire_bytes, latency, link_class = _engine_all_reduce(link, group, payload, library, algorithm)
         elif link.topology in ONE_SHOT_TOPOLOGIES:
             wire_bytes, latency = _one_or_two_shot(link, group, payload, wire_bytes, latency)
     engine, peak_dtype = select_engine(context.hardware, "reduction", op.dtype)

@@ -25,6 +25,30 @@ from perfmodel.tracing import maximum, minimum, whole
 from perfmodel.workload.ir import Graph, Op, TensorSpec
 from perfmodel.workload.op_kinds import activation_flops_per_element
 
+#: Weight formats whose GEMMs quantize their bf16 input activations to the same format in a kernel before the
+#: GEMM (per-tensor fp8, W8A8): the engines' fp8 linear methods do, and the serving engines' GEMM tables time
+#: that kernel with the GEMM (``calibration.aiconfigurator.gemm_ops``). Block-scaled fp8 (``fp8_block``) is not
+#: here: its per-token-group quantization is priced inside its own kernel class (``costs.rules.BLOCK_FP8_MATMUL``).
+QUANTIZED_ACTIVATION_GEMMS = ("fp8",)
+#: The 16-bit dtype a quantized GEMM's input is read in and its output written in (the engines' fp8 GEMMs
+#: write bf16, as the tables' GEMM rows do).
+QUANTIZED_INPUT_CARRIER = "bf16"
+
+
+def quantize_activations_op(m, k, dtype: str, *, name: str = "quantize_activations", count: int = 1) -> Op:
+    """The quantization of a GEMM's ``m x k`` bf16 input to ``dtype`` (a format of
+    ``QUANTIZED_ACTIVATION_GEMMS``): one element-wise op reading bf16 and writing ``dtype``. The one
+    definition of this op: the GEMM rows of the engines' tables hold it (``calibration.aiconfigurator``) and
+    the LLM graphs emit it before each such GEMM (``stage_graph``). Where a fusing mode (``graph``) runs it
+    right after a norm or as a GEMM's epilogue (after the gated activation), ``costs.fusion`` folds it into that
+    kernel, as the engines do: TensorRT-LLM's residual + RMSNorm + fp8 quantization in one kernel
+    (``AllReduceFusionOp.RESIDUAL_RMS_NORM_QUANT_FP8``, tensorrt_llm/functional.py; TensorRT fuses the
+    QuantizeLayer of its older engines into the producer), vLLM's compiled RMSNorm/SiLU-and-mul + quant fusion
+    (vllm/compilation/fusion.py, activation_quant_fusion.py). Eager (``dynamic``) runs it as its own kernel."""
+    return Op(name=name, kind="elementwise", count=count,
+              inputs=(TensorSpec(shape=(m, k), dtype=QUANTIZED_INPUT_CARRIER),),
+              outputs=(TensorSpec(shape=(m, k), dtype=dtype),), attrs={"dtype": QUANTIZED_INPUT_CARRIER})
+
 
 @dataclass(frozen=True, kw_only=True)
 class Scenario:
@@ -40,6 +64,25 @@ class Scenario:
     activation_dtype: str = "bf16"
     # The routed experts' weights when stored apart (gpt-oss: MXFP4 experts, bf16 elsewhere); None: weight_dtype.
     expert_weight_dtype: str | None = None
+    # The dtype the attention kernels compute in and write; None: the activation dtype. An fp8 model whose engine
+    # has no fp8 attention kernel (TensorRT-LLM before --use_fp8_context_fmha) computes it in 16 bits, reading
+    # an fp8 KV cache, and its output projection then quantizes its input (``with_quantized_inputs``).
+    attention_dtype: str | None = None
+
+    @property
+    def quantizes_gemm_inputs(self) -> bool:
+        """Whether each GEMM quantizes its input in a kernel of its own (``quantize_activations_op``): weights
+        of a format in ``QUANTIZED_ACTIVATION_GEMMS`` with activations of that format (W8A8 fp8)."""
+        return self.weight_dtype in QUANTIZED_ACTIVATION_GEMMS and self.activation_dtype == self.weight_dtype
+
+    @property
+    def carried_dtype(self) -> str:
+        """The dtype activations travel in between the GEMMs: the activation dtype, but 16 bits where the GEMMs
+        quantize their inputs (``quantizes_gemm_inputs``). The engines' fp8 linear layers take bf16 in and write
+        bf16 out (TensorRT-LLM's ``FP8QDQLinear`` / ``Linear`` with ``QuantAlgo.FP8``, vLLM's ``Fp8LinearMethod``,
+        SGLang's ``Fp8LinearMethod``), so the residual stream, the norms, the activation function and the
+        all-reduces stay in bf16; only a GEMM's input is fp8."""
+        return QUANTIZED_INPUT_CARRIER if self.quantizes_gemm_inputs else self.activation_dtype
 
     @property
     def experts_scenario(self) -> Scenario:
@@ -89,7 +132,8 @@ def check(architecture: Architecture, scenario: Scenario, parallelism: Paralleli
     if total > architecture.max_positions:
         problems.append(f"prompt + generated = {total} tokens exceeds {architecture.name}'s "
                         f"{architecture.max_positions} positions (max_position_embeddings)")
-    for role in ("weight_dtype", "kv_dtype", "activation_dtype"):
+    roles = ("weight_dtype", "kv_dtype", "activation_dtype") + (("attention_dtype",) if scenario.attention_dtype else ())
+    for role in roles:
         if getattr(scenario, role) not in DTYPES:
             problems.append(f"{role} {getattr(scenario, role)!r} is unknown; allowed: {', '.join(DTYPES)}")
         elif role != "weight_dtype" and DTYPES[getattr(scenario, role)].block_scaled:
@@ -142,7 +186,8 @@ def _linear(name, tokens, k, n, scenario: Scenario, count, batch=1) -> Op:
     act, weight = scenario.activation_dtype, scenario.weight_dtype
     return Op(name=name, kind="matmul", count=count, provenance="aten.mm",
               inputs=(_t((tokens, k), act), _t((batch, k, n) if np.ndim(batch) or batch != 1 else (k, n), weight, "weight")),
-              outputs=(_t((tokens, n), act),), attrs={"m": tokens, "n": n, "k": k, "batch": batch, "dtype": act})
+              outputs=(_t((tokens, n), scenario.carried_dtype),),
+              attrs={"m": tokens, "n": n, "k": k, "batch": batch, "dtype": act})
 
 
 def _elementwise(name, tokens, width, dtype, count, inputs=1, flops_per_element=1, kind="elementwise", **attrs) -> Op:
@@ -202,7 +247,7 @@ def routed_expert_ops(routed, local_experts: int, hidden: int, width: int, scena
     per_expert = whole(maximum(np.ceil(routed / touched), 1))
     touched = whole(touched)
     return [_linear("layers.moe.experts.gate_up", per_expert, hidden, 2 * width, scenario, count, batch=touched),
-            _elementwise("layers.moe.experts.act", activation_rows, width, scenario.activation_dtype, count, inputs=2,
+            _elementwise("layers.moe.experts.act", activation_rows, width, scenario.carried_dtype, count, inputs=2,
                          flops_per_element=activation_flops_per_element(activation, gated=True)),
             _linear("layers.moe.experts.down", per_expert, width, hidden, scenario, count, batch=touched)]
 
@@ -269,7 +314,7 @@ class _Shape:
 
 
 def _dense_mlp(a: Architecture, s: Scenario, prefix: str, tokens, width: int, count: int) -> list[Op]:
-    act = s.activation_dtype
+    act = s.carried_dtype
     if a.gated_mlp:
         ops = [_linear(f"{prefix}.gate_up_proj", tokens, a.hidden, 2 * width, s, count),
                _elementwise(f"{prefix}.act", tokens, width, act, count, inputs=2,
@@ -286,7 +331,7 @@ def _sdpa(name: str, a: Architecture, s: Scenario, shape: _Shape, *, heads: int,
     """One flash attention kernel over ``count`` layers that see ``window`` keys (None: all). ``v_head_dim``
     and ``kv_shared`` (the values are the first ``v_head_dim`` elements of the cached keys: MLA's
     latent) default to per-head K and V of ``head_dim``."""
-    act, kv_role = s.activation_dtype, "activation" if shape.training else "kv_cache"
+    act, kv_role = s.attention_dtype or s.activation_dtype, "activation" if shape.training else "kv_cache"
     if shape.training and shape.context_shards > 1:  # each query sees half the sequence on average (causal, balanced)
         kv_tokens, causal = math.ceil(s.prompt_tokens / 2), False
     else:
@@ -330,7 +375,7 @@ def _attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, grou
            _linear("layers.attn.k_proj", tokens, a.hidden, kv_heads * a.head_dim, s, layers),
            _linear("layers.attn.v_proj", tokens, a.hidden, kv_heads * a.head_dim, s, layers)]
     if a.qk_norm:  # RMSNorm over each query and key head (Qwen3, Gemma 3)
-        ops.append(_elementwise("layers.attn.qk_norm", tokens, (heads + kv_heads) * a.head_dim, s.activation_dtype,
+        ops.append(_elementwise("layers.attn.qk_norm", tokens, (heads + kv_heads) * a.head_dim, s.carried_dtype,
                                 layers, kind="norm", norm="rms"))
     if shape.training and shape.context_shards > 1:  # K and V blocks travel the ring before the kernel uses them
         kv_bytes = 2 * shape.batch * kv_heads * s.prompt_tokens * a.head_dim * DTYPES[s.kv_dtype].bytes_per_element
@@ -338,7 +383,7 @@ def _attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape, grou
                                s.activation_dtype, layers))
     ops += _sdpa_ops(a, s, shape, groups, heads=heads, kv_heads=kv_heads, head_dim=a.head_dim)
     if a.attention_gate:  # output x sigmoid(gate), element by element
-        ops.append(_elementwise("layers.attn.output_gate", tokens, heads * a.head_dim, s.activation_dtype, layers,
+        ops.append(_elementwise("layers.attn.output_gate", tokens, heads * a.head_dim, s.carried_dtype, layers,
                                 inputs=2, flops_per_element=activation_flops_per_element("sigmoid", gated=True)))
     ops.append(_linear("layers.attn.o_proj", tokens, heads * a.head_dim, a.hidden, s, layers))
     return ops
@@ -390,7 +435,7 @@ def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape
     gdn = m.kind == "gated_delta_net"
     projected = 2 * key_width + 2 * value_width + (2 * heads if gdn else heads)
     conv_state = _t((shape.batch, channels, m.conv_kernel), s.kv_dtype, "kv_cache")
-    mixed = _t((tokens, channels), act)
+    mixed = _t((tokens, channels), s.carried_dtype)
     decode = shape.phase == "decode"
     conv = Op(name="layers.linear_attn.conv1d", kind="elementwise", count=layers, provenance="causal_conv1d",
               inputs=(mixed, conv_state) if decode else (mixed,), outputs=(mixed, conv_state),
@@ -421,7 +466,8 @@ def _recurrent_mixer(a: Architecture, s: Scenario, p: Parallelism, shape: _Shape
                     _bmm("layers.linear_attn.chunk_output", per_head, chunk, vd, chunk, act, layers),
                     _bmm("layers.linear_attn.chunk_states", per_head, kd, vd, chunk, act, layers, state_out=True),
                     _bmm("layers.linear_attn.chunk_state_read", per_head, chunk, vd, kd, act, layers)]
-    ops += [_elementwise("layers.linear_attn.gated_norm", tokens, value_width, act, layers, kind="norm", norm="rms"),
+    ops += [_elementwise("layers.linear_attn.gated_norm", tokens, value_width, s.carried_dtype, layers, kind="norm",
+                         norm="rms"),
             _linear("layers.linear_attn.out_proj", tokens, value_width, a.hidden, s, layers)]
     return ops
 
@@ -436,7 +482,7 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
     appendix C): queries become ``kv_lora_rank``-wide, the kernel is multi-query over the cached
     latent + rotary key (keys 576 wide for DeepSeek-V3, values its first 512: one read of the cache),
     and the output is projected back per head before ``o_proj``."""
-    m, act, tokens, layers = a.latent, s.activation_dtype, shape.tokens, groups.attention
+    m, tokens, layers = a.latent, shape.tokens, groups.attention
     assert m is not None
     heads = a.heads // p.tp
     ops = []
@@ -444,10 +490,12 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
         ops.append(_linear("layers.attn.q_proj", tokens, a.hidden, heads * m.qk_head_dim, s, layers))
     else:
         ops += [_linear("layers.attn.q_a_proj", tokens, a.hidden, m.q_lora_rank, s, layers),
-                _elementwise("layers.attn.q_a_norm", tokens, m.q_lora_rank, act, layers, kind="norm", norm="rms"),
+                _elementwise("layers.attn.q_a_norm", tokens, m.q_lora_rank, s.carried_dtype, layers, kind="norm",
+                             norm="rms"),
                 _linear("layers.attn.q_b_proj", tokens, m.q_lora_rank, heads * m.qk_head_dim, s, layers)]
     ops += [_linear("layers.attn.kv_a_proj", tokens, a.hidden, m.cached_width, s, layers),
-            _elementwise("layers.attn.kv_a_norm", tokens, m.kv_lora_rank, act, layers, kind="norm", norm="rms")]
+            _elementwise("layers.attn.kv_a_norm", tokens, m.kv_lora_rank, s.carried_dtype, layers, kind="norm",
+                         norm="rms")]
     if shape.phase == "decode":
         ops += [_linear("layers.attn.q_absorb", tokens, m.qk_nope_head_dim, m.kv_lora_rank, s, layers, batch=heads),
                 *_sdpa_ops(a, s, shape, groups, heads=heads, kv_heads=1, head_dim=m.cached_width,
@@ -464,7 +512,8 @@ def _latent_attention(a: Architecture, s: Scenario, p: Parallelism, shape: _Shap
 
 def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Parallelism, *, phase: str,
                 context, context_shards: int = 1, sequence_parallel: bool = False,
-                moe_capacity_factor: float | None = None, every_logit: bool = False) -> Graph:
+                moe_capacity_factor: float | None = None, every_logit: bool = False,
+                all_reduce_library: str | None = None) -> Graph:
     """One chip's pipeline stage for ``phase`` 'prefill' (the whole prompt), 'decode' (one new
     token per sequence attending to ``context`` tokens) or 'train' (the forward pass of a training
     step: ``prompt_tokens`` is the sequence length, logits and a cross-entropy loss for every token,
@@ -484,15 +533,21 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     grouped matmul); a factor prices MaxText's token-dropping implementation (``_dropping_moe``).
 
     ``every_logit`` (prefill): logits for every new token, not only each sequence's last (a
-    speculative verifier scoring its drafted tokens, ``serving.speculation``)."""
+    speculative verifier scoring its drafted tokens, ``serving.speculation``).
+
+    ``all_reduce_library`` (``costs.all_reduce.LIBRARIES``): the tensor-parallel all-reduces call that library
+    at every size instead of the engine's own choice (an engine built to use NCCL, as TensorRT-LLM's engines
+    were without ``--use_custom_all_reduce``)."""
     a, s, p = architecture, scenario, parallelism
+    reduce_with = {"library": all_reduce_library} if all_reduce_library else {}
     training = phase == "train"
     batch = np.asarray(s.batch) if np.ndim(s.batch) else int(s.batch)
     seq = s.prompt_tokens // context_shards if training else s.prompt_tokens if phase == "prefill" else 1
     tokens = batch * seq
     groups = layer_groups(a, p.pp)
     layers = groups.layers
-    act, act_bytes = s.activation_dtype, DTYPES[s.activation_dtype].bytes_per_element
+    act = s.carried_dtype  # (the GEMMs read their inputs in the activation dtype: _linear, with_quantized_inputs)
+    act_bytes = DTYPES[act].bytes_per_element
     hidden = a.hidden
     residual_bytes = tokens * hidden * act_bytes
     sharded = training and sequence_parallel and p.tp > 1
@@ -514,7 +569,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         ops.append(_collective("layers.attn.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act,
                                groups.mixing))
     elif p.tp > 1:
-        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing))
+        ops.append(_collective("layers.attn.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mixing,
+                               **reduce_with))
     ops.append(_elementwise("layers.attn.residual", rows_per_chip, hidden, act, groups.mixing, inputs=2))
     # A parallel block with one norm (GPT-J, PaLM, MaxText's 2023 synthetic models: y = x + Attention(LN(x)) +
     # MLP(LN(x))) feeds the MLP the attention's normalized, gathered input: no second norm, no second all-gather.
@@ -550,7 +606,8 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if sharded:
         ops.append(_collective("layers.mlp.reduce_scatter", "reduce_scatter", residual_bytes, p.tp, act, groups.mlps))
     elif p.tp > 1:
-        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mlps))
+        ops.append(_collective("layers.mlp.all_reduce", "all_reduce", residual_bytes, p.tp, act, groups.mlps,
+                               **reduce_with))
     rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
     ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, groups.mlps, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
@@ -558,13 +615,50 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if training:  # softmax cross-entropy over the vocabulary shard (fused kernels upcast inside)
         ops.append(_elementwise("loss", rows, a.vocab // p.tp, act, 1, kind="softmax"))
     ops = [op for op in ops if op.count]  # (a stage of Nemotron-H blocks may lack every mixer or every MLP)
+    if s.quantizes_gemm_inputs:
+        ops = with_quantized_inputs(ops, s.carried_dtype)
     names = [op.name for op in ops]
     # ``check`` validated the architecture, scenario and parallelism these ops are built from.
     return Graph.prechecked(f"{a.name}.{phase}", ops, list(zip(names, names[1:], strict=False)))
 
 
+def _quantized_gemm(op: Op, carried: str) -> bool:
+    """Whether ``op`` is a GEMM of weights in a ``QUANTIZED_ACTIVATION_GEMMS`` format reading an input in
+    another dtype than the graph carries (its input is quantized for it)."""
+    return (op.kind == "matmul" and any(t.role == "weight" and t.dtype in QUANTIZED_ACTIVATION_GEMMS
+                                        for t in op.inputs) and op.inputs[0].dtype != carried)
+
+
+#: GEMMs that read the input of the GEMM listed just before them (the projections the engines run as one fused
+#: GEMM behind one quantization: QKV, and MLA's q_a / kv_a down-projections of the same hidden states).
+SHARED_INPUT = {"layers.attn.k_proj": ("layers.attn.q_proj",), "layers.attn.v_proj": ("layers.attn.k_proj",),
+                "layers.attn.kv_a_proj": ("layers.attn.q_a_proj", "layers.attn.q_proj")}
+
+
+def with_quantized_inputs(ops: list[Op], carried: str) -> list[Op]:
+    """``ops`` with the quantization of each quantized GEMM's input (``quantize_activations_op``) before the
+    GEMM: one per input tensor, so projections that read the same input one after the other (``SHARED_INPUT``:
+    q, k and v, which TensorRT-LLM, vLLM and SGLang run as one fused QKV GEMM) share the first's quantization;
+    the names say which, not the shapes (a batch-1 router and its experts' rows have the same shape, not the
+    same tensor); none where the op before already writes the GEMM's input dtype (an fp8 attention kernel
+    writes fp8 for the output projection: TensorRT-LLM's FP8 context FMHA and XQA kernels with an fp8 KV cache)."""
+    out: list[Op] = []
+    for op in ops:
+        if _quantized_gemm(op, carried):
+            before = out[-1] if out else None
+            shared = before is not None and before.name in SHARED_INPUT.get(op.name, ())
+            written = before is not None and before.kind != "matmul" and \
+                any(t.dtype == op.inputs[0].dtype for t in before.outputs)
+            if not shared and not written:
+                rows, width = op.inputs[0].shape
+                out.append(quantize_activations_op(rows, width, op.inputs[0].dtype, name=f"{op.name}.quantize_input",
+                                                   count=op.count))
+        out.append(op)
+    return out
+
+
 def pipeline_send(scenario: Scenario, architecture: Architecture, phase: str) -> Op:
     """The activations one stage hands to the next."""
     tokens = np.asarray(scenario.batch) * (scenario.prompt_tokens if phase == "prefill" else 1)
-    payload = tokens * architecture.hidden * DTYPES[scenario.activation_dtype].bytes_per_element
-    return _collective("pipeline.send", "send", payload, 2, scenario.activation_dtype, 1)
+    payload = tokens * architecture.hidden * DTYPES[scenario.carried_dtype].bytes_per_element
+    return _collective("pipeline.send", "send", payload, 2, scenario.carried_dtype, 1)

@@ -289,7 +289,7 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
     if len(values) < 3:
         return None
     key = (id(architecture), id(hardware), parallelism, execution, scenario.weight_dtype, scenario.kv_dtype,
-           scenario.activation_dtype, scenario.expert_weight_dtype)
+           scenario.activation_dtype, scenario.expert_weight_dtype, scenario.attention_dtype)
     numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
     result = _REPLAYS(key, (architecture, hardware), numbers, values)
     return None if result is None else _named_bounds(result, scenario=scenario)

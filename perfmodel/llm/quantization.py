@@ -13,12 +13,13 @@ weights are stored in ``torch_dtype``, or ``dtype`` in newer configs). The forma
 * ``quant_method: mxfp4``: gpt-oss's layout, the routed experts in MXFP4 and the rest (attention, router,
   embedding, head: its ``modules_to_not_convert``) in the 16-bit type.
 
-Activations: a W8A8 checkpoint (fp8, fp8_block) is priced with fp8 activations throughout, as the
-validation's FP8 rows are (``perfmodel.validation``): the engines quantize only each GEMM's input and keep
-the rest in 16 bits, which ``Scenario`` does not separate yet (attention and collectives are then priced
-on fp8 activations). The KV cache stays in the 16-bit type the checkpoint's config names (the engines'
-``kv_cache_dtype`` default, ``auto``). Any other ``quant_method`` or block shape is refused: perfmodel
-does not guess a format.
+Activations: the engines quantize only each GEMM's input and keep the rest in 16 bits. A per-tensor fp8
+checkpoint's graphs do so (``Scenario.carried_dtype``: bf16 between the GEMMs, and the quantization op before
+each GEMM, ``graphs.quantize_activations_op``; the attention kernels run in fp8 and write fp8); a block-scaled
+one (fp8_block) is still priced with fp8 activations throughout (norms, residuals and collectives on fp8
+bytes), its per-token-group quantization inside its GEMM class. The KV cache stays in the 16-bit type the
+checkpoint's config names (the engines' ``kv_cache_dtype`` default, ``auto``). Any other ``quant_method``
+or block shape is refused: perfmodel does not guess a format.
 """
 
 from __future__ import annotations
