@@ -126,3 +126,22 @@ def test_speculative_and_spatial_steps_stay_two_passes():
     for server in (speculative, spatial):
         costs = server.costs
         assert costs.mixed_s(100, 50.0, 4, 700.0) == two_passes(costs, 100, 50.0, 4, 700.0)
+
+
+def test_an_engine_that_runs_prefill_and_decode_apart_pays_both_passes(llama):
+    """SGLang runs a prefill batch and a decode batch as separate passes unless --enable-mixed-chunk (off by
+    default): its overlays say so (``fuses_mixed``), and a mixed step then costs the two passes."""
+    from calibration.engine_overlays import engine_step_overrides
+
+    written = {engine: engine_step_overrides(engine)[0]["modes"]["graph"]["engine_step"]
+               for engine in ("sglang", "vllm", "trtllm")}
+    assert written["sglang"]["fuses_mixed"] is False
+    assert "fuses_mixed" not in written["vllm"] and "fuses_mixed" not in written["trtllm"]  # (default: fused)
+    hardware = llama.hardware
+    modes = dict(hardware.scheduling.modes)
+    modes["graph"] = replace(modes["graph"], engine_step=replace(modes["graph"].engine_step, fuses_mixed=False))
+    apart = Server(llama.architecture, replace(hardware, scheduling=replace(hardware.scheduling, modes=modes)),
+                   config=llama.config, max_context=4096).costs
+    fused = llama.costs
+    assert apart.mixed_s(64, 500.0, 32, 2000.0) == two_passes(fused, 64, 500.0, 32, 2000.0)
+    assert fused.mixed_s(64, 500.0, 32, 2000.0) < 0.8 * apart.mixed_s(64, 500.0, 32, 2000.0)

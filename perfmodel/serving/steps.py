@@ -28,9 +28,12 @@
   above (the prefill grid's token-wise rows interpolated at ``m``, its attention rows bilinearly at
   the chunk's point, the decode grid's attention rows at the batch's point, its head rows at the
   batch + 1): exactly the evaluation of the fused graph (``mixed_graph``) at grid points.
-  Kept as two passes (``prefill_s + decode_s``, each reading the weights): speculative decoding (its
-  decode step is a per-token expected value, not one pass) and spatial dataflow modes (a layer
-  pipeline's regions are sized to the whole graph, so its rows do not add up across graphs).
+  Kept as two passes (``prefill_s + decode_s``, each reading the weights): an engine that runs prefill
+  and decode as separate passes (``EngineStep.fuses_mixed`` false: SGLang, whose ``--enable-mixed-chunk``
+  is off by default), speculative decoding (its decode step is a per-token expected value, not one
+  pass) and spatial dataflow modes (a layer pipeline's regions are sized to the whole graph, so its
+  rows do not add up across graphs). Disaggregated prefill workers never mix (every request leaves
+  at its first token); decode workers mix only to recompute a preempted request.
 * Engine host work (``step_s``): a step's device time (prefill, decode or mixed above) combined with the serving
   engine's host work per step, ``host_fixed + host_per_sequence x sequences`` (the spec mode's
   ``EngineStep``, from the per-engine overlays): the longer of the two where the engine overlaps them
@@ -283,7 +286,7 @@ class StepCosts:
         # estimate's (no token grid up to the budget).
         self._mixed: tuple[list[float], list[float], np.ndarray, list[list[float]]] | None = None
         if decode_graph is not None and decode_stage is not None and prompt_points is None \
-                and not execution_model(self.mode).spatial:
+                and not execution_model(self.mode).spatial and (engine_step is None or engine_step.fuses_mixed):
             prefill_kind, decode_kind = per_kind(graph, decode_graph), per_kind(decode_graph, graph)
             tokenwise = ~(prefill_kind | head_ops(graph))
             # The token-wise rows through the pipeline (the stages' program launches and the sends of the
