@@ -16,10 +16,10 @@ Each scheduler step (``Server.simulate``):
    ``mixed_s`` (``steps.StepCosts``): one fused forward pass over all the step's tokens, as vLLM V1,
    TensorRT-LLM's in-flight batching and vLLM on TPU run it (the token-wise layers and their weight
    reads once over prefill tokens + decoding sequences, the attention per kind of request; SGLang's
-   default separate passes, speculative decoding and spatial modes keep two: ``steps``' docstring). The step takes that combined with
-   the serving engine's host work for the sequences it runs (``StepCosts.step_s``: the longer of the two
-   when the engine overlaps them and a step ran just before, the sum otherwise; the device time alone
-   where the spec's mode has no engine step).
+   default separate passes, speculative decoding and spatial modes keep two: ``steps``' docstring). The
+   step takes that combined with the serving engine's host work for the sequences it runs
+   (``StepCosts.step_s``: the longer of the two when the engine overlaps them and a step ran just
+   before, the sum otherwise; the device time alone where the spec's mode has no engine step).
    **Assumption:** several sequences' chunks in one step are priced as one chunk of their total length
    (``steps``); an engine that runs them as separate passes (SGLang by default) is charged them in one
    step, as if the decoding sequences waited for the prefill pass and then decoded.

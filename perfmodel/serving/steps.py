@@ -27,15 +27,17 @@
   (each decoding sequence and the chunks' sequence). Each part is a sum of rows of the evaluations
   above (the prefill grid's token-wise rows interpolated at ``m``, its attention rows bilinearly at
   the chunk's point, the decode grid's attention rows at the batch's point, its head rows at the
-  batch + 1): exactly the evaluation of the fused graph (``mixed_graph``) at grid points.
+  batch + 1): exactly the evaluation of the fused graph (``mixed_graph``) at grid points, except
+  where a point-wise op fuses into the kernel beside it across the two kinds' ops (a hybrid's conv
+  after its projection, a gated attention's output gate: within 1% for Qwen3-Next, tested).
   Kept as two passes (``prefill_s + decode_s``, each reading the weights): an engine that runs prefill
   and decode as separate passes (``EngineStep.fuses_mixed`` false: SGLang, whose ``--enable-mixed-chunk``
   is off by default), speculative decoding (its decode step is a per-token expected value, not one
   pass) and spatial dataflow modes (a layer pipeline's regions are sized to the whole graph, so its
   rows do not add up across graphs). Disaggregated prefill workers never mix (every request leaves
   at its first token); decode workers mix only to recompute a preempted request.
-* Engine host work (``step_s``): a step's device time (prefill, decode or mixed above) combined with the serving
-  engine's host work per step, ``host_fixed + host_per_sequence x sequences`` (the spec mode's
+* Engine host work (``step_s``): a step's device time (prefill, decode or mixed above) combined with the
+  serving engine's host work per step, ``host_fixed + host_per_sequence x sequences`` (the spec mode's
   ``EngineStep``, from the per-engine overlays): the longer of the two where the engine overlaps them
   and a step ran just before, their sum otherwise. Modes without an engine step (eager, the datasheet
   specs) charge the device time alone.
