@@ -286,7 +286,7 @@ class StepCosts:
         # The parts of a fused mixed step (module docstring), from the rows of the two evaluations above;
         # None where the step stays two passes (speculation, spatial modes) or the grids are a quick
         # estimate's (no token grid up to the budget).
-        self._mixed: tuple[list[float], list[float], np.ndarray, list[list[float]]] | None = None
+        self._mixed: tuple[np.ndarray, list[float], np.ndarray, list[list[float]]] | None = None
         if decode_graph is not None and decode_stage is not None and prompt_points is None \
                 and not execution_model(self.mode).spatial and (engine_step is None or engine_step.fuses_mixed):
             prefill_kind, decode_kind = per_kind(graph, decode_graph), per_kind(decode_graph, graph)
@@ -302,7 +302,7 @@ class StepCosts:
             decode_rows = p.pp * np.broadcast_to(_rows(decode_stage, decode_kind), grid_batch.shape).reshape(shape)
             logits = p.pp * np.broadcast_to(_rows(decode_stage, head_ops(decode_graph)), grid_batch.shape).reshape(
                 shape)[:, 0]
-            self._mixed = (token_row.astype(float).tolist(), logits.astype(float).tolist(), np.array(chunk, dtype=float),
+            self._mixed = (np.array(token_row, dtype=float), logits.astype(float).tolist(), np.array(chunk, dtype=float),
                            np.array(decode_rows, dtype=float).tolist())
 
     def _speculative_step(self, a: Architecture, hardware: Hardware, decode_scenario: Scenario,
