@@ -53,6 +53,7 @@ class EngineStepEvidence:
     host_per_sequence_s: float
     overlap: bool
     source: dict[str, str]
+    fuses_mixed: bool = True  # prefill chunks and decode tokens in one forward pass (written only when False)
 
 
 # Per engine, not per GPU: the host work is the engine's Python loop on the host CPU (the hosts behind the
@@ -97,7 +98,11 @@ ENGINE_STEPS = {
                  "running (the KV cache: 80 GB x 0.88 - 16 GB of weights ~ 54 GB at 128 KiB a token ~ 410k tokens, "
                  "about 1.5k tokens a request mid-run) that is (2.70 - 0.74) ms / 250 = 7.8 us. overlap: the "
                  "zero-overhead (overlap) scheduler is the default since v0.4 "
-                 "(https://lmsys.org/blog/2024-12-04-sglang-v0-4/; --disable-overlap-schedule turns it off)")}),
+                 "(https://lmsys.org/blog/2024-12-04-sglang-v0-4/; --disable-overlap-schedule turns it off). "
+                 "fuses_mixed false: SGLang runs a prefill batch and a decode batch as separate forward passes "
+                 "unless --enable-mixed-chunk is set, which is off by default (ServerArgs.enable_mixed_chunk = False, "
+                 "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py)")},
+        fuses_mixed=False),
 }
 
 
@@ -110,7 +115,7 @@ def engine_step_overrides(engine: str) -> tuple[dict, dict]:
     step = ENGINE_STEPS[engine]
     graph = {"engine_step": {"host_fixed": format_quantity(step.host_fixed_s, "seconds", digits=4),
                              "host_per_sequence": format_quantity(step.host_per_sequence_s, "seconds", digits=4),
-                             "overlap": step.overlap},
+                             "overlap": step.overlap, **({} if step.fuses_mixed else {"fuses_mixed": False})},
              "field_sources": {"engine_step": "engine-step"}}
     return ({"default_mode": "graph", "modes": {"graph": graph}},
             {"engine-cuda-graphs": ENGINE_GRAPHS_SOURCE, "engine-step": step.source})

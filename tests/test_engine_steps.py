@@ -71,7 +71,8 @@ def test_an_overlay_written_with_the_engine_step_loads_it_into_the_graph_mode_on
     step = hardware.scheduling.modes["graph"].engine_step
     evidence = ENGINE_STEPS["sglang"]
     assert step == EngineStep(host_fixed_s=pytest.approx(evidence.host_fixed_s),
-                              host_per_sequence_s=pytest.approx(evidence.host_per_sequence_s), overlap=True)
+                              host_per_sequence_s=pytest.approx(evidence.host_per_sequence_s), overlap=True,
+                              fuses_mixed=False)  # SGLang's prefill and decode passes stay separate by default
     assert hardware.scheduling.modes["dynamic"].engine_step is None
     assert hardware.scheduling.modes["graph"].program_launch_s == load_hardware("h100-sxm").scheduling.modes[
         "graph"].program_launch_s  # merged over the datasheet's graph mode, not in place of it

@@ -116,6 +116,8 @@ def _show(args) -> int:
             add(f"{prefix}.host_fixed", f"{format_quantity(step.host_fixed_s, 'seconds')} a step "
                                         f"({'overlapped with' if step.overlap else 'added to'} the device's step)")
             add(f"{prefix}.host_per_sequence", f"{format_quantity(step.host_per_sequence_s, 'seconds')} a sequence")
+            add(f"{prefix}.fuses_mixed", "prefill chunks and decode tokens in one pass" if step.fuses_mixed
+                else "prefill and decode in separate passes")
     add("power.tdp", format_quantity(hardware.power.tdp_watts, "watts"))
     print(format_table(["field", "value", "source"], rows))
     print("\nsources:")

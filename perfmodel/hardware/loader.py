@@ -664,7 +664,8 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
         _collect_field_sources(f"scheduling.modes.{name}", mode, field_sources)
         step = mode.engine_step
         engine_step = None if step is None else model.EngineStep(
-            host_fixed_s=step.host_fixed, host_per_sequence_s=step.host_per_sequence, overlap=step.overlap)
+            host_fixed_s=step.host_fixed, host_per_sequence_s=step.host_per_sequence, overlap=step.overlap,
+            fuses_mixed=step.fuses_mixed)
         modes[name] = model.ExecutionMode(
             name=name, host_overlap=mode.host_overlap, library_dispatch_s=dict(mode.library_dispatch),
             engine_step=engine_step,

@@ -214,11 +214,16 @@ class EngineStep:
     ``overlap``: the engine prepares step n+1 on the host while the device runs step n (vLLM's async
     scheduling, SGLang's overlap scheduler, TensorRT-LLM's overlap scheduler), so a step takes the longer
     of the two; without it the host work and the device work add up. A step that starts from an idle
-    engine has no device work to hide its host work behind: it pays both (``pipelined=False``)."""
+    engine has no device work to hide its host work behind: it pays both (``pipelined=False``).
+
+    ``fuses_mixed``: the engine runs a step's prefill chunks and decoding sequences as one forward pass over
+    all their tokens (vLLM V1, TensorRT-LLM's in-flight batching); False: as separate prefill and decode
+    passes (SGLang unless ``--enable-mixed-chunk``), each reading the weights (``serving.steps``)."""
 
     host_fixed_s: float
     host_per_sequence_s: float
     overlap: bool
+    fuses_mixed: bool = True
 
     def host_s(self, sequences: int) -> float:
         return self.host_fixed_s + self.host_per_sequence_s * sequences

@@ -310,6 +310,7 @@ class EngineStepSpec(Strict):
     host_fixed: Overhead
     host_per_sequence: Overhead
     overlap: bool
+    fuses_mixed: bool = True  # prefill chunks and decode tokens in one forward pass (``EngineStep``)
 
 
 class ModeSpec(Sourced):

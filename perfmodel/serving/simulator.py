@@ -12,12 +12,17 @@ Each scheduler step (``Server.simulate``):
 2. If nothing was preempted, waiting requests are admitted first come, first served while the batch
    is below ``max_batch``, the token budget lasts and the KV cache has blocks for their first chunk.
 3. The step's device work takes ``prefill_s(prefill tokens in the step, their token-weighted tokens already
-   in the cache) + decode_s(decoding sequences, their mean context)`` (``steps.StepCosts``); the step
-   takes that combined with the serving engine's host work for the sequences it runs (``StepCosts.step_s``:
-   the longer of the two when the engine overlaps them and a step ran just before, the sum otherwise; the
-   device time alone where the spec's mode has no engine step).
-   **Assumption:** a mixed step costs its prefill chunk plus its decode batch, as two passes (the
-   weights are read twice; a fused engine reads them once, so mixed steps are priced conservatively).
+   in the cache)``, ``decode_s(decoding sequences, their mean context)``, or for both at once
+   ``mixed_s`` (``steps.StepCosts``): one fused forward pass over all the step's tokens, as vLLM V1,
+   TensorRT-LLM's in-flight batching and vLLM on TPU run it (the token-wise layers and their weight
+   reads once over prefill tokens + decoding sequences, the attention per kind of request; SGLang's
+   default separate passes, speculative decoding and spatial modes keep two: ``steps``' docstring). The
+   step takes that combined with the serving engine's host work for the sequences it runs
+   (``StepCosts.step_s``: the longer of the two when the engine overlaps them and a step ran just
+   before, the sum otherwise; the device time alone where the spec's mode has no engine step).
+   **Assumption:** several sequences' chunks in one step are priced as one chunk of their total length
+   (``steps``); an engine that runs them as separate passes (SGLang by default) is charged them in one
+   step, as if the decoding sequences waited for the prefill pass and then decoded.
    A sequence emits a token at the end of the step that processes its last known token (the
    prefill's last chunk yields the first token).
 
@@ -549,8 +554,8 @@ class Server:
             peak = max(peak, total_blocks - free)
             # the chunks' tokens already in the cache, weighted by each chunk's tokens
             earlier = earlier_sum / prefill_tokens if prefill_tokens else 0.0
-            device = costs.prefill_s(prefill_tokens, earlier) + (
-                costs.decode_s(decoding, (decoded + decoding) / decoding) if decoding else 0.0)
+            device = costs.mixed_s(prefill_tokens, earlier, decoding, (decoded + decoding) / decoding) if decoding \
+                else costs.prefill_s(prefill_tokens, earlier)
             step = costs.step_s(device, int(np.count_nonzero(need)), pipelined=pipelined)
             pipelined = True
             area += (batch.size + len(waiting)) * step
