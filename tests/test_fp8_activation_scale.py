@@ -86,3 +86,60 @@ def test_the_fit_recovers_the_per_block_cost_from_the_rows():
     fitted = {name: value for name, (value, _) in result.params.items()}
     assert fitted["latency:reduction@unit"] == pytest.approx(0.9e-6, rel=0.15)
     assert result.median_abs_error < 0.03
+
+
+def test_cutlass_scaled_mm_libraries_run_k_whole():
+    """vLLM's and SGLang's fp8 GEMMs (CUTLASS, data-parallel tile schedulers) never split k: a skinny product
+    with a long k runs on its few output tiles' CTAs, where cuBLAS's (bf16) and TensorRT-LLM's fp8 split it."""
+    from perfmodel.costs.rules import unsplit_only
+
+    assert gemm_ops(8, 64, 65536, "fp8", "vllm")[-1].attrs["split_k"] is False
+    assert gemm_ops(8, 64, 65536, "fp8", "sglang")[-1].attrs["split_k"] is False
+    assert "split_k" not in gemm_ops(8, 64, 65536, "fp8", "trtllm")[-1].attrs
+    assert "split_k" not in gemm_ops(8, 64, 65536, "bf16", "vllm")[-1].attrs
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    engine = hardware.compute["tensor_cores"]
+    assert all(not kernel.split_k for kernel in unsplit_only(engine.kernel_candidates))
+    whole, split = (evaluate(Graph(name="g", ops=[gemm_ops(8, 64, 65536, "fp8", engine_name)[-1]]), hardware,
+                             mode="graph").ops[0] for engine_name in ("vllm", "trtllm"))
+    # one CTA runs the 65536-deep loop alone where the split spreads it over the SMs
+    assert whole.compute_s > 5 * split.compute_s
+    short = [evaluate(Graph(name="g", ops=[gemm_ops(8, 64, 256, "fp8", e)[-1]]), hardware, mode="graph").ops[0]
+             for e in ("vllm", "trtllm")]
+    assert short[0].total_s == pytest.approx(short[1].total_s)   # a short k is not split either way
+
+
+def test_a_narrower_operand_steps_deeper_in_k():
+    """A stage holds the same bytes of k: fp8 tiles are twice bf16's depth, fp4 four times; wider operands keep
+    the declared depth. The k-loop's step floor (``k_step_flops``) is then paid half as often for fp8."""
+    import dataclasses
+
+    from perfmodel.costs.rules import k_tile_scale
+
+    assert (k_tile_scale(2.0), k_tile_scale(1.0), k_tile_scale(0.5), k_tile_scale(4.0)) == (1.0, 2.0, 4.0, 1.0)
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    stepped = dataclasses.replace(hardware, compute={
+        name: dataclasses.replace(engine, k_step_s=100e-9) if engine.kind == "matrix" else engine
+        for name, engine in hardware.compute.items()})
+    fp8, bf16 = (evaluate(Graph(name="g", ops=[gemm_ops(8, 64, 65536, dtype, "vllm")[-1]]), stepped,
+                          mode="graph").ops[0] for dtype in ("fp8", "bf16"))
+    # one tile, unsplit: 512 steps of 128 (fp8) at the 100 ns floor
+    assert fp8.compute_s == pytest.approx(512 * 100e-9, rel=0.02)
+    assert bf16.total_s < fp8.total_s   # bf16 splits its 1024 steps over the SMs
+
+
+@pytest.mark.parametrize("shape", [(1, 4096, 4096), (8, 64, 65536), (3000, 7168, 2048), (129, 33, 100)])
+def test_scalar_and_array_kernel_selection_agree_for_narrow_operands(shape):
+    import numpy as np
+
+    from perfmodel.costs.rules import select_kernel
+
+    m, n, k = shape
+    hardware = load_hardware("h100-sxm")
+    engine = hardware.compute["tensor_cores"]
+    context = CostContext(hardware=hardware)
+    for op in (gemm_ops(m, n, k, "fp8", "vllm")[-1], gemm_ops(m, n, k, "fp8", "trtllm")[-1]):
+        scalar = select_kernel(op, context, engine, "fp8", m, n, k, 1, (1, 1, 2))
+        array = select_kernel(op, context, engine, "fp8", np.array([m]), n, k, 1, (1, 1, 2))
+        assert scalar[2] == array[2][0]
+        assert scalar[0] == pytest.approx(array[0][0], rel=1e-12)
