@@ -239,28 +239,15 @@ def _record(source: Table, name: str, op_class: str, latency_ms: float, op: Op |
         source_row=int(row), clock="device", workload_json=dumps(Graph(name=name, ops=list(ops)), "json"))
 
 
-#: GEMM rows whose product a library times that never splits k (``costs.rules.unsplit_only``): (engine, gemm
-#: dtype) -> the kernel. vLLM's per-tensor fp8 linear runs CUTLASS's ``cutlass_scaled_mm`` (the table's
-#: ``kernel_source``: ``CutlassFP8ScaledMMLinearKernel``) and SGLang's collector calls sgl-kernel's
-#: ``fp8_scaled_mm``; both build their CUTLASS 3 kernels with data-parallel tile schedulers. TensorRT-LLM's fp8
-#: and every engine's bf16 (cuBLAS) split k.
-UNSPLIT_GEMMS = {
-    ("vllm", "fp8"): "https://github.com/vllm-project/vllm/blob/main/csrc/quantization/w8a8/cutlass/c3x/scaled_mm.cuh "
-                     "(GemmUniversal<..., cutlass::gemm::PersistentScheduler>; sm100: void)",
-    ("sglang", "fp8"): "https://github.com/sgl-project/sglang/blob/main/sgl-kernel/csrc/gemm/fp8_gemm_kernel.cu "
-                       "(sm90_fp8_dispatch_shape: PersistentScheduler or void; sm100: TileSchedulerType = void)"}
-
-
-def gemm_op(m: int, n: int, k: int, dtype: str, engine: str = "") -> Op:
+def gemm_op(m: int, n: int, k: int, dtype: str) -> Op:
     """An ``m x k`` by ``k x n`` product of ``dtype`` weights; quantized GEMMs write bf16 (the engines'
-    scaled GEMMs do). ``engine``'s library runs k whole where ``UNSPLIT_GEMMS`` says so."""
+    scaled GEMMs do)."""
     activations = GEMM_ACTIVATIONS.get(dtype, dtype)
     output = "bf16" if dtype in ("fp8", *GEMM_ACTIVATIONS) else dtype
     weight = TensorSpec(shape=(k, n), dtype=dtype, role="weight")
-    unsplit = {"split_k": False} if (engine, dtype) in UNSPLIT_GEMMS else {}
     return Op(name="gemm", kind="matmul", inputs=(TensorSpec(shape=(m, k), dtype=activations), weight),
               outputs=(TensorSpec(shape=(m, n), dtype=output),),
-              attrs={"m": m, "n": n, "k": k, "dtype": activations, **unsplit})
+              attrs={"m": m, "n": n, "k": k, "dtype": activations})
 
 
 #: GEMM dtypes whose rows time the activations' quantization too: the collectors call the engine's own
@@ -292,7 +279,7 @@ def gemm_ops(m: int, n: int, k: int, dtype: str, engine: str = "") -> tuple[Op, 
     bf16 activations (an element-wise kernel over m x k) where ``QUANTIZED_ACTIVATION_GEMMS`` says so, and
     before that the reduction of the activations to their one scale, one block a row, where
     ``ATOMIC_SCALE_GEMMS`` says so (``costs.rules.reduction_cost``)."""
-    gemm = gemm_op(m, n, k, dtype, engine)
+    gemm = gemm_op(m, n, k, dtype)
     if dtype not in QUANTIZED_ACTIVATION_GEMMS:
         return (gemm,)
     activations = TensorSpec(shape=(m, k), dtype="bf16")

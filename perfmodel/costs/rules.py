@@ -566,8 +566,6 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
         native = candidates[0] if candidates else None
         return executed_matmul_flops(engine, m, n, k, batch, native), traffic, native.name if native else None
     candidates = with_unsplit_variants(candidates)
-    if op.attrs.get("split_k") is False:  # a library whose kernels never split k (``unsplit_only``)
-        candidates = unsplit_only(candidates)
     # Sweep points come from the op's dimensions and from array-valued spec fields (bandwidth, peak).
     inner_level = hardware.memory[0]
     shape = np.broadcast_shapes(*(np.shape(value) for value in (m, n, k, batch, traffic[0], side_compute_s,
@@ -583,7 +581,6 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
         return floats(values).reshape(column)
 
     tile_m, tile_n, tile_k = (per_kernel([getattr(kernel, dim) for kernel in candidates]) for dim in "mnk")
-    tile_k = tile_k * k_tile_scale(bytes_per_element[0])
     splits = np.asarray([kernel.split_k for kernel in candidates]).reshape(column)
     parameters = context.pricing
     kind = pricing_kind(op)
@@ -612,30 +609,6 @@ def with_unsplit_variants(candidates: Sequence[KernelShape]) -> tuple[KernelShap
     (``split_reduction_flops``), so for a short k the unsplit kernel is the faster (cuBLAS's heuristics
     split only long k loops: NVIDIA's H100 tables time a single output tile rising with k up to k ~ 3k)."""
     return tuple(candidates) + tuple(replace(kernel, split_k=False) for kernel in candidates if kernel.split_k)
-
-
-# The operand width the declared CTA tiles' k depth is given for (``ComputeEngine.kernels``: bf16 / fp16).
-TILE_K_OPERAND_BYTES = 2.0
-
-
-def k_tile_scale(a_bytes: float) -> float:
-    """How many times the declared tile's k depth a CTA takes in one k-loop step with ``a_bytes`` operands: a
-    stage holds the same bytes of k (Hopper's and Blackwell's TMA loads rows of 128 bytes, the 128-byte swizzle),
-    so a narrower operand steps deeper: CUTLASS's fp8 tiles are 128 deep where bf16's are 64 (vLLM's
-    ``scaled_mm_sm90_fp8_dispatch.cuh``: ``Shape<_64, _64, _128>``, ``Shape<_128, _128, _128>``; SGLang's
-    ``fp8_gemm_kernel.cu`` alike) and NVFP4's 256. Wider operands keep the declared depth."""
-    return max(TILE_K_OPERAND_BYTES / a_bytes, 1.0) if a_bytes > 0 else 1.0
-
-
-def unsplit_only(candidates: Sequence[KernelShape]) -> tuple[KernelShape, ...]:
-    """The candidates that run k whole: for a product whose library never splits k (an op's ``split_k``
-    attribute False). CUTLASS 3 kernels built with the data-parallel tile schedulers (``PersistentScheduler``
-    or the default ``void``) give each output tile to one CTA, which runs the whole k loop: vLLM's
-    ``cutlass_scaled_mm`` (``csrc/quantization/w8a8/cutlass/c3x/scaled_mm.cuh``) and SGLang's
-    ``fp8_scaled_mm`` (``sgl-kernel/csrc/gemm/fp8_gemm_kernel.cu``). Their tables show it: an 8 x 64 fp8
-    product on H100 grows with k to 52.5 us (vLLM) and 59.5 us (SGLang) at k = 65536, where bf16's
-    (cuBLAS, split-K) and TensorRT-LLM's fp8 stay below 9 and 18 us."""
-    return tuple(kernel for kernel in candidates if not kernel.split_k)
 
 
 # A product's dimension swept over at least this many points, taking at most 1/8 as many distinct
@@ -683,14 +656,12 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
     peak = float(engine.peak_flops_per_s[peak_dtype])
     step_flops, split_flops = float(k_step_flops(engine, peak)), float(split_reduction_flops(engine, peak))
     best: tuple[float, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)
-    depth = k_tile_scale(a_bytes)
     for kernel in candidates:
         tiles = batch * math.ceil(m / kernel.m) * math.ceil(n / kernel.n)
-        tile_k = kernel.k * depth
-        k_blocks = math.ceil(k / tile_k)
+        k_blocks = math.ceil(k / kernel.k)
         split = min(max(math.floor(engine.units / tiles), 1.0), k_blocks) if kernel.split_k else 1.0
         waves = math.ceil(tiles * split / engine.units)
-        step = max(C.FLOPS_PER_FMA * kernel.m * kernel.n * tile_k, step_flops)
+        step = max(C.FLOPS_PER_FMA * kernel.m * kernel.n * kernel.k, step_flops)
         executed = waves * engine.units * math.ceil(k_blocks / split) * step + (split_flops if split > 1 else 0.0)
         inner = batch * (m * k * math.ceil(n / kernel.n) * a_scale * a_bytes + k * n * math.ceil(m / kernel.m) * b_bytes
                          + m * n * c_bytes) * granule
