@@ -964,8 +964,15 @@ def elementwise_cost(op: Op, context: CostContext) -> OpCost:
 
 @cost_rule("reduction")
 def reduction_cost(op: Op, context: CostContext) -> OpCost:
+    """One FLOP per reduced element. ``blocks`` (attribute): the kernel's thread blocks where each pays a
+    fixed cost of its own beside the stream (``OpCost.work_units``, ``Parameters.unit_latency``): a reduction
+    to one value whose blocks each reduce a row and combine it atomically into the same word (vLLM's dynamic
+    per-tensor fp8 scale, ``segmented_max_reduction_strided``: one block per token, each ending in an
+    ``atomicMax`` on the one scale; calibration.aiconfigurator.ATOMIC_SCALE_GEMMS)."""
     elements = floats(sum(t.numel for t in op.inputs)) if op.inputs else _output_elements(op)
-    return _vector_cost(op, context, C.FLOPS_PER_REDUCED_ELEMENT * elements)
+    cost = _vector_cost(op, context, C.FLOPS_PER_REDUCED_ELEMENT * elements)
+    blocks = op.attrs.get("blocks")
+    return cost if blocks is None else replace(cost, work_units=floats(blocks))
 
 
 @cost_rule("softmax")
