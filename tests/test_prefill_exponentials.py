@@ -112,3 +112,30 @@ def test_the_fit_tells_the_exponential_rate_from_the_matmul_rate_across_head_dim
         fitted["compute:attention:tensor_cores:bf16"])
     alone = fit(records((128,)), hardware, mode="graph", folds=0, extra_seeds=0)
     assert "compute:attention:tensor_cores:exp" not in alone.params
+
+
+def test_a_prefill_shape_timed_with_several_backends_keeps_the_one_the_engine_serves_with():
+    """SGLang serves prefill with trtllm_mha on Blackwell: a shape its table also times with FlashInfer and Triton
+    keeps the trtllm_mha row (the others counted as skipped); a shape only Triton timed keeps it; other engines'
+    and architectures' tables are left whole."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from calibration.aiconfigurator import Table, served_prefill_rows
+
+    def row(source: str, head_dim: int, latency: float) -> dict:
+        return {"batch_size": 1, "isl": 1024, "num_heads": 32, "num_key_value_heads": 8, "head_dim": head_dim,
+                "window_size": 0, "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "kernel_source": source,
+                "latency": latency}
+
+    frame = pd.DataFrame([row("trtllm_mha", 128, 0.1), row("flashinfer", 128, 0.14), row("triton", 128, 0.34),
+                          row("triton", 192, 0.5)])
+    skipped: dict[str, int] = {}
+    kept = served_prefill_rows(Table(gpu="b200", engine="sglang", version="0", kind="prefill_attention",
+                                     path=Path("x")), frame, skipped)
+    assert sorted(zip(kept.kernel_source, kept.head_dim)) == [("triton", 192), ("trtllm_mha", 128)]
+    assert sum(skipped.values()) == 2
+    for gpu, engine in (("b200", "vllm"), ("a100-sxm-80gb", "sglang")):
+        table = Table(gpu=gpu, engine=engine, version="0", kind="prefill_attention", path=Path("x"))
+        assert len(served_prefill_rows(table, frame)) == len(frame)
