@@ -139,7 +139,7 @@ PREFILL_SHAPE_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads"
                          "attn_dtype", "kv_cache_dtype")
 
 
-def served_prefill_rows(source: "Table", frame, skipped: dict[str, int] | None = None):
+def served_prefill_rows(source: Table, frame, skipped: dict[str, int] | None = None):
     """The rows of a prefill-attention table (``frame``) its engine serves with: where a shape is timed by several
     backends (``kernel_source``), the one the engine chooses by default (``SERVED_PREFILL_BACKENDS``); shapes timed
     by one backend keep it (the engine's own choice for that shape). ``skipped`` counts the others."""

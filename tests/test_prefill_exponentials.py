@@ -134,7 +134,7 @@ def test_a_prefill_shape_timed_with_several_backends_keeps_the_one_the_engine_se
     skipped: dict[str, int] = {}
     kept = served_prefill_rows(Table(gpu="b200", engine="sglang", version="0", kind="prefill_attention",
                                      path=Path("x")), frame, skipped)
-    assert sorted(zip(kept.kernel_source, kept.head_dim)) == [("triton", 192), ("trtllm_mha", 128)]
+    assert sorted(zip(kept.kernel_source, kept.head_dim, strict=True)) == [("triton", 192), ("trtllm_mha", 128)]
     assert sum(skipped.values()) == 2
     for gpu, engine in (("b200", "vllm"), ("a100-sxm-80gb", "sglang")):
         table = Table(gpu=gpu, engine=engine, version="0", kind="prefill_attention", path=Path("x"))
