@@ -139,3 +139,39 @@ def test_a_prefill_shape_timed_with_several_backends_keeps_the_one_the_engine_se
     for gpu, engine in (("b200", "vllm"), ("a100-sxm-80gb", "sglang")):
         table = Table(gpu=gpu, engine=engine, version="0", kind="prefill_attention", path=Path("x"))
         assert len(served_prefill_rows(table, frame)) == len(frame)
+
+
+def test_packed_prefill_kernels_count_a_kv_heads_query_group_as_rows_of_one_block():
+    """FlashAttention-3's PackGQA (vLLM and SGLang prefill on Hopper): batch x kv_heads x ceil(seq_q x group / 128)
+    blocks; unpacked kernels (TensorRT-LLM's) a block per query head: batch x heads x ceil(seq_q / 128). Long
+    prompts tile the same either way."""
+    from perfmodel.costs.rules import attention_work_units
+
+    assert attention_work_units(64, 96, 1, 1, 1, packed=True) == 64
+    assert attention_work_units(64, 96, 1, 1, 1) == 64 * 96
+    assert attention_work_units(64, 96, 1, 16, 16, packed=True) == 64 * 12
+    assert attention_work_units(2, 32, 8, 4096, 4096, packed=True) == attention_work_units(2, 32, 8, 4096, 4096)
+    # decode kernels pack the group whatever the flag
+    assert attention_work_units(16, 32, 8, 1, 4096, packed=True) == attention_work_units(16, 32, 8, 1, 4096) == 16 * 8
+    hardware = load_hardware("h100-sxm")
+    packed = dataclasses.replace(hardware, compute={
+        name: dataclasses.replace(engine, attention_packs_query_groups=engine.kind == "matrix")
+        for name, engine in hardware.compute.items()})
+    op = _attention(16, batch=64, heads=96, kv_heads=1)
+    assert op_cost(op, CostContext(hardware=packed)).work_units == 64 * 12
+    assert op_cost(op, CostContext(hardware=hardware)).work_units == 64 * 96
+
+
+def test_the_engines_that_pack_query_groups_and_their_overlay_field(tmp_path):
+    """vLLM and SGLang on Hopper pack (FlashAttention-3's variable-length kernel); TensorRT-LLM, Ampere and
+    Blackwell do not. A spec declares it on its matrix engine and the loader reads it."""
+    from calibration.engine_overlays import packs_query_groups
+
+    assert packs_query_groups("h100-sxm", "vllm") and packs_query_groups("h200-sxm", "sglang")
+    assert not packs_query_groups("h100-sxm", "trtllm")
+    assert not packs_query_groups("b200", "vllm") and not packs_query_groups("a100-sxm-80gb", "sglang")
+    spec = tmp_path / "packed.yaml"
+    spec.write_text("schema_version: 1\nname: packed\nextends: h100-sxm\n"
+                    "compute:\n  tensor_cores:\n    attention_packs_query_groups: true\n")
+    assert load_hardware(spec).compute["tensor_cores"].attention_packs_query_groups
+    assert not load_hardware("h100-sxm").compute["tensor_cores"].attention_packs_query_groups

@@ -862,7 +862,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
         useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, C.ATTENTION_BACKWARD_EXECUTED * executed
         traffic = [C.ATTENTION_BACKWARD_TRAFFIC * level_bytes for level_bytes in traffic]
     blocked = flash and not op.attrs.get("backward", False)
-    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) if blocked else 0.0
+    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv,
+                                 packed=engine.attention_packs_query_groups) if blocked else 0.0
     exponentials = prefill_exponentials(scale * executed_pairs, seq_q, seq_kv) \
         if blocked and exponential_rate_per_s(hardware, engine) is not None else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
@@ -872,7 +873,7 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
 
 
 def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
-                         seq_q: RuleDimension, seq_kv: RuleDimension) -> SIValue:
+                         seq_q: RuleDimension, seq_kv: RuleDimension, packed: bool = False) -> SIValue:
     """The thread blocks a flash-style attention kernel runs, each with a fixed prologue and epilogue (load its
     queries, rescale and write its output) beside its main loop over the keys. Prefill kernels tile each query
     head's rows into blocks of ``conventions.FLASH_ATTENTION_QUERY_BLOCK``: batch x heads x ceil(seq_q / 128).
@@ -880,10 +881,18 @@ def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: R
     FlashAttention's GQA packing), so there is one block a sequence and KV head (before any split over the keys):
     batch x kv_heads x ceil(group / 128). NVIDIA's generation-attention tables show that cost: with 2-8 cached
     tokens, time grows with batch x KV heads at 20-40 ns per pair on an H100 (132 SMs: 3-5 us per block and SM)
-    whatever the byte count (``calibration.aiconfigurator``)."""
+    whatever the byte count (``calibration.aiconfigurator``).
+
+    ``packed`` (``ComputeEngine.attention_packs_query_groups``): the prefill kernels pack a KV head's query heads into
+    their rows too (FlashAttention-3's PackGQA: https://github.com/Dao-AILab/flash-attention/blob/main/hopper/
+    heuristics.h, ``should_pack_gqa`` returns true for variable-length batches), so a prompt's blocks number batch x
+    kv_heads x ceil(seq_q x group / 128). NVIDIA's context-attention tables of vLLM and SGLang on H100 show it: at
+    batch 64, one KV head and 1 token a prompt, 1 to 96 query heads take the same 12-13 us, where TensorRT-LLM's
+    kernels (a block per query head) go from 14 to 132 us."""
     block = C.FLASH_ATTENTION_QUERY_BLOCK
     decode = floats(batch) * kv_heads * np.ceil(floats(heads) / kv_heads / block)
-    prefill = floats(batch) * heads * np.ceil(floats(seq_q) / block)
+    prefill = floats(batch) * kv_heads * np.ceil(floats(seq_q) * heads / kv_heads / block) if packed \
+        else floats(batch) * heads * np.ceil(floats(seq_q) / block)
     one = _one_query(seq_q, seq_kv)
     return (decode if one else prefill) if isinstance(one, bool) else where(one, decode, prefill)
 
