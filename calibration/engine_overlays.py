@@ -364,12 +364,11 @@ def overlay_text(fitted: EngineFit) -> str:
                for name, engine in spec.compute.items() if engine.kind == "matrix" and engine.kernels} \
         if fitted.k_step_s > 0 else {}
     packed = packs_query_groups(fitted.gpu, fitted.engine)
-    if packed:  # the engine's prefill kernels pack query groups (the fit ran with it)
+    if packed:  # the engine's prefill kernels pack query groups (the fit ran with it); its source is the
+        # overlay's ``engine-attention-packing`` entry (field_sources name numeric fields only)
         for name, engine in spec.compute.items():
             if engine.kind == "matrix":
-                entry = compute.setdefault(name, {"field_sources": {}})
-                entry["attention_packs_query_groups"] = True
-                entry["field_sources"]["attention_packs_query_groups"] = "engine-attention-packing"
+                compute.setdefault(name, {})["attention_packs_query_groups"] = True
     scheduling, sources = engine_step_overrides(fitted.engine)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,
                             name=fitted.name, kind="achievable", provenance=provenance, description=description,

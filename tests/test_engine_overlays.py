@@ -300,5 +300,4 @@ def test_the_overlay_of_an_engine_whose_prefill_packs_query_groups_says_so(shipp
     path.write_text(overlay_text(shipped_fit))
     hardware = load_hardware(path)
     assert hardware.compute["tensor_cores"].attention_packs_query_groups
-    source = hardware.sources[hardware.field_sources["compute.tensor_cores.attention_packs_query_groups"]]
-    assert source.url == PACKED_PREFILL_SOURCE["url"]
+    assert hardware.sources["engine-attention-packing"].url == PACKED_PREFILL_SOURCE["url"]
