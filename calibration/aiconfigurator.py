@@ -125,6 +125,36 @@ EAGER_TIMED_GEMMS = {
                            "collector/vllm/collect_gemm.py#L247 (use_cuda_graph=gemm_type != \"fp8_block\"; the "
                            "collector that wrote the vLLM 0.24.0 tables)"}
 
+#: The prefill (context) attention backend an engine serves with by default, per GPU architecture, where its
+#: prefill tables time a shape with several backends: (engine, architecture) -> (kernel_source, where it is chosen).
+#: SGLang picks its attention backend at start-up for models without MLA: FlashAttention-3 on Hopper and
+#: TensorRT-LLM's MHA kernels on Blackwell; its B200 tables also time 2,584 of those shapes with FlashInfer
+#: (1.38x) and Triton (3.4x the trtllm_mha time, medians), backends it serves with only when asked to.
+SERVED_PREFILL_BACKENDS = {
+    ("sglang", "sm90"): ("fa3", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
+                                "(_get_default_attn_backend: fa3 on Hopper for models without MLA)"),
+    ("sglang", "sm100"): ("trtllm_mha", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/"
+                                        "server_args.py (_get_default_attn_backend: trtllm_mha on SM100)"),
+}
+PREFILL_SHAPE_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
+                         "attn_dtype", "kv_cache_dtype")
+
+
+def served_prefill_rows(source: Table, frame, skipped: dict[str, int] | None = None):
+    """The rows of a prefill-attention table (``frame``) its engine serves with: where a shape is timed by several
+    backends (``kernel_source``), the one the engine chooses by default (``SERVED_PREFILL_BACKENDS``); shapes timed
+    by one backend keep it (the engine's own choice for that shape). ``skipped`` counts the others."""
+    served = SERVED_PREFILL_BACKENDS.get((source.engine, GPU_ARCHITECTURES.get(source.gpu, "")))
+    if served is None or "kernel_source" not in frame.columns or frame["kernel_source"].nunique() < 2:
+        return frame
+    shape = [column for column in PREFILL_SHAPE_COLUMNS if column in frame.columns]
+    backends = frame.groupby(shape, dropna=False)["kernel_source"].transform("nunique")
+    dropped = (backends > 1) & (frame["kernel_source"] != served[0])
+    if skipped is not None and dropped.any():
+        _count(skipped, f"prefill_attention: a shape also timed with the backend {source.engine} serves with by default "
+                        f"({served[0]}); the other backends' rows", int(dropped.sum()))
+    return frame[~dropped]
+
 
 class AIConfiguratorDataError(PerfmodelError):
     """The installed tables are missing or not in the layout this reader knows."""
@@ -452,9 +482,12 @@ def agreeing_nccl_rows(engine_rows, nccl_rows, policy: str, skipped: dict[str, i
     return nccl_rows[keep]
 
 
-def _chosen_rows(kind: str, frame, seed: int, skipped: dict[str, int] | None):
+def _chosen_rows(kind: str, frame, seed: int, skipped: dict[str, int] | None, source: Table | None = None):
     """The rows of ``frame`` (a ``kind`` table) one fit takes: a fixed sample of those the rules price (so every
-    sampled row becomes a record); ``skipped`` counts the rest by reason."""
+    sampled row becomes a record); ``skipped`` counts the rest by reason. A prefill table's shapes timed with
+    several backends keep the one the engine serves with (``served_prefill_rows``)."""
+    if kind == "prefill_attention" and source is not None:
+        frame = served_prefill_rows(source, frame, skipped)
     reasons = frame.apply(lambda row: unpriced(kind, row), axis=1)
     if skipped is not None:
         for reason, count in reasons.dropna().value_counts().items():
@@ -474,7 +507,7 @@ def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: di
         if source is None:
             continue
         read[kind] = source.version
-        found.extend(records(source, _chosen_rows(kind, read_rows(source), seed, skipped), skipped))
+        found.extend(records(source, _chosen_rows(kind, read_rows(source), seed, skipped, source), skipped))
     return found, skipped, read
 
 
@@ -525,7 +558,8 @@ def write_fit_rows(directory: Path = FIT_ROWS_DIRECTORY, gpu: str = FIT_ROWS_GPU
                    seed: int = 0) -> list[Path]:
     """The raw rows ``engine_records`` chooses for ``gpu``'s ``engine`` fit (seed 0: the shipped overlay's),
     so ``sample_records(directory, gpu, engine)`` gives that fit's records without the package."""
-    return _write_rows(directory, gpu, engine, lambda kind, frame: _chosen_rows(kind, frame, seed, None))
+    return _write_rows(directory, gpu, engine,
+                       lambda kind, frame: _chosen_rows(kind, frame, seed, None, table(gpu, engine, kind)))
 
 
 def _write_rows(directory: Path, gpu: str, engine: str, choose) -> list[Path]:

@@ -231,6 +231,34 @@ def with_held_parameters(result, held: dict[str, tuple[float, float]]):
                                covariance_names=names)
 
 
+#: The engines whose prefill attention kernels pack a KV head's query heads into one block's rows
+#: (``hardware.model.ComputeEngine.attention_packs_query_groups``), by GPU architecture: vLLM and SGLang run
+#: FlashAttention-3's variable-length kernel for prefill on Hopper, which always packs them. TensorRT-LLM's context
+#: kernels, FlashAttention-2 (Ampere) and the Blackwell kernels the tables time give each query head its own blocks
+#: (their times grow with the query heads at batch 64 and 16 tokens a prompt; FA3's do not).
+PACKED_PREFILL_ENGINES = {("vllm", "sm90"), ("sglang", "sm90")}
+PACKED_PREFILL_SOURCE = {
+    "url": "https://github.com/Dao-AILab/flash-attention/blob/main/hopper/heuristics.h", "kind": "vendor-code",
+    "note": ("attention_packs_query_groups: FlashAttention-3's should_pack_gqa returns true for variable-length "
+             "batches (PackGQA: the query heads of a KV head share a thread block's rows); vLLM "
+             "(vllm/v1/attention/backends/flash_attn.py) and SGLang (python/sglang/srt/layers/attention/"
+             "flashattention_backend.py) prefill through flash_attn_varlen_func on Hopper. NVIDIA's context-attention "
+             "tables agree: at batch 64, one KV head and one token a prompt, 1 to 96 query heads take 12-13 us on "
+             "H100 in both engines")}
+
+
+def packs_query_groups(gpu: str, engine: str) -> bool:
+    """Whether ``engine``'s prefill attention kernels on ``gpu`` pack query groups (``PACKED_PREFILL_ENGINES``)."""
+    return (engine, tables.GPU_ARCHITECTURES.get(gpu, "")) in PACKED_PREFILL_ENGINES
+
+
+def with_query_packing(hardware, packed: bool):
+    """The spec with its matrix engines' prefill attention packing query groups or not."""
+    compute = {name: dataclasses.replace(engine, attention_packs_query_groups=packed) if engine.kind == "matrix"
+               else engine for name, engine in hardware.compute.items()}
+    return dataclasses.replace(hardware, compute=compute)
+
+
 #: The k-loop step floors (``hardware.model.ComputeEngine.k_step_s``) a fit chooses among: the one whose fit
 #: of the training half costs least. On H100 a single output tile's time grows ~75 ns per 64 of k in every
 #: engine's bf16 table (``costs.rules.k_step_flops``); zero: no floor.
@@ -286,7 +314,8 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     spec = load_hardware(gpu)
     streams = memory_streams(gpu, spec)
     records += streams
-    stepped = with_measured_step_latency(device_time_hardware(spec), records, tables.all_reduce_policy(gpu, engine))
+    stepped = with_measured_step_latency(with_query_packing(device_time_hardware(spec), packs_query_groups(gpu, engine)),
+                                         records, tables.all_reduce_policy(gpu, engine))
     hardware, on_die = _with_measured_l2(stepped, streams, seed)
     k_step = chosen_k_step(records, hardware, seed)
     hardware = with_k_step(hardware, k_step)
@@ -339,11 +368,19 @@ def overlay_text(fitted: EngineFit) -> str:
                       "field_sources": {"k_step_time": "calibration"}}
                for name, engine in spec.compute.items() if engine.kind == "matrix" and engine.kernels} \
         if fitted.k_step_s > 0 else {}
+    packed = packs_query_groups(fitted.gpu, fitted.engine)
+    if packed:  # the engine's prefill kernels pack query groups (the fit ran with it); its source is the
+        # overlay's ``engine-attention-packing`` entry (field_sources name numeric fields only)
+        for name, engine in spec.compute.items():
+            if engine.kind == "matrix":
+                compute.setdefault(name, {})["attention_packs_query_groups"] = True
     scheduling, sources = engine_step_overrides(fitted.engine)
     return fitted_spec_yaml(result, spec, fitted.gpu, Path(tables.SOURCE_URL), output, fitted.records,
                             name=fitted.name, kind="achievable", provenance=provenance, description=description,
                             overrides={"links": links, "scheduling": scheduling, **({"compute": compute} if compute else {}),
-                                       "sources": {**sources, "engine-all-reduce": engine_all_reduce_source(fitted)}})
+                                       "sources": {**sources, "engine-all-reduce": engine_all_reduce_source(fitted),
+                                                   **({"engine-attention-packing": PACKED_PREFILL_SOURCE}
+                                                      if packed else {})}})
 
 
 def engine_all_reduce_source(fitted: EngineFit) -> dict[str, str]:

@@ -59,7 +59,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from perfmodel.costs.rules import fitted_kind, kernel_busy_s, pricing_kind
+from perfmodel.costs.rules import EXPONENTIAL_DTYPE, exponential_time_s, fitted_kind, kernel_busy_s, pricing_kind
 from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
@@ -128,6 +128,9 @@ class Components:
     # units: attention's Q tiles), which a ``kind@unit`` latency prices (``Parameters.unit_latency``).
     unit_waves: np.ndarray | None = None
     exposed: np.ndarray | None = None  # ops whose outermost traffic adds to the rest (``OpCost.exposed_traffic``)
+    # The part of ``compute_s`` that is special-function work in series with the matmuls (prefill attention's
+    # exponentials, ``OpCost.exponentials``), which a ``kind:engine:exp`` efficiency scales apart.
+    exponential_s: np.ndarray | None = None
 
     @property
     def link_time(self) -> np.ndarray:
@@ -203,7 +206,7 @@ class FitResult:
         by_kind: dict[str, list[float]] = {}
         for key, value in compute.items():
             pieces = key.split(":")
-            if len(pieces) == 3:
+            if len(pieces) == 3 and not _is_exponential(key):  # (a special-function rate is no matmul's)
                 by_kind.setdefault(pieces[0], []).append(value)
         for op_kind, efficiencies in by_kind.items():
             compute.setdefault(op_kind, float(np.exp(np.mean(np.log(efficiencies)))))
@@ -237,6 +240,9 @@ def components(records, hardware: Hardware, mode: str | None = None,
     library = None if library is None else library * arrays.counts
     # The launch cost the fit rescales is the mode's per-kernel dispatch; a library call's cost is the spec's.
     scheduling = arrays.scheduling_s if library is None else arrays.scheduling_s - library
+    datasheet = Parameters(name="datasheet")
+    exponential = np.asarray([float(exponential_time_s(hardware, datasheet, cost, kind))
+                              for cost, kind in zip(arrays.costs, priced, strict=True)]) * arrays.counts
     return Components(record_of_op=np.asarray(owner), compute_s=arrays.compute_s, memory_s=arrays.memory_s,
                       scheduling_s=scheduling, fixed_s=arrays.fixed_s, library_s=library,
                       compute_keys=keys, kinds=tuple(op.kind for op in merged.ops), priced_kinds=priced,
@@ -254,7 +260,8 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       datasheet_levels=datasheet_levels,
                       unit_waves=np.asarray([float(cost.work_units) / hardware.compute[cost.engine].units
                                              for cost in arrays.costs]),
-                      exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]))
+                      exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]),
+                      exponential_s=exponential if exponential.any() else None)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -285,10 +292,18 @@ class Design:
 def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool = False) -> np.ndarray:
     values = np.exp(theta)
     position = 0
-    compute = parts.compute_s.copy()
-    for _key, mask in design.compute:
-        compute[mask] = compute[mask] / values[position]
+    # A kernel's special-function work (``Components.exponential_s``) takes its ``:exp`` efficiency where the design
+    # has one, else its matmuls' (as a written parameter set falls back to the kind's shared efficiency).
+    exponential = np.zeros_like(parts.compute_s) if parts.exponential_s is None else parts.exponential_s
+    matmul_scale, exponential_scale = np.ones_like(parts.compute_s), np.full(len(parts.compute_s), np.nan)
+    for key, mask in design.compute:
+        if _is_exponential(key):
+            exponential_scale[mask] = values[position]
+        else:
+            matmul_scale[mask] = values[position]
         position += 1
+    exponential_scale = np.where(np.isnan(exponential_scale), matmul_scale, exponential_scale)
+    compute = (parts.compute_s - exponential) / matmul_scale + exponential / exponential_scale
     memory = parts.memory_s.copy()
     for _label, level, mask in design.memory:
         memory[level, mask] = memory[level, mask] / values[position]
@@ -334,6 +349,35 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
+
+
+def _is_exponential(key: str) -> bool:
+    """Whether a compute key is a kind's special-function efficiency (``kind:engine:exp``)."""
+    return key.endswith(f":{EXPONENTIAL_DTYPE}")
+
+
+# The exponentials' share of a kernel's compute time must differ this much across the records (largest over
+# smallest) for their efficiency to be told from the matmuls' (head dims 64 to 256 on an H100: 0.5 to 0.2).
+EXPONENTIAL_SHARE_SPAN = 1.5
+
+
+def _exponential_groups(parts: Components, compute_binding: np.ndarray) -> list[tuple[str, np.ndarray]]:
+    """The ``kind:engine:exp`` efficiencies the records tell apart from their kinds' matmul efficiency: enough
+    records whose compute binds, with the exponentials' share of it spanning ``EXPONENTIAL_SHARE_SPAN`` (one head
+    dimension alone leaves the two rates collinear)."""
+    if parts.exponential_s is None:
+        return []
+    exponential = parts.exponential_s
+    share = np.divide(exponential, parts.compute_s, out=np.zeros_like(exponential), where=parts.compute_s > 0)
+    labels = np.asarray([f"{key.rsplit(':', 1)[0]}:{EXPONENTIAL_DTYPE}" for key in parts.compute_keys])
+    groups = []
+    for label in sorted(set(labels[compute_binding & (exponential > 0)])):
+        mask = (labels == label) & (exponential > 0)
+        measured = compute_binding & mask
+        if (_records_where(parts, measured) >= MIN_RECORDS_PER_PARAMETER
+                and float(share[measured].max()) >= EXPONENTIAL_SHARE_SPAN * float(share[measured].min())):
+            groups.append((label, mask))
+    return groups
 
 
 def _records_where(parts: Components, mask: np.ndarray) -> int:
@@ -386,6 +430,7 @@ def _design(parts: Components, subset: np.ndarray) -> Design:
             if _records_where(parts, left & mask) >= MIN_RECORDS_PER_PARAMETER:
                 compute_groups.append((label, mask))
                 left &= ~mask
+    compute_groups += _exponential_groups(parts, compute_binding)
     memory_groups = []
     outermost = len(parts.level_names) - 1
     memory_latency = []

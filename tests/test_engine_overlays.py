@@ -289,3 +289,15 @@ def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature(shipped_fi
     stored_latency = stored.names.index("memory_latency:hbm")
     assert stored.relative_covariance[stored_latency][stored_latency] == pytest.approx(
         posterior[latency, latency], rel=1e-3)
+
+
+def test_the_overlay_of_an_engine_whose_prefill_packs_query_groups_says_so(shipped_fit, tmp_path):
+    """vLLM on H100 prefills with FlashAttention-3's variable-length kernel (PackGQA): the overlay its refit writes
+    declares it on the tensor cores, with the kernel's source, and the fit ran with it."""
+    from calibration.engine_overlays import PACKED_PREFILL_SOURCE, overlay_text
+
+    path = tmp_path / f"{shipped_fit.name}.yaml"
+    path.write_text(overlay_text(shipped_fit))
+    hardware = load_hardware(path)
+    assert hardware.compute["tensor_cores"].attention_packs_query_groups
+    assert hardware.sources["engine-attention-packing"].url == PACKED_PREFILL_SOURCE["url"]

@@ -90,6 +90,8 @@ def _show(args) -> int:
             add(f"compute.{name}.peak.{dtype}", format_quantity(rate, "flops_per_s"))
         if engine.attention_kv_block is not None:
             add(f"compute.{name}.attention_kv_block", f"{engine.attention_kv_block} keys")
+        if engine.attention_packs_query_groups:
+            add(f"compute.{name}.attention_packs_query_groups", "yes")
         if not engine.vector_kernels_hide_memory:
             add(f"compute.{name}.vector_kernels_hide_memory", "false (compute and data movement add up)")
     for level in hardware.memory:

@@ -84,6 +84,16 @@ FLASH_ATTENTION_BLOCK = 128
 # vendor-code). Each tile pays a fixed prologue and epilogue (load its queries, rescale and write its
 # output) beside its main loop: ``costs.rules.attention_work_units``.
 FLASH_ATTENTION_QUERY_BLOCK = 128
+# A flash kernel's online softmax evaluates one exponential per score element it computes (exp2 of the scaled
+# score less the row's running maximum), on the SMs' special-function units (MUFU.EX2), not on the tensor cores:
+# 16 results per clock per SM on NVIDIA GPUs of compute capability 8.x-10.x (CUDA C++ Programming Guide, "Arithmetic
+# Instructions" throughput table, the 32-bit exp2/log2/reciprocal/rsqrt/sin/cos row; source kind: datasheet). On an
+# H100 SXM that is 132 x 16 x 1.83 GHz = 3.9 T/s beside 989 TFLOP/s of bf16 matmul, the figures FlashAttention-3
+# (arXiv 2407.08608, section 3.1) gives: at head dim 128 a score's two matmuls take 512 FLOP, so its exponential
+# takes half as long as its matmuls; the smaller the head dimension, the larger its share
+# (``costs.rules.exponential_rate_per_s``). Blackwell Ultra (B300, GB300) doubles this rate for attention (NVIDIA's
+# "Inside NVIDIA Blackwell Ultra" blog); its specs keep 16 until a spec field carries it.
+SFU_EXPONENTIALS_PER_CLOCK = 16
 # A tiled matmul keeps a b x b output block resident and streams one column of A and one row of B
 # past it (b*b + 2*b <= S): the block takes essentially all of the inner memory, b = sqrt(S), which
 # gives the textbook Q = 2*m*n*k/sqrt(S) (Hong & Kung 1981; Demmel's CS267 notes on blocked matmul).

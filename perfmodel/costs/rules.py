@@ -91,6 +91,10 @@ class OpCost:
     # Whether the kernel's blocks wait for their traffic at the outermost on-device level outside their main loop
     # (prefill attention: ``kernel_busy_s``); per point where alike ops are priced together.
     exposed_traffic: Any = False
+    # Exponentials the kernel evaluates on its engine units' special-function units, in series with its main loop's
+    # matmuls (prefill attention's softmax: ``prefill_exponentials``); priced at ``exponential_rate_per_s`` times the
+    # ``EXPONENTIAL_DTYPE`` efficiency of the op's kind, added to its compute time.
+    exponentials: SIValue = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -886,10 +890,14 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
         useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, executed_share * cores * executed
         traffic = [traffic_share * level_bytes for level_bytes in traffic]
     blocked = flash and not op.attrs.get("backward", False)
-    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) if blocked else 0.0
+    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv,
+                                 packed=engine.attention_packs_query_groups) if blocked else 0.0
+    exponentials = prefill_exponentials(scale * executed_pairs, seq_q, seq_kv) \
+        if blocked and exponential_rate_per_s(hardware, engine) is not None else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
-                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False)
+                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False,
+                  exponentials=exponentials)
 
 
 def window_edge_rows(seq_q: RuleDimension, seq_kv: RuleDimension, window: RuleDimension) -> SIValue:
@@ -908,7 +916,7 @@ def tensor_cores(hardware: Hardware) -> int:
 
 
 def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
-                         seq_q: RuleDimension, seq_kv: RuleDimension) -> SIValue:
+                         seq_q: RuleDimension, seq_kv: RuleDimension, packed: bool = False) -> SIValue:
     """The thread blocks a flash-style attention kernel runs, each with a fixed prologue and epilogue (load its
     queries, rescale and write its output) beside its main loop over the keys. Prefill kernels tile each query
     head's rows into blocks of ``conventions.FLASH_ATTENTION_QUERY_BLOCK``: batch x heads x ceil(seq_q / 128).
@@ -916,10 +924,18 @@ def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: R
     FlashAttention's GQA packing), so there is one block a sequence and KV head (before any split over the keys):
     batch x kv_heads x ceil(group / 128). NVIDIA's generation-attention tables show that cost: with 2-8 cached
     tokens, time grows with batch x KV heads at 20-40 ns per pair on an H100 (132 SMs: 3-5 us per block and SM)
-    whatever the byte count (``calibration.aiconfigurator``)."""
+    whatever the byte count (``calibration.aiconfigurator``).
+
+    ``packed`` (``ComputeEngine.attention_packs_query_groups``): the prefill kernels pack a KV head's query heads into
+    their rows too (FlashAttention-3's PackGQA: https://github.com/Dao-AILab/flash-attention/blob/main/hopper/
+    heuristics.h, ``should_pack_gqa`` returns true for variable-length batches), so a prompt's blocks number batch x
+    kv_heads x ceil(seq_q x group / 128). NVIDIA's context-attention tables of vLLM and SGLang on H100 show it: at
+    batch 64, one KV head and 1 token a prompt, 1 to 96 query heads take the same 12-13 us, where TensorRT-LLM's
+    kernels (a block per query head) go from 14 to 132 us."""
     block = C.FLASH_ATTENTION_QUERY_BLOCK
     decode = floats(batch) * kv_heads * np.ceil(floats(heads) / kv_heads / block)
-    prefill = floats(batch) * heads * np.ceil(floats(seq_q) / block)
+    prefill = floats(batch) * kv_heads * np.ceil(floats(seq_q) * heads / kv_heads / block) if packed \
+        else floats(batch) * heads * np.ceil(floats(seq_q) / block)
     one = _one_query(seq_q, seq_kv)
     return (decode if one else prefill) if isinstance(one, bool) else where(one, decode, prefill)
 
@@ -941,6 +957,48 @@ def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
     12-24% slow. Decode kernels stream their cache and keep the overlap."""
     one = _one_query(seq_q, seq_kv)
     return (not one) if isinstance(one, bool) else where(one, False, True)
+
+
+# The pseudo-dtype under which a kind's exponential rate has its efficiency (``Parameters.compute``:
+# ``attention:tensor_cores:exp``); a parameter set without it takes the kind's shared efficiency.
+EXPONENTIAL_DTYPE = "exp"
+
+
+def prefill_exponentials(computed_scores: SIValue, seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+    """The exponentials a prefill (context) flash kernel evaluates: one per score element it computes, masked ones
+    of its diagonal blocks included (FlashAttention-2, arXiv 2307.08691, Algorithm 1: ``exp(S - m)`` over each
+    whole block), on the special-function units and in series with the block's matmuls. The engines' context
+    kernels show it: on an H100 (NVIDIA's context-attention tables, ``calibration.aiconfigurator``) the time per
+    computed score of long prompts grows linearly with the head dimension with an intercept of 0.18-0.26 ps, one
+    exponential at 3.9-5.5 T/s, the special-function units' 3.9 T/s (``conventions.SFU_EXPONENTIALS_PER_CLOCK``):
+    head dim 64 runs at 49% of the tensor cores' peak and 256 at 72% in vLLM's FlashAttention-3 kernels. Decode
+    kernels (one query against a cache) keep their time (their reads of the cache bind them): none counted."""
+    one = _one_query(seq_q, seq_kv)
+    if isinstance(one, bool):
+        return 0.0 if one else computed_scores
+    return where(one, 0.0, computed_scores)
+
+
+def exponential_rate_per_s(hardware: Hardware, engine: ComputeEngine) -> float | None:
+    """Exponentials a second on ``engine``'s units' special-function units: NVIDIA GPUs' SMs evaluate
+    ``conventions.SFU_EXPONENTIALS_PER_CLOCK`` a clock each (the tensor-core engine's units and clock); None where
+    no such rate is sourced (other vendors, engines without a clock), whose kernels keep their softmax inside
+    their compute as before."""
+    if hardware.family != "gpu" or hardware.vendor != "NVIDIA" or engine.kind != "matrix" or not engine.clock_hz:
+        return None
+    return float(engine.units * engine.clock_hz * C.SFU_EXPONENTIALS_PER_CLOCK)
+
+
+def exponential_time_s(hardware: Hardware, parameters: Parameters, cost: OpCost, kind: str) -> SIValue:
+    """The time of ``cost``'s exponentials (``OpCost.exponentials``) at the engine's special-function rate times
+    the ``EXPONENTIAL_DTYPE`` efficiency of ``kind`` (0 where it has none)."""
+    if not is_traced(cost.exponentials) and not np.any(cost.exponentials):
+        return 0.0
+    engine = hardware.compute[cost.engine]
+    rate = exponential_rate_per_s(hardware, engine)
+    if rate is None:
+        return 0.0
+    return cost.exponentials / (rate * parameters.compute(cost.engine, EXPONENTIAL_DTYPE, kind))
 
 
 def _vector_cost(op: Op, context: CostContext, flops: SIValue) -> OpCost:

@@ -641,7 +641,8 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
                                             kernels=kernels, kernel_fixed_s=engine.kernel_fixed_time or 0.0,
                                             k_step_s=engine.k_step_time or 0.0,
                                             vector_kernels_hide_memory=engine.vector_kernels_hide_memory,
-                                            attention_kv_block=engine.attention_kv_block)
+                                            attention_kv_block=engine.attention_kv_block,
+                                            attention_packs_query_groups=engine.attention_packs_query_groups)
     memory = []
     for name, level in spec.memory.items():
         _collect_field_sources(f"memory.{name}", level, field_sources)

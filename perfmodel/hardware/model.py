@@ -103,6 +103,10 @@ class ComputeEngine:
     layer norm of 128 MiB takes its in-cache time plus the DRAM stream, 338 ns per 1,000 elements
     against 155 + 146). ``attention_kv_block``: the keys a flash-style attention kernel on this engine
     processes as one block, skipping only blocks that are masked whole (None: FlashAttention-2's 128).
+    ``attention_packs_query_groups``: whether this engine's prefill (context) attention kernels pack the query
+    heads that share a KV head into one thread block's rows, as its decode kernels do (FlashAttention-3's PackGQA,
+    which its variable-length path, the one vLLM and SGLang call for prefill on Hopper, always takes), so that a
+    short prompt's blocks number batch x kv_heads x ceil(seq_q x group / 128) (``costs.rules.attention_work_units``).
     """
 
     name: str
@@ -116,6 +120,7 @@ class ComputeEngine:
     k_step_s: float = 0.0
     vector_kernels_hide_memory: bool = True
     attention_kv_block: int | None = None
+    attention_packs_query_groups: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", _frozen_mapping(self.peak_flops_per_s))

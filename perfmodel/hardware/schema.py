@@ -223,6 +223,9 @@ class EngineSpec(Sourced):
     # The key block a flash-style attention kernel on this engine skips whole (masked blocks only):
     # FlashAttention-2's 128 when not given (costs.conventions.FLASH_ATTENTION_BLOCK).
     attention_kv_block: Count | None = None
+    # Whether prefill attention kernels pack a KV head's query heads into one block's rows
+    # (``model.ComputeEngine.attention_packs_query_groups``: FlashAttention-3's PackGQA).
+    attention_packs_query_groups: bool = False
 
     @model_validator(mode="after")
     def _kernels_on_matrix_engines(self):

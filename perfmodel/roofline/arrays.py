@@ -45,6 +45,7 @@ from perfmodel.costs.rules import (
     OpCost,
     compute_rate_flops_per_s,
     compute_time_s,
+    exponential_time_s,
     kernel_busy_s,
     memory_time_s,
     pricing_kind,
@@ -113,7 +114,8 @@ def at_point(evaluation: ArrayEvaluation, index: int) -> ArrayEvaluation:
 
     def cost_at(cost: OpCost) -> OpCost:
         fields = {name: pick(getattr(cost, name)) for name in ("flops", "executed_flops", "link_bytes",
-                                                                 "link_latency_s", "kernel", "side_flops", "link_class")}
+                                                                 "link_latency_s", "kernel", "side_flops", "link_class",
+                                                                 "exponentials")}
         fields["bytes_by_level"] = tuple(pick(value) for value in cost.bytes_by_level)
         for name in ("kernel", "link_class"):
             if isinstance(fields[name], np.str_):
@@ -372,6 +374,11 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     blocked = np.asarray([is_traced(c.work_units) or bool(np.any(c.work_units)) for c in costs], dtype=bool)
     compute_s = compute_time_s(executed, peaks, column([0.0 if outside else value
                                                         for value, outside in zip(latencies, blocked, strict=True)]))
+    # A flash prefill kernel's softmax exponentials run on the special-function units in series with its matmuls
+    # (``OpCost.exponentials``): their time adds to the kernel's compute time.
+    if any(is_traced(c.exponentials) or bool(np.any(c.exponentials)) for c in costs):
+        compute_s = compute_s + stack([exponential_time_s(hardware, parameters, c, kind)
+                                       for c, kind in zip(costs, priced_as, strict=True)])
     # A second engine inside the same kernel (weight dequantization on the vector engine) works in
     # parallel with the first: the kernel's compute time is the slower of the two.
     if any(c.side_engine is not None for c in costs):
