@@ -63,7 +63,7 @@ from perfmodel.costs.rules import fitted_kind, kernel_busy_s, pricing_kind
 from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
-from perfmodel.hardware.model import UNIT_LATENCY_SUFFIX, ExecutionMode, Hardware, Parameters, base_kind
+from perfmodel.hardware.model import UNIT_LATENCY_SUFFIX, ExecutionMode, Hardware, Parameters, base_kind, kind_chain
 from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
@@ -486,13 +486,14 @@ def _latency_groups(parts: Components, compute_binding: np.ndarray,
         elif measured_by(of_kind, kind) is not None:
             groups[kind] = of_kind
             left &= ~of_kind
-    for kind in sorted(set(priced[left])):  # kernel classes left over: their plain kind's latency
-        base = base_kind(kind)
+    for kind in sorted(set(priced[left])):  # kernel classes left over: the nearest class above with a latency
         mask = left & (priced == kind)
-        if base in groups:
-            groups[base] = groups[base] | mask
-        elif base != kind and measured_by(mask, base) is not None:
-            groups[base] = mask
+        above = kind_chain(kind)[1:]
+        owner = next((each for each in above if each in groups), None)
+        if owner is not None:
+            groups[owner] = groups[owner] | mask
+        elif above and measured_by(mask, above[-1]) is not None:
+            groups[above[-1]] = mask
     if parts.unit_waves is not None:
         # A kind whose kernels count thread blocks with a fixed cost each (``OpCost.work_units``) gets that
         # cost as its own latency per block and engine unit, where its records span a decade of block counts
