@@ -128,6 +128,7 @@ class Components:
     # units: attention's Q tiles), which a ``kind@unit`` latency prices (``Parameters.unit_latency``).
     unit_waves: np.ndarray | None = None
     exposed: np.ndarray | None = None  # ops whose outermost traffic adds to the rest (``OpCost.exposed_traffic``)
+    overlapped: np.ndarray | None = None  # ops whose blocks' time is one more bottleneck (``OpCost.blocks_overlap``)
 
     @property
     def link_time(self) -> np.ndarray:
@@ -254,7 +255,8 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       datasheet_levels=datasheet_levels,
                       unit_waves=np.asarray([float(cost.work_units) / hardware.compute[cost.engine].units
                                              for cost in arrays.costs]),
-                      exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]))
+                      exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]),
+                      overlapped=np.asarray([bool(cost.blocks_overlap) for cost in arrays.costs]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -294,14 +296,15 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
         memory[level, mask] = memory[level, mask] / values[position]
         position += 1
     blocked = np.zeros(len(compute), dtype=bool) if parts.unit_waves is None else parts.unit_waves > 0
-    blocks = np.zeros_like(compute)  # thread blocks' fixed time, beside the bottlenecks (``Parameters.unit_latency``)
+    unit_blocks = np.zeros_like(compute)  # thread blocks' fixed time (``Parameters.unit_latency``)
+    startups = np.zeros_like(compute)     # the start-up of kernels with blocks, beside their bottlenecks
     for label, mask in design.latency:
         if label.endswith(UNIT_LATENCY_SUFFIX):
-            blocks = blocks + np.where(mask, values[position], 0.0) * parts.unit_waves * parts.counts
+            unit_blocks = unit_blocks + np.where(mask, values[position], 0.0) * parts.unit_waves * parts.counts
         else:  # a kernel with blocks pays its start-up beside its bottlenecks too (``evaluate_arrays``)
             startup = np.where(mask, values[position], 0.0) * parts.counts
             compute = compute + np.where(blocked, 0.0, startup)
-            blocks = blocks + np.where(blocked, startup, 0.0)
+            startups = startups + np.where(blocked, startup, 0.0)
         position += 1
     for _name, level, mask in design.memory_latency:
         memory[level] = memory[level] + np.where(mask & (parts.memory_s[level] > 0), values[position], 0.0) * parts.counts
@@ -330,7 +333,14 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     else:  # the evaluation's own rule (serial vector kernels and exposed traffic included)
         busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial,
                              False if parts.exposed is None else parts.exposed)
-    busy = busy + parts.fixed_s + blocks  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
+    if parts.overlapped is not None and parts.overlapped.any():
+        # decode blocks' fixed time is one more bottleneck (``OpCost.blocks_overlap``, ``evaluate_arrays``)
+        under = (busy ** SMOOTH_MAX_POWER + unit_blocks ** SMOOTH_MAX_POWER) ** (1 / SMOOTH_MAX_POWER) if smooth \
+            else np.maximum(busy, unit_blocks)
+        busy = np.where(parts.overlapped, under, busy + unit_blocks)
+    else:
+        busy = busy + unit_blocks
+    busy = busy + startups + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)

@@ -92,6 +92,10 @@ class OpCost:
     # Whether the kernel's blocks wait for their traffic at the outermost on-device level outside their main loop
     # (prefill attention: ``kernel_busy_s``); per point where alike ops are priced together.
     exposed_traffic: Any = False
+    # Whether the blocks' fixed time (``work_units``) runs under the kernel's streaming, as one more bottleneck,
+    # instead of adding to it (decode attention: the comment above
+    # ``exposed_prefill_traffic``); per point like ``exposed_traffic``.
+    blocks_overlap: Any = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -917,7 +921,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv) if blocked else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
-                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False)
+                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False,
+                  blocks_overlap=_one_query(seq_q, seq_kv) if blocked else False)
 
 
 def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
@@ -944,6 +949,18 @@ def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
     if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
         return float(seq_q) == 1 and float(seq_kv) > 1
     return where(equal(seq_q, 1), greater(seq_kv, 1), False)
+
+
+# Decode blocks overlap the streaming (``OpCost.blocks_overlap``): a decode kernel's blocks each hold one
+# sequence's query group and stream its KV cache; an SM keeps several resident (XQA, FlashAttention's and
+# FlashInfer's decode kernels are small in registers and shared memory), so one block's prologue and epilogue
+# (load its queries, reduce and write its output) run while the others' loads are in flight, and the kernel takes
+# the longer of the blocks' fixed time and the stream. NVIDIA's H100 TensorRT-LLM generation tables show it: at
+# batch 512, 8 KV heads and a group of 4, the kernel takes 153 us at 2-64 cached tokens (the blocks' floor), 214 us
+# at 256 (0.54 GB: 160 us at the datasheet's HBM rate) and 370 us at 512 (1.07 GB), about the larger of the floor
+# and the stream, not their sum (313 and 473 us); priced as a sum, the fit's compromise left large-batch
+# short-cache rows 20-35% fast and mid-length ones 15-30% slow. Prefill's blocks keep adding
+# (``exposed_prefill_traffic``).
 
 
 def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
