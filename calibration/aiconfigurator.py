@@ -21,8 +21,9 @@ Conventions (read from the tables and from how aiconfigurator's own SDK queries 
   host's Python path, which serving under CUDA graphs does not pay;
 * context attention: causal prefill of ``isl`` tokens per sequence, no cached prefix (``step`` 0);
   generation attention: one query token against ``isl + step`` cached tokens. Full attention
-  (``window_size`` 0) with bf16 activations and a bf16 KV cache are used; windowed and fp8-KV rows
-  are skipped (counted) until the cost rules price them;
+  (``window_size`` 0) with bf16 activations and a bf16 KV cache are used, and for generation an fp8 KV cache
+  too (``DECODE_KV_DTYPES``); windowed rows and fp8-KV context rows are skipped (counted) until the cost rules
+  price them;
 * all-reduce: ``message_size`` counts elements (aiconfigurator's ``CustomAllReduce(name, tokens,
   hidden, tp)`` looks up ``tokens x hidden``), bf16, over NVLink (over PCIe on the L40S and RTX PRO 6000,
   which have none: ``SCALE_UP_LINKS``); where a table holds both the CUDA-graph
@@ -104,6 +105,11 @@ NCCL_OP_CLASS = "all_reduce:nccl"
 #: GPUs 0.4-0.9x at mid sizes (another PCIe topology or NCCL setting than the NCCL table's, which TensorRT-LLM
 #: on the L40S matches within 2%): there NCCL's table is not the engine's NCCL and is not used.
 NCCL_AGREEMENT = 1.15
+#: The KV-cache dtypes of the generation-attention tables the rules price (table name -> perfmodel's): bf16, and
+#: fp8 (E4M3 with a per-tensor scale, every engine's ``kv_cache_dtype fp8``), whose decode kernels are a kernel
+#: class of their own (``costs.rules.DECODE_ATTENTION_FP8_CACHE``). Their records are the op class
+#: ``decode_attention:fp8_kv``, reported apart.
+DECODE_KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 #: Tables read only to test extrapolation (``benchmarks/engine_extrapolation.py``), never fitted.
 UNFITTED_TABLES = {"moe": ("moe", "moe_perf.parquet")}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
@@ -322,12 +328,13 @@ def gemm_ops(m: int, n: int, k: int, dtype: str, engine: str = "") -> tuple[Op, 
     return scale, quantize, gemm
 
 
-def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int) -> Op:
+def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int,
+                 kv_dtype: str = "bf16") -> Op:
     """Attention as the LLM graphs shape it: causal prefill when ``seq_q == seq_kv``, else ``seq_q`` new
-    tokens against a bf16 KV cache of ``seq_kv`` tokens read from HBM."""
+    bf16 tokens against a KV cache of ``seq_kv`` tokens of ``kv_dtype`` read from HBM."""
     prefill = seq_q == seq_kv
     query = TensorSpec(shape=(batch, heads, seq_q, head_dim), dtype="bf16")
-    keys = TensorSpec(shape=(batch, kv_heads, seq_kv, head_dim), dtype="bf16",
+    keys = TensorSpec(shape=(batch, kv_heads, seq_kv, head_dim), dtype=kv_dtype,
                       role="activation" if prefill else "kv_cache")
     return Op(name="sdpa", kind="attention", inputs=(query, keys, keys), outputs=(query,),
               attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq_q, "seq_kv": seq_kv,
@@ -364,9 +371,11 @@ def unpriced(kind: str, row) -> str | None:
             return f"gemm {dtype}: timed without a CUDA graph (host time inside; serving replays graphs)"
         return None
     if kind in ("prefill_attention", "decode_attention"):
-        if int(row["window_size"]) != 0 or row["kv_cache_dtype"] != "bfloat16" or (
-                kind == "prefill_attention" and row["attn_dtype"] != "bfloat16"):
-            return f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache)"
+        cache = row["kv_cache_dtype"]
+        if int(row["window_size"]) != 0 or (cache not in DECODE_KV_DTYPES if kind == "decode_attention" else (
+                cache != "bfloat16" or row["attn_dtype"] != "bfloat16")):
+            return (f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache"
+                    + (", and decode on an fp8 one)" if kind == "decode_attention" else ")"))
         if (kind == "decode_attention" and str(row.get("framework", "")).upper() == "TRTLLM"
                 and int(row["num_heads"]) > TRTLLM_SHARED_KV_GROUP_MAX * int(row["num_key_value_heads"])):
             return (f"decode_attention: TensorRT-LLM query groups above {TRTLLM_SHARED_KV_GROUP_MAX} heads a KV head "
@@ -408,13 +417,16 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
         elif kind in ("prefill_attention", "decode_attention"):
             batch, heads, kv_heads, head_dim = (int(row[column]) for column in
                                                 ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
+            cache = DECODE_KV_DTYPES.get(row["kv_cache_dtype"], "bf16")
             if kind == "prefill_attention":
                 seq_q = seq_kv = int(row["isl"])
             else:
                 seq_q, seq_kv = 1, int(row["isl"]) + int(row["step"])
-            name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}"
-            yield _record(source, name, kind, latency, attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim),
-                          index)
+            name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}" + (
+                "" if cache == "bf16" else f"_{cache}_kv")
+            op_class = kind if cache == "bf16" else f"{kind}:{cache}_kv"
+            yield _record(source, name, op_class, latency,
+                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache), index)
         elif kind == "nccl_all_reduce":
             gpus, elements = int(row["num_gpus"]), int(row["message_size"])
             yield _record(source, f"nccl_all_reduce_{gpus}x_{elements}", NCCL_OP_CLASS, latency,
@@ -440,7 +452,9 @@ def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):
 #: Rows per table (and per GEMM dtype) that one fit takes: enough to span every shape decade the grids hold.
 SAMPLE_ROWS = {"gemm": 400, "prefill_attention": 300, "decode_attention": 300, "all_reduce": 200,
                "nccl_all_reduce": 200}
-STRATA = {"gemm": ("gemm_dtype",)}
+#: Sampled apart, so each GEMM dtype and each decode cache dtype gets its rows (and the bf16-cache decode sample is
+#: the one drawn before fp8-cache rows were priced).
+STRATA = {"gemm": ("gemm_dtype",), "decode_attention": ("kv_cache_dtype",)}
 
 
 def nccl_agreement(engine_rows, nccl_rows, policy: str) -> dict[int, tuple[float, int]]:

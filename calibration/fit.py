@@ -63,7 +63,7 @@ from perfmodel.costs.rules import EXPONENTIAL_DTYPE, exponential_time_s, fitted_
 from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
-from perfmodel.hardware.model import UNIT_LATENCY_SUFFIX, ExecutionMode, Hardware, Parameters, base_kind
+from perfmodel.hardware.model import UNIT_LATENCY_SUFFIX, ExecutionMode, Hardware, Parameters, base_kind, kind_chain
 from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
@@ -131,6 +131,7 @@ class Components:
     # The part of ``compute_s`` that is special-function work in series with the matmuls (prefill attention's
     # exponentials, ``OpCost.exponentials``), which a ``kind:engine:exp`` efficiency scales apart.
     exponential_s: np.ndarray | None = None
+    overlapped: np.ndarray | None = None  # ops whose blocks' time is one more bottleneck (``OpCost.blocks_overlap``)
 
     @property
     def link_time(self) -> np.ndarray:
@@ -261,7 +262,8 @@ def components(records, hardware: Hardware, mode: str | None = None,
                       unit_waves=np.asarray([float(cost.work_units) / hardware.compute[cost.engine].units
                                              for cost in arrays.costs]),
                       exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]),
-                      exponential_s=exponential if exponential.any() else None)
+                      exponential_s=exponential if exponential.any() else None,
+                      overlapped=np.asarray([bool(cost.blocks_overlap) for cost in arrays.costs]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,14 +311,15 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
         memory[level, mask] = memory[level, mask] / values[position]
         position += 1
     blocked = np.zeros(len(compute), dtype=bool) if parts.unit_waves is None else parts.unit_waves > 0
-    blocks = np.zeros_like(compute)  # thread blocks' fixed time, beside the bottlenecks (``Parameters.unit_latency``)
+    unit_blocks = np.zeros_like(compute)  # thread blocks' fixed time (``Parameters.unit_latency``)
+    startups = np.zeros_like(compute)     # the start-up of kernels with blocks, beside their bottlenecks
     for label, mask in design.latency:
         if label.endswith(UNIT_LATENCY_SUFFIX):
-            blocks = blocks + np.where(mask, values[position], 0.0) * parts.unit_waves * parts.counts
+            unit_blocks = unit_blocks + np.where(mask, values[position], 0.0) * parts.unit_waves * parts.counts
         else:  # a kernel with blocks pays its start-up beside its bottlenecks too (``evaluate_arrays``)
             startup = np.where(mask, values[position], 0.0) * parts.counts
             compute = compute + np.where(blocked, 0.0, startup)
-            blocks = blocks + np.where(blocked, startup, 0.0)
+            startups = startups + np.where(blocked, startup, 0.0)
         position += 1
     for _name, level, mask in design.memory_latency:
         memory[level] = memory[level] + np.where(mask & (parts.memory_s[level] > 0), values[position], 0.0) * parts.counts
@@ -345,7 +348,14 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     else:  # the evaluation's own rule (serial vector kernels and exposed traffic included)
         busy = kernel_busy_s(stacked, "max", False if parts.serial is None else parts.serial,
                              False if parts.exposed is None else parts.exposed)
-    busy = busy + parts.fixed_s + blocks  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
+    if parts.overlapped is not None and parts.overlapped.any():
+        # decode blocks' fixed time is one more bottleneck (``OpCost.blocks_overlap``, ``evaluate_arrays``)
+        under = (busy ** SMOOTH_MAX_POWER + unit_blocks ** SMOOTH_MAX_POWER) ** (1 / SMOOTH_MAX_POWER) if smooth \
+            else np.maximum(busy, unit_blocks)
+        busy = np.where(parts.overlapped, under, busy + unit_blocks)
+    else:
+        busy = busy + unit_blocks
+    busy = busy + startups + parts.fixed_s  # the kernels' device-side fixed time (evaluate_arrays' combine rule)
     scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
@@ -531,13 +541,14 @@ def _latency_groups(parts: Components, compute_binding: np.ndarray,
         elif measured_by(of_kind, kind) is not None:
             groups[kind] = of_kind
             left &= ~of_kind
-    for kind in sorted(set(priced[left])):  # kernel classes left over: their plain kind's latency
-        base = base_kind(kind)
+    for kind in sorted(set(priced[left])):  # kernel classes left over: the nearest class above with a latency
         mask = left & (priced == kind)
-        if base in groups:
-            groups[base] = groups[base] | mask
-        elif base != kind and measured_by(mask, base) is not None:
-            groups[base] = mask
+        above = kind_chain(kind)[1:]
+        owner = next((each for each in above if each in groups), None)
+        if owner is not None:
+            groups[owner] = groups[owner] | mask
+        elif above and measured_by(mask, above[-1]) is not None:
+            groups[above[-1]] = mask
     if parts.unit_waves is not None:
         # A kind whose kernels count thread blocks with a fixed cost each (``OpCost.work_units``) gets that
         # cost as its own latency per block and engine unit, where its records span a decade of block counts

@@ -44,6 +44,7 @@ from perfmodel.hardware.model import (
     Link,
     Parameters,
     base_kind,
+    parent_kind,
 )
 from perfmodel.tracing import argmin, clip, equal, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
@@ -95,6 +96,10 @@ class OpCost:
     # matmuls (prefill attention's softmax: ``prefill_exponentials``); priced at ``exponential_rate_per_s`` times the
     # ``EXPONENTIAL_DTYPE`` efficiency of the op's kind, added to its compute time.
     exponentials: SIValue = 0.0
+    # Whether the blocks' fixed time (``work_units``) runs under the kernel's streaming, as one more bottleneck,
+    # instead of adding to it (decode attention: the comment above
+    # ``exposed_prefill_traffic``); per point like ``exposed_traffic``.
+    blocks_overlap: Any = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -145,6 +150,25 @@ def op_cost(op: Op, context: CostContext) -> OpCost:
 DECODE_ATTENTION = f"attention{KERNEL_CLASS_SEPARATOR}decode"
 # The kernel class of attention's gradient kernels (``pricing_kind``).
 ATTENTION_BACKWARD = f"attention{KERNEL_CLASS_SEPARATOR}backward"
+# The kernel class of decode attention over a KV cache of 8-bit floats (``pricing_kind``): the engines' decode
+# kernels for an fp8 cache are other instantiations than their bf16-cache ones (TensorRT-LLM's XQA and MMHA
+# templated on the cache type, converting each fp8 K/V tile in registers or running fp8 MMAs on Hopper;
+# FlashAttention-3's and FlashInfer's fp8-KV paths dequantizing in the main loop with a descale per head), so
+# their reach of HBM and their fixed costs are their own: NVIDIA's generation-attention tables time them
+# 17-25% slower on vLLM and SGLang and 35% faster on TensorRT-LLM than half the bf16 kernels' bytes at the bf16
+# kernels' efficiency. A parameter set without the class prices it as bf16-cache decode (``kind_chain``).
+DECODE_ATTENTION_FP8_CACHE = f"{DECODE_ATTENTION}{KERNEL_CLASS_SEPARATOR}fp8_cache"
+# The variant of each decode class for one query head a KV head (multi-head attention, ``one_query_head_per_kv_head``):
+# ``attention/decode/mha`` and ``attention/decode/fp8_cache/mha``. TensorRT-LLM runs grouped queries through its
+# XQA kernel (one block a sequence and KV head packing the group's queries into tensor-core tiles: "XQA kernel
+# provides optimization for MQA and GQA during generation phase", docs/source/blogs/XQA-kernel.md) and plain MHA
+# through its masked multi-head attention kernel (one block a sequence and query head, CUDA cores:
+# docs/source/advanced/gpt-attention.md); FlashAttention's and FlashInfer's decode pack a group's queries into
+# one tile's rows, which with a group of one is a tile of one row. Their per-block fixed cost differs: NVIDIA's
+# H100 TensorRT-LLM tables at 2-8 cached tokens and batch >= 256 take 11 ns a block (sequence x KV head) with
+# one query head a KV head and 36-43 ns with groups of 2-16; one fixed cost for both priced MHA 50-80% slow at
+# large batch and the groups 25-45% fast. A parameter set without the variant prices it as its decode class.
+MHA_VARIANT = "mha"
 # The kernel class of a product of block-scaled fp8 weights (``dtypes``: fp8_block, 128 x 128 weight scales)
 # with fp8 activations (1 x 128 scales), DeepSeek-V3's recipe (``pricing_kind``).
 BLOCK_FP8_MATMUL = f"matmul{KERNEL_CLASS_SEPARATOR}fp8_block"
@@ -165,6 +189,11 @@ KERNEL_CLASSES = {
     # 1% of the peak from query groups of 48-128 heads a KV head, whose fallback kernel re-reads the cache per query
     # head, and charged it to Llama's group of 8), but its split-KV kernels reach HBM otherwise.
     DECODE_ATTENTION: KernelClass(own_rate=False, own_memory=True),
+    # Its fp8-cache kernels stream half the bytes through another main loop (the dequantization: above).
+    DECODE_ATTENTION_FP8_CACHE: KernelClass(own_rate=False, own_memory=True),
+    # MHA decode streams the same cache through another kernel (above), a reach of HBM of its own.
+    f"{DECODE_ATTENTION}{KERNEL_CLASS_SEPARATOR}{MHA_VARIANT}": KernelClass(own_rate=False, own_memory=True),
+    f"{DECODE_ATTENTION_FP8_CACHE}{KERNEL_CLASS_SEPARATOR}{MHA_VARIANT}": KernelClass(own_rate=False, own_memory=True),
     # A block-scaled fp8 GEMM's main loop is another kernel's (DeepGEMM promotes its partial sums to fp32 every 128
     # of k and scales them there; CUTLASS's, FlashInfer's and Triton's block-scaled kernels): the engines' tables
     # show its rate apart from their per-tensor fp8 GEMMs' in both directions (0.85x on TensorRT-LLM's H100, 1.24x
@@ -190,7 +219,11 @@ def fitted_kind(kind: str, parameter: str) -> str:
     if entry is None:
         return kind
     own = {"rate": entry.own_rate, "memory": entry.own_memory}[parameter]
-    return kind if own else base_kind(kind)
+    if own:
+        return kind
+    # a nested class without its own takes its parent class's (which may have its own or take its plain kind's)
+    parent = parent_kind(kind)
+    return fitted_kind(parent, parameter) if parent in KERNEL_CLASSES else base_kind(kind)
 
 
 def block_fp8_product(op: Op) -> bool:
@@ -232,7 +265,34 @@ def pricing_kind(op: Op) -> str:
         # one token and no cache: a one-token prompt, which the engines run through their context (prefill)
         # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do)
         return op.kind
-    return DECODE_ATTENTION if one_query else op.kind
+    if not one_query:
+        return op.kind
+    kind = DECODE_ATTENTION_FP8_CACHE if fp8_cache(op) else DECODE_ATTENTION
+    return f"{kind}{KERNEL_CLASS_SEPARATOR}{MHA_VARIANT}" if one_query_head_per_kv_head(op) else kind
+
+
+def one_query_head_per_kv_head(op: Op) -> bool:
+    """Whether attention ``op`` has as many KV heads as query heads (multi-head attention: no query group to
+    pack), which the engines' decode runs as another kernel (``MHA_VARIANT``). A sweep over head counts keeps
+    the grouped class at every point (as a sweep over query counts keeps the attention class), so which points
+    are evaluated together does not change how any is priced; a traced count decides (and guards)."""
+    heads, kv_heads = op.attrs.get("heads"), op.attrs.get("kv_heads")
+    if heads is None or kv_heads is None:
+        return kv_heads is None  # no KV heads given: one a query head
+    if is_traced(heads) or is_traced(kv_heads):
+        return bool(heads == kv_heads)
+    if np.ndim(heads) != 0 or np.ndim(kv_heads) != 0:
+        return False
+    return float(heads) == float(kv_heads)
+
+
+def fp8_cache(op: Op) -> bool:
+    """Whether attention ``op`` reads its keys from a cache of 8-bit floats (``DECODE_ATTENTION_FP8_CACHE``).
+    An int8 cache is not one (its kernels are other ones again, and no table here times them)."""
+    if len(op.inputs) < 2:
+        return False
+    keys = get_dtype(op.inputs[1].dtype)
+    return keys.kind == "float" and keys.bits == 8 and not keys.block_scaled
 
 
 def warm_cache(op: Op, context: CostContext, cost: OpCost) -> OpCost:
@@ -897,7 +957,8 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
                   exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False,
-                  exponentials=exponentials)
+                  exponentials=exponentials,
+                  blocks_overlap=_one_query(seq_q, seq_kv) if blocked else False)
 
 
 def window_edge_rows(seq_q: RuleDimension, seq_kv: RuleDimension, window: RuleDimension) -> SIValue:
@@ -947,6 +1008,18 @@ def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
     if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
         return float(seq_q) == 1 and float(seq_kv) > 1
     return where(equal(seq_q, 1), greater(seq_kv, 1), False)
+
+
+# Decode blocks overlap the streaming (``OpCost.blocks_overlap``): a decode kernel's blocks each hold one
+# sequence's query group and stream its KV cache; an SM keeps several resident (XQA, FlashAttention's and
+# FlashInfer's decode kernels are small in registers and shared memory), so one block's prologue and epilogue
+# (load its queries, reduce and write its output) run while the others' loads are in flight, and the kernel takes
+# the longer of the blocks' fixed time and the stream. NVIDIA's H100 TensorRT-LLM generation tables show it: at
+# batch 512, 8 KV heads and a group of 4, the kernel takes 153 us at 2-64 cached tokens (the blocks' floor), 214 us
+# at 256 (0.54 GB: 160 us at the datasheet's HBM rate) and 370 us at 512 (1.07 GB), about the larger of the floor
+# and the stream, not their sum (313 and 473 us); priced as a sum, the fit's compromise left large-batch
+# short-cache rows 20-35% fast and mid-length ones 15-30% slow. Prefill's blocks keep adding
+# (``exposed_prefill_traffic``).
 
 
 def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:

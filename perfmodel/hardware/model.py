@@ -430,11 +430,20 @@ def base_kind(kind: str) -> str:
 
 def kind_chain(kind: str | None) -> tuple[str, ...]:
     """The kinds whose parameters serve ``kind``, most specific first: a kernel class ``kind/variant``
-    falls back to ``kind``."""
+    falls back to ``kind``, and a nested one (``attention/decode/fp8_cache``) to each class above it
+    (``attention/decode``, then ``attention``), so a parameter set fitted before a class existed prices it
+    as its parent class."""
     if kind is None:
         return ()
-    base = base_kind(kind)
-    return (kind,) if base == kind else (kind, base)
+    pieces = kind.split(KERNEL_CLASS_SEPARATOR)
+    return tuple(KERNEL_CLASS_SEPARATOR.join(pieces[:length]) for length in range(len(pieces), 0, -1))
+
+
+def parent_kind(kind: str) -> str:
+    """The class a kernel class falls back to first (``attention/decode/fp8_cache`` -> ``attention/decode``;
+    a plain kind is its own)."""
+    chain = kind_chain(kind)
+    return chain[1] if len(chain) > 1 else kind
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -432,12 +432,19 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
                               * scale, compute_s.shape).copy()
     # Kernels whose thread blocks each pay a fixed prologue and epilogue (attention's Q tiles) pay it once a
     # block and engine unit, on top of their busy time (``OpCost.work_units``, ``Parameters.unit_latency``).
+    # Decode kernels' blocks (``OpCost.blocks_overlap``) pay theirs under the kernel's streaming instead: their
+    # time is one more bottleneck of the kernel (``blocks_s``), the start-up latency still on top.
+    blocks_s: Any = 0.0
+    overlapping: Any = False
     if blocked.any():
         per_unit = {kind: parameters.unit_latency(kind) for kind in kinds}
-        fixed_s = fixed_s + stack([c.work_units / hardware.compute[c.engine].units * per_unit[kind]
-                                   + (startup if outside else 0.0)
-                                   for c, kind, startup, outside in zip(costs, priced_as, latencies, blocked,
-                                                                        strict=True)])
+        blocks_s = stack([c.work_units / hardware.compute[c.engine].units * per_unit[kind]
+                          for c, kind in zip(costs, priced_as, strict=True)])
+        overlapping = stack([c.blocks_overlap for c in costs])
+        if isinstance(overlapping, np.ndarray) and overlapping.dtype != object:
+            overlapping = overlapping.astype(bool)
+        fixed_s = fixed_s + where(overlapping, 0.0, blocks_s) + stack(
+            [startup if outside else 0.0 for startup, outside in zip(latencies, blocked, strict=True)])
 
     # The bottlenecks, and the scheduling bottleneck after them (launch/dispatch costs and the kernel's
     # fixed time together), in one array: ``components`` are all rows but the last.
@@ -447,7 +454,10 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
     if isinstance(exposed, np.ndarray) and exposed.dtype != object:  # (traced flags stay objects for the replay)
         exposed = exposed.astype(bool)
     busy = kernel_busy_s(components, overlap, serial_vector_kernels(hardware, costs, graph.ops).reshape(
-        count_column.shape), exposed) + fixed_s
+        count_column.shape), exposed)
+    if is_traced(overlapping) or np.any(overlapping):
+        busy = where(overlapping, maximum(busy, blocks_s), busy)
+    busy = busy + fixed_s
     per_instance = model.combine(busy, scheduling_s, execution)
     total_s = per_instance * count_column
     if spatial:  # one item streams as no pipeline: the formula gives per_instance x count exactly

@@ -1,0 +1,142 @@
+"""Decode attention's kernel classes (issue 29): an fp8 KV cache and one query head a KV head (MHA) each run
+other kernels than grouped decode on a bf16 cache, are priced with parameters of their own where a fit gave
+them, fall back to the decode class where not, and the engines' fp8-KV generation rows become records."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+
+from calibration import aiconfigurator as tables
+from calibration.achievable import device_time_hardware
+from calibration.aiconfigurator import attention_op
+from calibration.fit import fit
+from calibration.records import MeasurementRecord
+from perfmodel.costs.rules import (
+    DECODE_ATTENTION,
+    DECODE_ATTENTION_FP8_CACHE,
+    MHA_VARIANT,
+    CostContext,
+    fitted_kind,
+    op_cost,
+    pricing_kind,
+)
+from perfmodel.hardware.loader import load_hardware
+from perfmodel.hardware.model import Parameters, kind_chain
+from perfmodel.roofline import evaluate
+from perfmodel.workload.io import dumps
+from perfmodel.workload.ir import Graph
+
+MHA = f"{DECODE_ATTENTION}/{MHA_VARIANT}"
+FP8_MHA = f"{DECODE_ATTENTION_FP8_CACHE}/{MHA_VARIANT}"
+
+
+def test_the_cache_dtype_and_the_query_group_choose_the_decode_class():
+    assert pricing_kind(attention_op(8, 32, 8, 1, 1024, 128)) == DECODE_ATTENTION
+    assert pricing_kind(attention_op(8, 32, 8, 1, 1024, 128, "fp8")) == DECODE_ATTENTION_FP8_CACHE
+    assert pricing_kind(attention_op(8, 32, 32, 1, 1024, 128)) == MHA
+    assert pricing_kind(attention_op(8, 32, 32, 1, 1024, 128, "fp8")) == FP8_MHA
+    # prefill keeps the attention class whatever its cache; an int8 cache is not an fp8 one (no table times it)
+    assert pricing_kind(attention_op(8, 32, 32, 512, 512, 128, "fp8")) == "attention"
+    assert pricing_kind(attention_op(8, 32, 8, 1, 1024, 128, "int8")) == DECODE_ATTENTION
+    # a sweep over head counts keeps the grouped class at every point (evaluated together or apart alike)
+    op = attention_op(8, 32, 32, 1, 1024, 128)
+    swept = dataclasses.replace(op, attrs={**op.attrs, "heads": np.array([32, 64]), "kv_heads": np.array([32, 8])})
+    assert pricing_kind(swept) == DECODE_ATTENTION
+
+
+def test_nested_classes_fall_back_to_their_parent_then_the_kind():
+    assert kind_chain(FP8_MHA) == (FP8_MHA, DECODE_ATTENTION_FP8_CACHE, DECODE_ATTENTION, "attention")
+    assert kind_chain(MHA) == (MHA, DECODE_ATTENTION, "attention")
+    # every decode class has a reach of HBM of its own and shares the tensor-core rate of attention
+    for kind in (DECODE_ATTENTION_FP8_CACHE, MHA, FP8_MHA):
+        assert fitted_kind(kind, "memory") == kind and fitted_kind(kind, "rate") == "attention"
+    # a parameter set fitted before the classes existed prices them as bf16-cache grouped decode
+    old = Parameters(memory_efficiency={f"{DECODE_ATTENTION}:hbm": 0.7, "attention:hbm": 0.5},
+                     compute_latency_s={f"{DECODE_ATTENTION}:bf16": 7e-6, f"{DECODE_ATTENTION}@unit": 3e-6,
+                                        "attention": 15e-6})
+    for kind in (DECODE_ATTENTION_FP8_CACHE, MHA, FP8_MHA):
+        assert old.memory("hbm", kind) == 0.7 and old.latency(kind, "bf16") == 7e-6 and old.unit_latency(kind) == 3e-6
+    new = dataclasses.replace(old, compute_latency_s={**old.compute_latency_s, f"{DECODE_ATTENTION_FP8_CACHE}@unit": 1e-6})
+    assert new.unit_latency(FP8_MHA) == 1e-6 and new.unit_latency(MHA) == 3e-6
+
+
+def test_an_fp8_cache_moves_half_the_bytes_at_its_own_efficiency():
+    hardware = load_hardware("h100-sxm")
+    bf16, fp8 = attention_op(64, 32, 8, 1, 8192, 128), attention_op(64, 32, 8, 1, 8192, 128, "fp8")
+    context = CostContext(hardware=hardware)
+    assert op_cost(fp8, context).bytes_by_level[-1] == pytest.approx(op_cost(bf16, context).bytes_by_level[-1] / 2,
+                                                                     rel=0.01)
+    parameters = Parameters(name="p", kind="calibrated", memory_efficiency={f"{DECODE_ATTENTION}:hbm": 0.8,
+                                                                           f"{DECODE_ATTENTION_FP8_CACHE}:hbm": 0.4})
+
+    def memory_s(op):
+        return evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=parameters).ops[0].memory_s["hbm"]
+    # half the bytes at half the reach of HBM: the same time (the datasheet's half-the-bytes would be half)
+    assert memory_s(fp8) == pytest.approx(memory_s(bf16), rel=0.02)
+
+
+def _record(op, seconds: float, op_class: str, index: int) -> MeasurementRecord:
+    return MeasurementRecord(name=f"r{index}", op_class=op_class, duration_s=seconds,
+                             workload_json=dumps(Graph(name=f"r{index}", ops=[op]), "json"))
+
+
+def test_the_fit_tells_mha_and_grouped_block_costs_and_the_fp8_cache_efficiency_apart():
+    """Synthetic truth shaped like NVIDIA's H100 TensorRT-LLM tables: 1.2 us a block (per SM) for MHA decode,
+    4 us for grouped decode, and an fp8 cache read at 0.55 of HBM where bf16 reaches 0.8. One block cost for
+    all decode would miss one or the other by 3x at large batch; the fit recovers each within 15%."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated", compute_efficiency={"attention": 0.5},
+                       memory_efficiency={f"{DECODE_ATTENTION}:hbm": 0.8, f"{DECODE_ATTENTION_FP8_CACHE}:hbm": 0.55},
+                       compute_latency_s={"attention": 15e-6, f"{DECODE_ATTENTION}:bf16": 8e-6,
+                                          f"{DECODE_ATTENTION}@unit": 4e-6, f"{MHA}@unit": 1.2e-6})
+    ops = [(attention_op(batch, 32, 32 // group, 1, seq_kv, 128, cache), "decode")
+           for cache in ("bf16", "fp8") for group in (1, 4) for seq_kv in (4, 512, 16384)
+           for batch in (1, 16, 256, 2048)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       op_class, index) for index, (op, op_class) in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    fitted = {name: value for name, (value, _) in result.params.items()}
+    assert fitted[f"latency:{DECODE_ATTENTION}@unit"] == pytest.approx(4e-6, rel=0.15)
+    assert fitted[f"latency:{MHA}@unit"] == pytest.approx(1.2e-6, rel=0.15)
+    assert fitted[f"memory:{DECODE_ATTENTION_FP8_CACHE}:hbm"] == pytest.approx(0.55, rel=0.15)
+    assert fitted[f"memory:{DECODE_ATTENTION}:hbm"] == pytest.approx(0.8, rel=0.15)
+    assert result.median_abs_error < 0.03
+
+
+def test_fp8_cache_generation_rows_become_their_own_records():
+    """The committed SGLang sample's fp8-KV generation rows are records of ``decode_attention:fp8_kv`` reading an
+    fp8 cache; windowed rows and fp8 context rows stay skipped with their reason."""
+    import pandas as pd
+
+    records, skipped, _ = tables.sample_records()
+    frame = pd.read_csv(tables.sample_path("decode_attention"))
+    fp8 = [record for record in records if record.op_class == "decode_attention:fp8_kv"]
+    full = frame[frame.window_size == 0]
+    assert len(fp8) == int((full.kv_cache_dtype == "fp8").sum()) > 0
+    for record in fp8:
+        row = frame.loc[record.source_row]
+        op = record.graph().ops[0]
+        assert row["kv_cache_dtype"] == "fp8" and op.inputs[1].dtype == "fp8" and op.inputs[1].role == "kv_cache"
+        assert pricing_kind(op) in (DECODE_ATTENTION_FP8_CACHE, FP8_MHA)
+    assert skipped["decode_attention: windowed or fp8 rows (the rules price full attention on a bf16 cache, and "
+                   "decode on an fp8 one)"] == int((frame.window_size != 0).sum())
+    prefill = pd.read_csv(tables.sample_path("prefill_attention"))
+    assert skipped.get("prefill_attention: windowed or fp8 rows (the rules price full attention on a bf16 cache)", 0) \
+        == int(((prefill.window_size != 0) | (prefill.kv_cache_dtype != "bfloat16")
+                | (prefill.attn_dtype != "bfloat16")).sum())
+
+
+def test_decode_rows_are_sampled_per_cache_dtype_and_the_bf16_sample_is_unchanged():
+    """Each cache dtype gets its own sample of the generation table; the bf16 one is the rows an unstratified
+    draw of the bf16 rows alone takes (the sample the overlays were fitted on before fp8 rows were priced)."""
+    import pandas as pd
+
+    frame = pd.read_csv(tables.sample_path("decode_attention"))
+    frame = frame[frame.window_size == 0]
+    chosen = tables.sample(frame, 10, 0, tables.STRATA["decode_attention"])
+    assert chosen.groupby("kv_cache_dtype").size().to_dict() == {"bfloat16": 10, "fp8": 10}
+    bf16 = tables.sample(frame[frame.kv_cache_dtype == "bfloat16"], 10, 0)
+    assert list(chosen[chosen.kv_cache_dtype == "bfloat16"].index) == list(bf16.index)
