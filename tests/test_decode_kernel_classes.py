@@ -12,8 +12,6 @@ import pytest
 from calibration import aiconfigurator as tables
 from calibration.achievable import device_time_hardware
 from calibration.aiconfigurator import attention_op
-from calibration.fit import fit
-from calibration.records import MeasurementRecord
 from perfmodel.costs.rules import (
     DECODE_ATTENTION,
     DECODE_ATTENTION_FP8_CACHE,
@@ -26,8 +24,8 @@ from perfmodel.costs.rules import (
 from perfmodel.hardware.loader import load_hardware
 from perfmodel.hardware.model import Parameters, kind_chain
 from perfmodel.roofline import evaluate
-from perfmodel.workload.io import dumps
 from perfmodel.workload.ir import Graph
+from tests.test_kernel_classes import fitted_to_truth
 
 MHA = f"{DECODE_ATTENTION}/{MHA_VARIANT}"
 FP8_MHA = f"{DECODE_ATTENTION_FP8_CACHE}/{MHA_VARIANT}"
@@ -78,11 +76,6 @@ def test_an_fp8_cache_moves_half_the_bytes_at_its_own_efficiency():
     assert memory_s(fp8) == pytest.approx(memory_s(bf16), rel=0.02)
 
 
-def _record(op, seconds: float, op_class: str, index: int) -> MeasurementRecord:
-    return MeasurementRecord(name=f"r{index}", op_class=op_class, duration_s=seconds,
-                             workload_json=dumps(Graph(name=f"r{index}", ops=[op]), "json"))
-
-
 def test_the_fit_tells_mha_and_grouped_block_costs_and_the_fp8_cache_efficiency_apart():
     """Synthetic truth shaped like NVIDIA's H100 TensorRT-LLM tables: 1.2 us a block (per SM) for MHA decode,
     4 us for grouped decode, and an fp8 cache read at 0.55 of HBM where bf16 reaches 0.8. One block cost for
@@ -95,10 +88,7 @@ def test_the_fit_tells_mha_and_grouped_block_costs_and_the_fp8_cache_efficiency_
     ops = [(attention_op(batch, 32, 32 // group, 1, seq_kv, 128, cache), "decode")
            for cache in ("bf16", "fp8") for group in (1, 4) for seq_kv in (4, 512, 16384)
            for batch in (1, 16, 256, 2048)]
-    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
-                       op_class, index) for index, (op, op_class) in enumerate(ops)]
-    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
-    fitted = {name: value for name, (value, _) in result.params.items()}
+    result, fitted = fitted_to_truth(ops, hardware, truth)
     assert fitted[f"latency:{DECODE_ATTENTION}@unit"] == pytest.approx(4e-6, rel=0.15)
     assert fitted[f"latency:{MHA}@unit"] == pytest.approx(1.2e-6, rel=0.15)
     assert fitted[f"memory:{DECODE_ATTENTION_FP8_CACHE}:hbm"] == pytest.approx(0.55, rel=0.15)

@@ -88,6 +88,14 @@ def _record(op: Op, seconds: float, op_class: str, index: int) -> MeasurementRec
                              workload_json=dumps(Graph(name=f"r{index}", ops=[op]), "json"))
 
 
+def fitted_to_truth(ops, hardware, truth: Parameters):
+    """The fit of records that ``truth`` prices exactly (``ops``: (op, op class) pairs) and its fitted values."""
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       op_class, index) for index, (op, op_class) in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    return result, {name: value for name, (value, _) in result.params.items()}
+
+
 def test_the_fit_recovers_latencies_per_dtype_and_for_the_decode_class():
     """Synthetic truth with a bf16 GEMM start-up of 2 us, an fp8 one of 12 us and a decode-attention floor of
     9 us below a prefill one of 25 us: the fit gives each its own latency, within 15%. Device time only, as
@@ -200,10 +208,7 @@ def test_the_fit_recovers_the_block_costs():
            for batch in (1, 4, 32)]
     ops += [(_attention(1, seq_kv=seq_kv, batch=batch), "decode") for seq_kv in (4, 512, 16384)
             for batch in (1, 16, 256, 2048)]
-    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
-                       op_class, index) for index, (op, op_class) in enumerate(ops)]
-    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
-    fitted = {name: value for name, (value, _) in result.params.items()}
+    result, fitted = fitted_to_truth(ops, hardware, truth)
     assert fitted[f"latency:{DECODE_ATTENTION}@unit"] == pytest.approx(3e-6, rel=0.15)
     assert fitted["latency:attention@unit"] == pytest.approx(5e-6, rel=0.15)
     assert result.median_abs_error < 0.02
