@@ -36,6 +36,7 @@ def to_dict(result: FitResult, records) -> dict:
         "heldout_other_seeds": [{"seed": seed, "median_abs_error": median, "worst_class": worst, "worst_error": error}
                                 for seed, median, worst, error in result.heldout_other_seeds],
         "parameters_at_bounds": list(result.at_bounds),
+        "parameters_at_ceiling": list(result.at_ceiling),
         "parameters_unidentified": list(result.unidentified),
         "flags": list(result.flags),
         "success": result.success,
@@ -65,7 +66,8 @@ def text_report(result: FitResult, records, spec: Hardware) -> str:
                               [[name, _value_text(name, result.datasheet.get(name)), _value_text(name, value),
                                 _value_text(name, error),
                                 "unidentified: no measurement binds it (not written)" if name in result.unidentified
-                                else "at a bound" if name in result.at_bounds else ""]
+                                else "at a bound" if name in result.at_bounds
+                                else "at its datasheet ceiling (written as 1)" if name in result.at_ceiling else ""]
                                for name, (value, error) in result.params.items()]))
     lines.append(result.message)
     lines.extend(f"warning: {flag}" for flag in result.flags)

@@ -87,16 +87,16 @@ def test_the_exponentials_add_to_the_matmuls_at_their_own_efficiency():
 
 
 def test_the_fit_tells_the_exponential_rate_from_the_matmul_rate_across_head_dims():
-    """Synthetic truth with the matmuls at 0.8 and the exponentials at 1.3 of their datasheet rates: records over
+    """Synthetic truth with the matmuls at 0.8 and the exponentials at 0.6 of their datasheet rates: records over
     head dims 64-256 give both back (within 5% and 10%: the datasheet prior pulls the smaller share's rate toward
     1 a little); records of head dim 128 alone cannot tell them apart and fit
     none for the exponentials (they then share the matmuls' efficiency)."""
     hardware = device_time_hardware(load_hardware("h100-sxm"))
-    truth = Parameters(name="truth", kind="calibrated",
-                       compute_efficiency={"attention:tensor_cores:bf16": 0.8, "attention:tensor_cores:exp": 1.3},
-                       compute_latency_s={"attention": 10e-6, "attention@unit": 2e-6})
-
-    def records(head_dims):
+    def records(head_dims, exp_efficiency=0.6):
+        truth = Parameters(name="truth", kind="calibrated",
+                           compute_efficiency={"attention:tensor_cores:bf16": 0.8,
+                                               "attention:tensor_cores:exp": exp_efficiency},
+                           compute_latency_s={"attention": 10e-6, "attention@unit": 2e-6})
         ops = [_attention(seq, batch=batch, head_dim=head_dim) for seq in (128, 1024, 4096, 16384)
                for batch in (1, 16) for head_dim in head_dims]
         return [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
@@ -105,13 +105,36 @@ def test_the_fit_tells_the_exponential_rate_from_the_matmul_rate_across_head_dim
     result = fit(records((64, 128, 256)), hardware, mode="graph", folds=0, extra_seeds=0)
     fitted = {name: value for name, (value, _) in result.params.items()}
     assert fitted["compute:attention:tensor_cores:bf16"] == pytest.approx(0.8, rel=0.05)
-    assert fitted["compute:attention:tensor_cores:exp"] == pytest.approx(1.3, rel=0.1)
+    assert fitted["compute:attention:tensor_cores:exp"] == pytest.approx(0.6, rel=0.1)
     assert result.median_abs_error < 0.02
+    assert not result.at_ceiling
     # written, the kind's shared efficiency (for dtypes no record measured) is the matmuls' alone
     assert result.parameters("fitted").compute_efficiency["attention"] == pytest.approx(
         fitted["compute:attention:tensor_cores:bf16"])
     alone = fit(records((128,)), hardware, mode="graph", folds=0, extra_seeds=0)
     assert "compute:attention:tensor_cores:exp" not in alone.params
+
+
+def test_the_fit_keeps_the_exponentials_at_or_below_the_special_function_peak():
+    """Truth faster than 16 exponentials a clock an SM (1.5x: what the H100 engine fits reached while free) cannot
+    be a rate: the fit ends at the datasheet ceiling, says so (``at_ceiling``, not a failed bound) and writes 1, so
+    the written set prices them at the special-function peak rather than at the kind's shared efficiency."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    ops = [_attention(seq, batch=batch, head_dim=head_dim) for seq in (128, 1024, 4096, 16384)
+           for batch in (1, 16) for head_dim in (64, 128, 256)]
+    truth = Parameters(name="truth", kind="calibrated",
+                       compute_efficiency={"attention:tensor_cores:bf16": 0.8, "attention:tensor_cores:exp": 1.5},
+                       compute_latency_s={"attention": 10e-6, "attention@unit": 2e-6})
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       index) for index, op in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    name = "compute:attention:tensor_cores:exp"
+    assert result.at_ceiling == (name,) and name not in result.at_bounds
+    assert result.params[name][0] == 1.0 and not result.flags
+    assert result.parameters("fitted").compute_efficiency["attention:tensor_cores:exp"] == 1.0
+    # the matmuls absorb the faster exponentials: still a close fit, at an efficiency above the truth's
+    assert result.params["compute:attention:tensor_cores:bf16"][0] > 0.8
+    assert result.median_abs_error < 0.1
 
 
 def test_a_prefill_shape_timed_with_several_backends_keeps_the_one_the_engine_serves_with():
