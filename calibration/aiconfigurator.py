@@ -21,9 +21,9 @@ Conventions (read from the tables and from how aiconfigurator's own SDK queries 
   host's Python path, which serving under CUDA graphs does not pay;
 * context attention: causal prefill of ``isl`` tokens per sequence, no cached prefix (``step`` 0);
   generation attention: one query token against ``isl + step`` cached tokens. Full attention
-  (``window_size`` 0) with bf16 activations and a bf16 KV cache are used, and for generation an fp8 KV cache
-  too (``DECODE_KV_DTYPES``); windowed rows and fp8-KV context rows are skipped (counted) until the cost rules
-  price them;
+  (``window_size`` 0) with bf16 activations and a bf16 KV cache are used, for generation an fp8 KV cache
+  too (``DECODE_KV_DTYPES``), for context fp8 throughout (``PREFILL_ATTENTION_DTYPES``); windowed rows and
+  16-bit context kernels writing an fp8 cache are skipped (counted) until the cost rules price them;
 * all-reduce: ``message_size`` counts elements (aiconfigurator's ``CustomAllReduce(name, tokens,
   hidden, tp)`` looks up ``tokens x hidden``), bf16, over NVLink (over PCIe on the L40S and RTX PRO 6000,
   which have none: ``SCALE_UP_LINKS``); where a table holds both the CUDA-graph
@@ -110,6 +110,12 @@ NCCL_AGREEMENT = 1.15
 #: class of their own (``costs.rules.DECODE_ATTENTION_FP8_CACHE``). Their records are the op class
 #: ``decode_attention:fp8_kv``, reported apart.
 DECODE_KV_DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+#: The (compute, KV-cache) dtypes of the context-attention tables the rules price (-> the kernel's compute dtype):
+#: bf16, and fp8 throughout (TensorRT-LLM's ``--use_fp8_context_fmha``, SGLang's fp8 FlashAttention-3: Q, K and V
+#: in E4M3, both matmuls at the tensor cores' fp8 rate, the softmax's exponentials as in bf16), the graphs'
+#: attention op of an fp8 model (``llm.graphs._sdpa``: ``attention_dtype`` None). Their records are the op class
+#: ``prefill_attention:fp8``, reported apart. A 16-bit kernel writing an fp8 cache is not among them (yet).
+PREFILL_ATTENTION_DTYPES = {("bfloat16", "bfloat16"): "bf16", ("fp8", "fp8"): "fp8"}
 #: Tables read only to test extrapolation (``benchmarks/engine_extrapolation.py``), never fitted.
 UNFITTED_TABLES = {"moe": ("moe", "moe_perf.parquet")}
 GEMM_DTYPES = {"bfloat16": "bf16", "fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
@@ -329,16 +335,17 @@ def gemm_ops(m: int, n: int, k: int, dtype: str, engine: str = "") -> tuple[Op, 
 
 
 def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int,
-                 kv_dtype: str = "bf16") -> Op:
+                 kv_dtype: str = "bf16", dtype: str = "bf16") -> Op:
     """Attention as the LLM graphs shape it: causal prefill when ``seq_q == seq_kv``, else ``seq_q`` new
-    bf16 tokens against a KV cache of ``seq_kv`` tokens of ``kv_dtype`` read from HBM."""
+    tokens against a KV cache of ``seq_kv`` tokens of ``kv_dtype`` read from HBM; queries, output and the
+    matmuls in ``dtype``."""
     prefill = seq_q == seq_kv
-    query = TensorSpec(shape=(batch, heads, seq_q, head_dim), dtype="bf16")
+    query = TensorSpec(shape=(batch, heads, seq_q, head_dim), dtype=dtype)
     keys = TensorSpec(shape=(batch, kv_heads, seq_kv, head_dim), dtype=kv_dtype,
                       role="activation" if prefill else "kv_cache")
     return Op(name="sdpa", kind="attention", inputs=(query, keys, keys), outputs=(query,),
               attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq_q, "seq_kv": seq_kv,
-                     "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": "bf16"})
+                     "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": dtype})
 
 
 def all_reduce_op(elements: int, gpus: int, link: str = "nvlink", library: str | None = None) -> Op:
@@ -372,10 +379,11 @@ def unpriced(kind: str, row) -> str | None:
         return None
     if kind in ("prefill_attention", "decode_attention"):
         cache = row["kv_cache_dtype"]
-        if int(row["window_size"]) != 0 or (cache not in DECODE_KV_DTYPES if kind == "decode_attention" else (
-                cache != "bfloat16" or row["attn_dtype"] != "bfloat16")):
-            return (f"{kind}: windowed or fp8 rows (the rules price full attention on a bf16 cache"
-                    + (", and decode on an fp8 one)" if kind == "decode_attention" else ")"))
+        if int(row["window_size"]) != 0 or (cache not in DECODE_KV_DTYPES if kind == "decode_attention" else
+                                            (row["attn_dtype"], cache) not in PREFILL_ATTENTION_DTYPES):
+            return (f"{kind}: windowed rows or cache dtypes not priced (the rules price full attention"
+                    + (" on a bf16 or fp8 cache)" if kind == "decode_attention"
+                       else " in bf16 or fp8 throughout; not a 16-bit kernel writing an fp8 cache)"))
         if (kind == "decode_attention" and str(row.get("framework", "")).upper() == "TRTLLM"
                 and int(row["num_heads"]) > TRTLLM_SHARED_KV_GROUP_MAX * int(row["num_key_value_heads"])):
             return (f"decode_attention: TensorRT-LLM query groups above {TRTLLM_SHARED_KV_GROUP_MAX} heads a KV head "
@@ -417,16 +425,19 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
         elif kind in ("prefill_attention", "decode_attention"):
             batch, heads, kv_heads, head_dim = (int(row[column]) for column in
                                                 ("batch_size", "num_heads", "num_key_value_heads", "head_dim"))
-            cache = DECODE_KV_DTYPES.get(row["kv_cache_dtype"], "bf16")
             if kind == "prefill_attention":
                 seq_q = seq_kv = int(row["isl"])
+                cache = compute = PREFILL_ATTENTION_DTYPES[(row["attn_dtype"], row["kv_cache_dtype"])]
+                suffix = "" if compute == "bf16" else f"_{compute}"
+                op_class = kind if compute == "bf16" else f"{kind}:{compute}"
             else:
                 seq_q, seq_kv = 1, int(row["isl"]) + int(row["step"])
-            name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}" + (
-                "" if cache == "bf16" else f"_{cache}_kv")
-            op_class = kind if cache == "bf16" else f"{kind}:{cache}_kv"
+                cache, compute = DECODE_KV_DTYPES[row["kv_cache_dtype"]], "bf16"
+                suffix = "" if cache == "bf16" else f"_{cache}_kv"
+                op_class = kind if cache == "bf16" else f"{kind}:{cache}_kv"
+            name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}{suffix}"
             yield _record(source, name, op_class, latency,
-                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache), index)
+                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache, compute), index)
         elif kind == "nccl_all_reduce":
             gpus, elements = int(row["num_gpus"]), int(row["message_size"])
             yield _record(source, f"nccl_all_reduce_{gpus}x_{elements}", NCCL_OP_CLASS, latency,
@@ -452,9 +463,9 @@ def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):
 #: Rows per table (and per GEMM dtype) that one fit takes: enough to span every shape decade the grids hold.
 SAMPLE_ROWS = {"gemm": 400, "prefill_attention": 300, "decode_attention": 300, "all_reduce": 200,
                "nccl_all_reduce": 200}
-#: Sampled apart, so each GEMM dtype and each decode cache dtype gets its rows (and the bf16-cache decode sample is
-#: the one drawn before fp8-cache rows were priced).
-STRATA = {"gemm": ("gemm_dtype",), "decode_attention": ("kv_cache_dtype",)}
+#: Sampled apart, so each GEMM dtype, each decode cache dtype and each prefill compute dtype gets its rows (and the
+#: bf16 decode and prefill samples are the ones drawn before fp8 rows were priced).
+STRATA = {"gemm": ("gemm_dtype",), "decode_attention": ("kv_cache_dtype",), "prefill_attention": ("attn_dtype",)}
 
 
 def nccl_agreement(engine_rows, nccl_rows, policy: str) -> dict[int, tuple[float, int]]:

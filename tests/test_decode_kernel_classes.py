@@ -98,7 +98,8 @@ def test_the_fit_tells_mha_and_grouped_block_costs_and_the_fp8_cache_efficiency_
 
 def test_fp8_cache_generation_rows_become_their_own_records():
     """The committed SGLang sample's fp8-KV generation rows are records of ``decode_attention:fp8_kv`` reading an
-    fp8 cache; windowed rows and fp8 context rows stay skipped with their reason."""
+    fp8 cache, its fp8 context rows records of ``prefill_attention:fp8`` computing in fp8; windowed rows and
+    16-bit context kernels writing an fp8 cache stay skipped with their reason."""
     import pandas as pd
 
     records, skipped, _ = tables.sample_records()
@@ -111,12 +112,20 @@ def test_fp8_cache_generation_rows_become_their_own_records():
         op = record.graph().ops[0]
         assert row["kv_cache_dtype"] == "fp8" and op.inputs[1].dtype == "fp8" and op.inputs[1].role == "kv_cache"
         assert pricing_kind(op) in (DECODE_ATTENTION_FP8_CACHE, FP8_MHA)
-    assert skipped["decode_attention: windowed or fp8 rows (the rules price full attention on a bf16 cache, and "
-                   "decode on an fp8 one)"] == int((frame.window_size != 0).sum())
+    assert skipped["decode_attention: windowed rows or cache dtypes not priced (the rules price full attention on "
+                   "a bf16 or fp8 cache)"] == int((frame.window_size != 0).sum())
     prefill = pd.read_csv(tables.sample_path("prefill_attention"))
-    assert skipped.get("prefill_attention: windowed or fp8 rows (the rules price full attention on a bf16 cache)", 0) \
-        == int(((prefill.window_size != 0) | (prefill.kv_cache_dtype != "bfloat16")
-                | (prefill.attn_dtype != "bfloat16")).sum())
+    full = prefill[prefill.window_size == 0]
+    fp8 = [record for record in records if record.op_class == "prefill_attention:fp8"]
+    assert len(fp8) == int(((full.attn_dtype == "fp8") & (full.kv_cache_dtype == "fp8")).sum()) > 0
+    for record in fp8:
+        op = record.graph().ops[0]
+        assert prefill.loc[record.source_row, "attn_dtype"] == "fp8"
+        assert op.attrs["dtype"] == "fp8" and {tensor.dtype for tensor in op.inputs} == {"fp8"}
+    mixed = (prefill.attn_dtype == "bfloat16") & (prefill.kv_cache_dtype == "fp8")
+    assert skipped.get("prefill_attention: windowed rows or cache dtypes not priced (the rules price full attention "
+                       "in bf16 or fp8 throughout; not a 16-bit kernel writing an fp8 cache)", 0) \
+        == int(((prefill.window_size != 0) | mixed).sum())
 
 
 def test_decode_rows_are_sampled_per_cache_dtype_and_the_bf16_sample_is_unchanged():
