@@ -35,8 +35,8 @@ def sample():
 def test_sample_rows_become_records_in_si_units(sample):
     records, skipped = sample
     by_class = {record.op_class for record in records}
-    assert by_class == {"gemm:bf16", "gemm:fp8", "gemm:fp8_block", "prefill_attention", "decode_attention",
-                        "decode_attention:fp8_kv", "all_reduce"}
+    assert by_class == {"gemm:bf16", "gemm:fp8", "gemm:fp8_block", "prefill_attention", "prefill_attention:fp8",
+                        "decode_attention", "decode_attention:fp8_kv", "all_reduce"}
     import pandas as pd
 
     gemm = pd.read_csv(tables.sample_path("gemm"))
