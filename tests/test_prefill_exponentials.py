@@ -115,10 +115,10 @@ def test_the_fit_tells_the_exponential_rate_from_the_matmul_rate_across_head_dim
     assert "compute:attention:tensor_cores:exp" not in alone.params
 
 
-def test_the_fit_keeps_the_exponentials_at_or_below_the_special_function_peak():
-    """Truth faster than 16 exponentials a clock an SM (1.5x: what the H100 engine fits reached while free) cannot
-    be a rate: the fit ends at the datasheet ceiling, says so (``at_ceiling``, not a failed bound) and writes 1, so
-    the written set prices them at the special-function peak rather than at the kind's shared efficiency."""
+def test_an_exponential_rate_above_the_special_function_peak_is_kept_and_not_flagged():
+    """Truth faster than 16 exponentials a clock an SM (1.5x: the kernel hides a share of them under its
+    asynchronous matmuls, as the H100 engine fits found): the fit gives it back as the effective rate it is,
+    unflagged (no datasheet figure is wrong), and the matmuls keep their own efficiency."""
     hardware = device_time_hardware(load_hardware("h100-sxm"))
     ops = [_attention(seq, batch=batch, head_dim=head_dim) for seq in (128, 1024, 4096, 16384)
            for batch in (1, 16) for head_dim in (64, 128, 256)]
@@ -129,12 +129,10 @@ def test_the_fit_keeps_the_exponentials_at_or_below_the_special_function_peak():
                        index) for index, op in enumerate(ops)]
     result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
     name = "compute:attention:tensor_cores:exp"
-    assert result.at_ceiling == (name,) and name not in result.at_bounds
-    assert result.params[name][0] == 1.0 and not result.flags
-    assert result.parameters("fitted").compute_efficiency["attention:tensor_cores:exp"] == 1.0
-    # the matmuls absorb the faster exponentials: still a close fit, at an efficiency above the truth's
-    assert result.params["compute:attention:tensor_cores:bf16"][0] > 0.8
-    assert result.median_abs_error < 0.1
+    assert result.params[name][0] == pytest.approx(1.5, rel=0.1)
+    assert name not in result.at_ceiling and name not in result.at_bounds
+    assert not [flag for flag in result.flags if flag.startswith(name)]
+    assert result.params["compute:attention:tensor_cores:bf16"][0] == pytest.approx(0.8, rel=0.05)
 
 
 def test_a_prefill_shape_timed_with_several_backends_keeps_the_one_the_engine_serves_with():
