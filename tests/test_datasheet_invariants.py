@@ -116,13 +116,18 @@ def test_hardware_caches_are_stated_in_binary_units(entry):
                 f"{entry.name}: memory.{name}.capacity {level['capacity']!r} is not in binary units (KiB, MiB)")
 
 
-# Known defects of the 2026-12-07 refit (stop 46), strict: each fails this suite once its refit stops carrying it.
-# The prefill exponentials' fitted efficiency (``compute.attention:tensor_cores:exp``) reads 1.25-1.76: the datasheet
-# rate (16 exp/clk/SM) is right, but FlashAttention-3 hides part of the exponentials under its matmuls (FA3 paper
-# 3.1-3.2), which the model adds in series; H100 vLLM's element-wise HBM efficiency reads 1.99: its fp8 rows'
-# quantize kernels read activations that sit in L2. Fix: the overlap in the rule (or a bound of 1) and a refit.
-ABOVE_DATASHEET_KNOWN = {"h100-sxm-achievable", "h100-sxm-sglang", "h100-sxm-trtllm", "h100-sxm-vllm",
-                         "h200-sxm-achievable"}
+# Known defects of the 2026-12-07 refits, strict: each fails this suite once its refit stops carrying it.
+# H100 vLLM's element-wise HBM efficiency reads 1.99 (+/- 2.3, barely bound): its fp8 rows' quantize kernels read
+# activations that sit in L2, which the element-wise rule streams from HBM.
+ABOVE_DATASHEET_KNOWN = {"h100-sxm-vllm"}
+
+
+def _is_effective_exponential_rate(section: str, key: str) -> bool:
+    """The softmax exponentials' efficiency (``compute.<kind>:<engine>:exp``) is an effective per-score rate that
+    counts the share the kernels hide under their asynchronous matmuls, so it may exceed the special-function
+    peak (``calibration.fit.capped_at_datasheet`` says why and what capping it did); no datasheet figure is wrong
+    when it does."""
+    return section == "compute" and key.endswith(":exp")
 
 
 @pytest.mark.parametrize("entry", [entry for entry in SPECS if "efficiency" in _raw(entry)],
@@ -132,7 +137,8 @@ def test_no_shipped_overlay_keeps_an_efficiency_above_datasheet(entry, request):
         request.applymarker(pytest.mark.xfail(strict=True, reason="known above-datasheet fit (ABOVE_DATASHEET_KNOWN)"))
     efficiency = _raw(entry)["efficiency"]
     above = {f"{section}.{key}": value for section in ("compute", "memory", "link")
-             for key, value in (efficiency.get(section) or {}).items() if value > MAX_SHIPPED_EFFICIENCY}
+             for key, value in (efficiency.get(section) or {}).items()
+             if value > MAX_SHIPPED_EFFICIENCY and not _is_effective_exponential_rate(section, key)}
     assert not above, (f"{entry.name}: efficiencies above {MAX_SHIPPED_EFFICIENCY} mean the datasheet figure "
                        f"beneath is wrong; fix it in the base spec and refit: {above}")
 
