@@ -92,6 +92,11 @@ TRTLLM_TOKENS_PER_BLOCK = 32
 # computes in fp16.
 LEGACY_TRTLLM_BUILD_SOURCES = ("https://github.com/NVIDIA/TensorRT-LLM/blob/138f96d45f90b9667426f7c47297d8c06bafac73/"
                                "docs/source/performance.md",)
+# Sources whose quantizer replaces every linear layer, the LM head and the MoE gate included
+# (``Scenario.quantized_head``): gpt-fast's quantize.py (``WeightOnlyInt8QuantHandler`` and
+# ``WeightOnlyInt4QuantHandler`` quantize each ``nn.Linear`` of the model). The other rows' engines keep them in
+# 16 bits (NVIDIA's AMMO/ModelOpt default configs disable ``*lm_head*`` and the routers).
+EVERY_LINEAR_QUANTIZED_SOURCES = ("https://github.com/pytorch-labs/gpt-fast/",)
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
@@ -268,6 +273,7 @@ def _dtypes(precision: str, system: str) -> dict | None:
 
 def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[float, str]:
     from perfmodel.costs.all_reduce import NCCL_LIBRARY
+    from perfmodel.dtypes import DTYPES
     from perfmodel.hardware.execution_models import resolve_mode
     from perfmodel.llm import Parallelism, Scenario, llm_predict
     from perfmodel.llm.catalog import load_architecture, load_config
@@ -287,6 +293,8 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
         graphs = functools.partial(stage_graph, all_reduce_library=NCCL_LIBRARY)
     if legacy and dtypes["activation_dtype"] == "fp8":
         dtypes = {**dtypes, "attention_dtype": "fp16"}
+    if row.get("source", "").startswith(EVERY_LINEAR_QUANTIZED_SOURCES) and DTYPES[dtypes["weight_dtype"]].bits < 16:
+        dtypes = {**dtypes, "quantized_head": True}
     chips = _int(row["chips"])
     api = "user" in row["batch"].lower() or "per user" in metric
     short = row["input_len"].strip().lower() == "short"
@@ -311,7 +319,8 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
           f"{resolve_mode(hardware, mode)}" + (" (captured eager op stream)" if graphs is not stage_graph else "") \
         + ("" if load is not None else f"; prompt {prompt}, gen {gen}") \
         + ("; NCCL all-reduce (built without --use_custom_all_reduce)" if nccl else "") \
-        + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "")
+        + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "") \
+        + ("; LM head and router quantized too (gpt-fast's quantize.py)" if dtypes.get("quantized_head") else "")
     if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
         how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
     if _served(row):

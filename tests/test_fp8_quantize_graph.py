@@ -15,10 +15,10 @@ from perfmodel.llm.graphs import Parallelism, Scenario, quantize_activations_op,
 PROMPT = 128
 
 
-def _graph(weights: str, activations: str, *, batch=1, phase="prefill", tp=2, attention=None):
+def _graph(weights: str, activations: str, *, batch=1, phase="prefill", tp=2, attention=None, quantized_head=False):
     scenario = Scenario(batch=batch, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype=weights,
                         activation_dtype=activations, kv_dtype=activations if activations == "fp8" else "bf16",
-                        attention_dtype=attention)
+                        attention_dtype=attention, quantized_head=quantized_head)
     context = PROMPT if phase == "prefill" else PROMPT + 1
     return stage_graph(load_architecture("llama-2-7b"), scenario, Parallelism(tp=tp), phase=phase, context=context)
 
@@ -29,8 +29,9 @@ def _quantizes(graph):
 
 def test_an_fp8_graph_quantizes_each_gemm_input_once():
     """q, k and v share the norm's quantization (one fused QKV GEMM in every engine); the fp8 attention kernel
-    writes o_proj's fp8 input; gate_up, down and the head each read a quantized input."""
-    graph = _graph("fp8", "fp8")
+    writes o_proj's fp8 input; gate_up, down and (quantized with the rest, as gpt-fast does) the head each read
+    a quantized input."""
+    graph = _graph("fp8", "fp8", quantized_head=True)
     a = load_architecture("llama-2-7b")
     quantizes = _quantizes(graph)
     assert [op.name for op in quantizes] == ["layers.attn.q_proj.quantize_input", "layers.mlp.gate_up_proj.quantize_input",
@@ -88,7 +89,7 @@ def test_a_swept_decode_graph_shares_the_qkv_quantization():
     """Batch arrays (sizing sweeps): one quantization for q, k and v, sized by each point's batch."""
     batch = np.array([1, 8, 64])
     quantizes = _quantizes(_graph("fp8", "fp8", batch=batch, phase="decode"))
-    assert len(quantizes) == 4
+    assert len(quantizes) == 3  # q/k/v, gate_up, down (the head stays bf16: Scenario.quantized_head)
     assert np.array_equal(quantizes[0].output_bytes, batch * 4096)
 
 
@@ -99,15 +100,45 @@ def test_a_16_bit_attention_makes_the_output_projection_quantize_its_input():
     sdpa = next(op for op in graph.ops if op.kind == "attention")
     assert sdpa.attrs["dtype"] == "fp16" and sdpa.inputs[1].dtype == "fp8"  # the fp8 cache, read by an fp16 kernel
     names = [op.name for op in _quantizes(graph)]
-    assert "layers.attn.o_proj.quantize_input" in names and len(names) == 5
+    assert "layers.attn.o_proj.quantize_input" in names and len(names) == 4
 
 
 @pytest.mark.parametrize("batch", [1, np.array([1, 4])])
 def test_a_moe_router_and_its_experts_quantize_apart_at_any_batch(batch):
     """At batch 1 the router's input and the experts' routed rows have the same shape but are not one tensor: both
     are quantized, on the scalar path and on a sweep alike (the two must price the same graph)."""
-    scenario = Scenario(batch=batch, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype="fp8", activation_dtype="fp8")
+    scenario = Scenario(batch=batch, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype="fp8", activation_dtype="fp8",
+                        quantized_head=True)
     graph = stage_graph(load_architecture("mixtral-8x7b"), scenario, Parallelism(tp=2), phase="decode",
                         context=PROMPT + 1)
     names = [op.name for op in _quantizes(graph)]
     assert {"layers.moe.router.quantize_input", "layers.moe.experts.gate_up.quantize_input"} <= set(names)
+
+
+@pytest.mark.parametrize("weights, activations", [("fp8", "fp8"), ("int4", "bf16"), ("int8", "fp16")])
+def test_the_engines_keep_the_head_router_and_embedding_in_16_bits(weights, activations):
+    """ModelOpt (TensorRT-LLM, vLLM, SGLang checkpoints) leaves ``*lm_head*`` and the routers unquantized and no
+    quantizer touches the embedding table: by default those ops read 16-bit weights and inputs (no quantize op),
+    and the memory per chip counts their bytes at 2 a parameter; gpt-fast (``quantized_head``) quantizes the head
+    and the router with the rest (the embedding stays 16-bit)."""
+    from perfmodel.dtypes import DTYPES
+    from perfmodel.llm.metrics import memory_per_chip
+
+    a = load_architecture("mixtral-8x7b")
+    default = Scenario(batch=4, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype=weights,
+                       activation_dtype=activations)
+    every = Scenario(batch=4, prompt_tokens=PROMPT, generated_tokens=4, weight_dtype=weights,
+                     activation_dtype=activations, quantized_head=True)
+    carrier = "fp16" if activations == "fp16" else "bf16"
+    for scenario, head in ((default, carrier), (every, weights)):
+        graph = stage_graph(a, scenario, Parallelism(tp=2), phase="decode", context=PROMPT + 1)
+        ops = {op.name: op for op in graph.ops}
+        assert ops["embed_tokens"].inputs[1].dtype == carrier
+        for name in ("lm_head", "layers.moe.router"):
+            assert ops[name].inputs[1].dtype == head
+            assert (f"{name}.quantize_input" in ops) == (head == "fp8")
+        assert ops["layers.mlp.down_proj" if "layers.mlp.down_proj" in ops else "layers.moe.experts.down"].inputs[1].dtype \
+            == weights
+    saved = memory_per_chip(a, default, Parallelism(tp=2)).weights - memory_per_chip(a, every, Parallelism(tp=2)).weights
+    head_params = a.head_parameters + a.moe_layer_count * a.router_parameters
+    assert saved == pytest.approx(head_params * (DTYPES[carrier].bytes_per_element - DTYPES[weights].bytes_per_element) / 2)

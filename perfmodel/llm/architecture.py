@@ -395,14 +395,26 @@ class Architecture:
         weights = [sum(self._per_layer_parameters[stage.start:stage.stop]) for stage in slices]
         return slices[weights.index(max(weights))]
 
+    def stage_end_bytes(self, pp: int, embedding_bytes: float, head_bytes: float) -> float:
+        """Bytes of the ends the fullest of ``pp`` stages holds (``stage_parameters``' ends) when the embedding
+        table and the LM head are stored with ``embedding_bytes`` and ``head_bytes`` an element (a tied head is
+        the embedding's matrix, in its dtype; the final norm is counted with the head)."""
+        embedding, head = self.embedding_parameters * embedding_bytes, self.head_parameters * head_bytes
+        if pp > 1:
+            return max(embedding, head)
+        tied = self.vocab * self.hidden * head_bytes if self.tied_embeddings else 0.0
+        return embedding + head - tied
+
+    def stage_end_parameters(self, pp: int) -> int:
+        """Parameters of the ends (embedding, LM head) the fullest of ``pp`` stages holds."""
+        if pp > 1:
+            return max(self.embedding_parameters, self.head_parameters)
+        return self.embedding_parameters + self.head_parameters - (self.vocab * self.hidden if self.tied_embeddings else 0)
+
     def stage_parameters(self, pp: int) -> int:
         """Parameters of the fullest of ``pp`` pipeline stages: its layers and the larger end
         (embedding or LM head); one stage holds both ends, sharing a tied head's matrix."""
-        if pp == 1:
-            tied = self.vocab * self.hidden if self.tied_embeddings else 0
-            ends = self.embedding_parameters + self.head_parameters - tied
-        else:
-            ends = max(self.embedding_parameters, self.head_parameters)
+        ends = self.stage_end_parameters(pp)
         size = math.ceil(self.layers / pp)
         layers = self.stage_layers(pp)
         # A stage always holds ceil(layers / pp) layers' worth (the fullest): a shorter last slice is padded.

@@ -68,6 +68,41 @@ class Scenario:
     # has no fp8 attention kernel (TensorRT-LLM before --use_fp8_context_fmha) computes it in 16 bits, reading
     # an fp8 KV cache, and its output projection then quantizes its input (``with_quantized_inputs``).
     attention_dtype: str | None = None
+    # Whether the LM head and the MoE routers are quantized with the other linear layers. False: they keep 16-bit
+    # weights, as the serving engines' quantizers leave them (NVIDIA ModelOpt's ``_default_disabled_quantizer_cfg``
+    # disables ``*lm_head*`` and the routers in every format it exports to TensorRT-LLM, vLLM and SGLang; vLLM's
+    # fp8 method quantizes ``LinearBase`` layers only, not its ``ParallelLMHead``). True: gpt-fast's quantize.py,
+    # which replaces every ``nn.Linear``, the output layer and the MoE gate included. The token embedding is a
+    # 16-bit table either way (a lookup, never a quantized GEMM).
+    quantized_head: bool = False
+
+    @property
+    def embedding_weight_dtype(self) -> str:
+        """The token embedding table's dtype: the weight dtype where it is 16 bits or wider, else the 16-bit float
+        the activations are carried in (``float_carrier``): no quantizer touches the lookup table."""
+        return self.weight_dtype if DTYPES[self.weight_dtype].bits >= 16 else self.float_carrier
+
+    @property
+    def head_weight_dtype(self) -> str:
+        """The weight dtype of the LM head and the routers: the weight dtype where they are quantized with the rest
+        (``quantized_head``), else the embedding's (16 bits)."""
+        return self.weight_dtype if self.quantized_head else self.embedding_weight_dtype
+
+    @property
+    def float_carrier(self) -> str:
+        """The 16-bit (or wider) float dtype between the layers: ``carried_dtype``, or bf16 where that is narrower
+        (the checkpoint dtype of the models perfmodel ships)."""
+        carried = DTYPES[self.carried_dtype]
+        return self.carried_dtype if carried.kind == "float" and carried.bits >= 16 else QUANTIZED_INPUT_CARRIER
+
+    @property
+    def head_scenario(self) -> Scenario:
+        """This scenario as the LM head and the routers see it: their weight dtype (``head_weight_dtype``) and,
+        where that is not quantized, 16-bit activations (no quantize kernel before them)."""
+        weights = self.head_weight_dtype
+        if weights == self.weight_dtype:
+            return self
+        return replace(self, weight_dtype=weights, activation_dtype=self.float_carrier, expert_weight_dtype=None)
 
     @property
     def quantizes_gemm_inputs(self) -> bool:
@@ -556,7 +591,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
                    context=context, context_shards=context_shards)
     ops = [
         Op(name="embed_tokens", kind="embedding", provenance="aten.embedding",
-           inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.weight_dtype, "weight")),
+           inputs=(_t((tokens,), "int64"), _t((a.vocab, hidden), s.embedding_weight_dtype, "weight")),
            outputs=(_t((tokens, hidden), act),)),
         _elementwise("layers.input_norm", rows_per_chip, hidden, act, groups.mixing, kind="norm", norm="rms"),
     ]
@@ -579,7 +614,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     if sharded and not a.shared_block_input:
         ops.append(_collective("layers.mlp.all_gather", "all_gather", residual_bytes, p.tp, act, groups.mlps))
     if groups.moe:
-        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s, groups.moe))
+        ops.append(_linear("layers.moe.router", tokens, hidden, a.experts, s.head_scenario, groups.moe))
     if groups.moe and moe_capacity_factor is not None:
         ops += _dropping_moe(a, s.experts_scenario, batch, seq, a.expert_width // p.tp, groups.moe, moe_capacity_factor)
     elif groups.moe:
@@ -600,7 +635,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
         if a.shared_intermediate:  # every token also passes the shared experts (a dense gated MLP, tp-split)
             ops += _dense_mlp(a, s, "layers.moe.shared_experts", tokens, a.shared_intermediate // p.tp, groups.moe)
             if a.shared_expert_gate:
-                ops.append(_linear("layers.moe.shared_expert_gate", tokens, hidden, 1, s, groups.moe))
+                ops.append(_linear("layers.moe.shared_expert_gate", tokens, hidden, 1, s.head_scenario, groups.moe))
     if groups.dense:
         ops += _dense_mlp(a, s, "layers.mlp", tokens, a.intermediate // p.tp, groups.dense)
     if sharded:
@@ -611,7 +646,7 @@ def stage_graph(architecture: Architecture, scenario: Scenario, parallelism: Par
     rows = tokens if training or every_logit else batch  # inference computes logits for each sequence's last token only
     ops += [_elementwise("layers.mlp.residual", rows_per_chip, hidden, act, groups.mlps, inputs=2),
             _elementwise("final_norm", rows, hidden, act, 1, kind="norm", norm="rms"),
-            _linear("lm_head", rows, hidden, a.vocab // p.tp, s, 1)]
+            _linear("lm_head", rows, hidden, a.vocab // p.tp, s.head_scenario, 1)]
     if training:  # softmax cross-entropy over the vocabulary shard (fused kernels upcast inside)
         ops.append(_elementwise("loss", rows, a.vocab // p.tp, act, 1, kind="softmax"))
     ops = [op for op in ops if op.count]  # (a stage of Nemotron-H blocks may lack every mixer or every MLP)

@@ -194,6 +194,12 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     expert_bytes = DTYPES[scenario.experts_scenario.weight_dtype].bytes_per_element
     experts = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.experts * a.expert_parameters
     weights = stage_parameters * weight_bytes / tp
+    # the embedding table, the LM head and the routers in their own dtype (``Scenario.quantized_head``)
+    head_bytes = DTYPES[scenario.head_weight_dtype].bytes_per_element
+    end_bytes = a.stage_end_bytes(pp, DTYPES[scenario.embedding_weight_dtype].bytes_per_element, head_bytes)
+    routers = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.router_parameters
+    weights = weights + (end_bytes - a.stage_end_parameters(pp) * weight_bytes
+                         + routers * (head_bytes - weight_bytes)) / tp
     if expert_bytes != weight_bytes:  # the routed experts stored in their own dtype
         weights = weights + experts * (expert_bytes - weight_bytes) / tp
     if parallelism.dp > 1:  # wide expert parallelism: the routed experts are spread over tp x dp chips
@@ -289,7 +295,7 @@ def _replayed_one(architecture: Architecture, hardware: Hardware, scenario: Scen
     if len(values) < 3:
         return None
     key = (id(architecture), id(hardware), parallelism, execution, scenario.weight_dtype, scenario.kv_dtype,
-           scenario.activation_dtype, scenario.expert_weight_dtype, scenario.attention_dtype)
+           scenario.activation_dtype, scenario.expert_weight_dtype, scenario.attention_dtype, scenario.quantized_head)
     numbers = prediction_numbers(architecture, hardware, scenario, parallelism, execution)
     result = _REPLAYS(key, (architecture, hardware), numbers, values)
     return None if result is None else _named_bounds(result, scenario=scenario)
