@@ -212,3 +212,18 @@ def test_the_fit_recovers_the_block_costs():
     assert fitted[f"latency:{DECODE_ATTENTION}@unit"] == pytest.approx(3e-6, rel=0.15)
     assert fitted["latency:attention@unit"] == pytest.approx(5e-6, rel=0.15)
     assert result.median_abs_error < 0.02
+
+
+def test_a_compute_efficiency_above_the_peak_ends_at_the_datasheet_ceiling_and_is_written_as_one():
+    """GEMMs timed 1.3x faster than the tensor cores' peak allows: the fit cannot give the matmuls more than the
+    peak (``calibration.fit.capped_at_datasheet``), says the efficiency ended at its ceiling (not a failed bound)
+    and writes 1, so the written set prices them at the peak rather than dropping to the datasheet default by
+    accident."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated", compute_efficiency={"matmul:tensor_cores:bf16": 1.3},
+                       compute_latency_s={"matmul:bf16": 2e-6})
+    ops = [(_matmul(size, size, size, "bf16"), "gemm:bf16") for size in (64, 256, 1024, 2048, 4096, 8192, 16384)]
+    result, fitted = fitted_to_truth(ops, hardware, truth)
+    name = "compute:matmul:tensor_cores:bf16"
+    assert name in result.at_ceiling and name not in result.at_bounds and fitted[name] == 1.0
+    assert result.parameters("fitted").compute_efficiency["matmul:tensor_cores:bf16"] == 1.0
