@@ -107,6 +107,7 @@ INITIAL_LATENCY_S = 1e-6
 # a fitted latency far above it stands in for a bandwidth that keeps rising with transfer size.
 MEMORY_LATENCY_SCALE_S = 1e-6
 BOUND_TOLERANCE = 0.1  # log-space distance (10%) under which a parameter counts as at a bound of the fit
+CEILING_TOLERANCE = 1e-3  # ... and under which a capped efficiency counts as at its datasheet ceiling
 LATENCY_PRIOR_LOG_SIGMA = math.log(10)  # latencies above their scale (_latency_prior): a factor 10 per width
 # A start-up latency per dtype needs that dtype's own kernels this short (datasheet compute time): a
 # fixed cost extrapolated from kernels hundreds of times longer is a guess (``_latency_groups``).
@@ -896,13 +897,16 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     # Within 10% of a bound (log space): a latency that ends at 1.07 ns has run into its 1 ns floor. An
     # unidentified parameter's value is wherever the optimizer left it (a bound on one CPU, inside on
     # another): it is reported as unidentified only.
-    near_bound = [index for index, value in enumerate(solution.x) if names[index] not in unidentified
-                  and min(value - low_bounds[index], high_bounds[index] - value) < BOUND_TOLERANCE]
     # An efficiency held at its datasheet ceiling (``capped_at_datasheet``) that ends there is the datasheet:
-    # written as 1, not dropped (dropped, the spec would price it at the kind's shared efficiency instead).
-    at_ceiling = tuple(names[index] for index in near_bound
-                       if capped_at_datasheet(names[index]) and high_bounds[index] - solution.x[index] < BOUND_TOLERANCE)
-    at_bounds = tuple(names[index] for index in near_bound if names[index] not in at_ceiling)
+    # written as 1, not dropped (dropped, the spec would price it at the kind's shared efficiency instead). Only
+    # one the optimizer pressed against the ceiling (``CEILING_TOLERANCE``); one fitted just below it (TPU v5e's
+    # matmuls at 0.945) is a fitted value, kept.
+    at_ceiling = tuple(name for name, value, high in zip(names, solution.x, high_bounds, strict=True)
+                       if name not in unidentified and capped_at_datasheet(name) and high - value < CEILING_TOLERANCE)
+    at_bounds = tuple(names[index] for index, value in enumerate(solution.x)
+                      if names[index] not in unidentified and names[index] not in at_ceiling
+                      and (value - low_bounds[index] < BOUND_TOLERANCE
+                           or (high_bounds[index] - value < BOUND_TOLERANCE and not capped_at_datasheet(names[index]))))
     for name in at_ceiling:
         params[name] = (1.0, params[name][1])
     # The fit's predictions are those of what gets written: parameters left out fall back to the
