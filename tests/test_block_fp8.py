@@ -209,7 +209,11 @@ def test_a_block_fp8_model_runs_its_gemms_in_the_class():
     deepseek = load_architecture("deepseek-v3")
     scenario = Scenario(batch=8, prompt_tokens=512, generated_tokens=2, **checkpoint_dtypes(load_config("deepseek-v3")))
     graph = stage_graph(deepseek, scenario, Parallelism(tp=8), phase="decode", context=512)
-    weighted = [op for op in graph.ops if op.kind == "matmul" and op.inputs[1].role == "weight"]
+    # the output head and the MoE gate keep bf16 weights (DeepSeek-V3, arXiv 2412.19437 section 3.3: "the
+    # embedding module, the output head, MoE gating modules ... retain their original precision")
+    head = {"lm_head", "layers.moe.router"}
+    assert all(op.inputs[1].dtype == "bf16" for op in graph.ops if op.name in head)
+    weighted = [op for op in graph.ops if op.kind == "matmul" and op.inputs[1].role == "weight" and op.name not in head]
     assert weighted and all(pricing_kind(op) == BLOCK_FP8_MATMUL for op in weighted)
     # the class's own parameters reach the prediction: a fixed cost on it alone slows every such GEMM
     h200 = load_hardware("h200-sxm")
