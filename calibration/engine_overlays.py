@@ -283,6 +283,8 @@ def chosen_k_step(records, hardware, seed: int, candidates=K_STEP_CANDIDATES_S) 
 
     if not any(engine.kind == "matrix" and engine.kernels for engine in hardware.compute.values()):
         return 0.0
+    if len(candidates) == 1:  # nothing to choose (a refit of a shipped overlay with its own floor)
+        return candidates[0]
     measured = np.asarray([record.duration_s for record in records])
     train, _ = split_half(tuple(record.op_class for record in records), seed)
     weights = spread_weights(records)
@@ -295,12 +297,14 @@ def chosen_k_step(records, hardware, seed: int, candidates=K_STEP_CANDIDATES_S) 
 
 def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
                versions_by_kind: dict[str, str] | None = None, root: Path | None = None,
-               rows: Path | None = None, nccl: bool = False) -> EngineFit:
+               rows: Path | None = None, nccl: bool = False,
+               k_step_candidates: tuple[float, ...] = K_STEP_CANDIDATES_S) -> EngineFit:
     """Fit ``gpu``'s parameters to ``engine``'s tables (a fixed sample); ``heldout=False`` skips the extra
     held-out splits (the one random-half split per class is always reported). ``rows``: a folder of the
     rows that sample chose, committed (``aiconfigurator.write_fit_rows``), read instead of the package.
     ``nccl``: NCCL's own all-reduce rows join (``aiconfigurator.nccl_records``, read from the package); off
-    for the shipped overlays (``aiconfigurator.LIBRARY_TABLES`` says why)."""
+    for the shipped overlays (``aiconfigurator.LIBRARY_TABLES`` says why). ``k_step_candidates``: the k-loop step
+    floors the training half chooses among (``chosen_k_step``; most of a fit's time: one solve each)."""
     from calibration.fit import fit
     from perfmodel.hardware.loader import load_hardware
 
@@ -317,7 +321,7 @@ def fit_engine(gpu: str, engine: str, *, seed: int = 0, heldout: bool = True,
     stepped = with_measured_step_latency(with_query_packing(device_time_hardware(spec), packs_query_groups(gpu, engine)),
                                          records, tables.all_reduce_policy(gpu, engine))
     hardware, on_die = _with_measured_l2(stepped, streams, seed)
-    k_step = chosen_k_step(records, hardware, seed)
+    k_step = chosen_k_step(records, hardware, seed, k_step_candidates)
     hardware = with_k_step(hardware, k_step)
     result = fit(records, hardware, mode="graph", seed=seed, datasheet_levels=DATASHEET_LEVELS + ("l2",),
                  posterior_draws=True,

@@ -227,3 +227,21 @@ def test_a_compute_efficiency_above_the_peak_ends_at_the_datasheet_ceiling_and_i
     name = "compute:matmul:tensor_cores:bf16"
     assert name in result.at_ceiling and name not in result.at_bounds and fitted[name] == 1.0
     assert result.parameters("fitted").compute_efficiency["matmul:tensor_cores:bf16"] == 1.0
+
+
+def test_the_k_step_floor_is_chosen_by_the_training_half():
+    """GEMMs timed on a device whose k-loop takes at least 75 ns a step (skinny, deep products: the floor binds):
+    among the candidate floors the fit's training half costs least at the true one
+    (``calibration.engine_overlays.chosen_k_step``), and a single candidate is taken as given."""
+    from calibration.engine_overlays import chosen_k_step, with_k_step
+
+    device = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated", compute_efficiency={"matmul:tensor_cores:bf16": 0.8},
+                       compute_latency_s={"matmul:bf16": 2e-6})
+    timed = with_k_step(device, 75e-9)
+    ops = [_matmul(m, n, k, "bf16") for m in (1, 16, 128) for n in (1024, 8192) for k in (4096, 16384, 65536)]
+    ops += [_matmul(size, size, size, "bf16") for size in (512, 2048, 8192)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), timed, mode="graph", parameters=truth).total_s,
+                       "gemm:bf16", index) for index, op in enumerate(ops)]
+    assert chosen_k_step(records, device, 0, (0.0, 25e-9, 75e-9, 150e-9)) == 75e-9
+    assert chosen_k_step(records, device, 0, (25e-9,)) == 25e-9
