@@ -37,8 +37,8 @@ from perfmodel.roofline import evaluate  # noqa: E402
 from perfmodel.tables import format_table  # noqa: E402
 from perfmodel.yaml_source import write_text_atomically  # noqa: E402
 
-KINDS = ("gemm:bf16", "gemm:fp8", "gemm:fp8_block", "gemm:nvfp4", "prefill_attention", "decode_attention",
-         "decode_attention:fp8_kv", "all_reduce")
+KINDS = ("gemm:bf16", "gemm:fp8", "gemm:fp8_block", "gemm:nvfp4", "prefill_attention", "prefill_attention:fp8",
+         "decode_attention", "decode_attention:fp8_kv", "all_reduce")
 
 
 def _previous_versions(gpu: str, engine: str) -> dict[str, str]:

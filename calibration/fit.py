@@ -228,7 +228,7 @@ class FitResult:
         by_kind: dict[str, list[float]] = {}
         for key, value in compute.items():
             pieces = key.split(":")
-            if len(pieces) == 3 and not _is_exponential(key):  # (a special-function rate is no matmul's)
+            if len(pieces) == 3 and not is_exponential_key(key):  # (a special-function rate is no matmul's)
                 by_kind.setdefault(pieces[0], []).append(value)
         for op_kind, efficiencies in by_kind.items():
             compute.setdefault(op_kind, float(np.exp(np.mean(np.log(efficiencies)))))
@@ -320,7 +320,7 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     exponential = np.zeros_like(parts.compute_s) if parts.exponential_s is None else parts.exponential_s
     matmul_scale, exponential_scale = np.ones_like(parts.compute_s), np.full(len(parts.compute_s), np.nan)
     for key, mask in design.compute:
-        if _is_exponential(key):
+        if is_exponential_key(key):
             exponential_scale[mask] = values[position]
         else:
             matmul_scale[mask] = values[position]
@@ -380,11 +380,6 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     scheduling = parts.scheduling_s * launch_scale + (0.0 if parts.library_s is None else parts.library_s)
     per_op = parts.execution_model.combine(busy, scheduling, parts.execution)
     return np.bincount(parts.record_of_op, weights=per_op, minlength=parts.records)
-
-
-def _is_exponential(key: str) -> bool:
-    """Whether a compute key is a kind's special-function efficiency (``kind:engine:exp``)."""
-    return is_exponential_key(key)
 
 
 def is_exponential_key(key: str) -> bool:
@@ -846,7 +841,7 @@ def above_datasheet_flags(params: dict[str, tuple[float, float]], skip=()) -> tu
         kind = name.split(":")[0]
         if kind not in ABOVE_DATASHEET_CHECKS or name in skip or not value > 1.0:
             continue
-        if kind == "compute" and _is_exponential(name):
+        if kind == "compute" and is_exponential_key(name):
             continue  # an effective rate that counts what the matmuls hide (``capped_at_datasheet``), not a peak
         figure, check = ABOVE_DATASHEET_CHECKS[kind]
         flags.append(f"{name} fitted {value:.2f}x the datasheet {figure} (+/- {error:.2g}): {check}")

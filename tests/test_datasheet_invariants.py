@@ -130,7 +130,9 @@ def _is_effective_exponential_rate(section: str, key: str) -> bool:
     counts the share the kernels hide under their asynchronous matmuls, so it may exceed the special-function
     peak (``calibration.fit.capped_at_datasheet`` says why and what capping it did); no datasheet figure is wrong
     when it does."""
-    return section == "compute" and key.endswith(":exp")
+    from calibration.fit import is_exponential_key
+
+    return section == "compute" and is_exponential_key(key)
 
 
 @pytest.mark.parametrize("entry", [entry for entry in SPECS if "efficiency" in _raw(entry)],

@@ -407,9 +407,7 @@ class Architecture:
 
     def stage_end_parameters(self, pp: int) -> int:
         """Parameters of the ends (embedding, LM head) the fullest of ``pp`` stages holds."""
-        if pp > 1:
-            return max(self.embedding_parameters, self.head_parameters)
-        return self.embedding_parameters + self.head_parameters - (self.vocab * self.hidden if self.tied_embeddings else 0)
+        return round(self.stage_end_bytes(pp, 1, 1))
 
     def stage_parameters(self, pp: int) -> int:
         """Parameters of the fullest of ``pp`` pipeline stages: its layers and the larger end

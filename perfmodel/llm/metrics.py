@@ -192,12 +192,13 @@ def memory_per_chip(architecture: Architecture, scenario: Scenario, parallelism:
     activations = ACTIVATION_BUFFERS * prompt_tokens * widest * act_bytes
     workspace = np.asarray(scenario.batch) * a.vocab / tp * LOGIT_BYTES
     expert_bytes = DTYPES[scenario.experts_scenario.weight_dtype].bytes_per_element
-    experts = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.experts * a.expert_parameters
+    moe_layers = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp))
+    experts = moe_layers * a.experts * a.expert_parameters
     weights = stage_parameters * weight_bytes / tp
     # the embedding table, the LM head and the routers in their own dtype (``Scenario.quantized_head``)
     head_bytes = DTYPES[scenario.head_weight_dtype].bytes_per_element
     end_bytes = a.stage_end_bytes(pp, DTYPES[scenario.embedding_weight_dtype].bytes_per_element, head_bytes)
-    routers = sum(a.is_moe_layer(layer) for layer in a.stage_layers(pp)) * a.router_parameters
+    routers = moe_layers * a.router_parameters
     weights = weights + (end_bytes - a.stage_end_parameters(pp) * weight_bytes
                          + routers * (head_bytes - weight_bytes)) / tp
     if expert_bytes != weight_bytes:  # the routed experts stored in their own dtype
