@@ -448,16 +448,50 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
                           all_reduce_op(elements, gpus, SCALE_UP_LINKS.get(source.gpu, "nvlink")), index)
 
 
-def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = ()):
+def sample(frame, rows: int, seed: int, strata: tuple[str, ...] = (), kind: str | None = None):
     """At most ``rows`` rows of ``frame`` per stratum, drawn at random with ``seed`` (a fixed seed: the
-    same sample on every machine)."""
-    if not strata:
-        return frame if len(frame) <= rows else frame.sample(n=rows, random_state=seed).sort_index()
-    parts = [group if len(group) <= rows else group.sample(n=rows, random_state=seed)
-             for _, group in frame.groupby(list(strata), sort=True)]
+    same sample on every machine). With ``kind`` (a table in ``SIZE_STRATIFIED``), each stratum's rows are
+    spread evenly over the decades of the work a row measures (``work_decades``): the grids are dense in
+    small shapes, and a uniform draw leaves the rates (which only large shapes bind: the issue's "fixed costs
+    from small shapes, rates from large ones") a handful of rows against hundreds of fixed-cost ones."""
     import pandas as pd
 
+    def draw(group, count: int):
+        return group if len(group) <= count else group.sample(n=count, random_state=seed)
+
+    def spread(group):
+        if kind not in SIZE_STRATIFIED or len(group) <= rows:
+            return draw(group, rows)
+        decades = work_decades(kind, group)
+        quota = -(-rows // decades.nunique())
+        return pd.concat([draw(part, quota) for _, part in group.groupby(decades, sort=True)])
+
+    if not strata:
+        return spread(frame).sort_index()
+    parts = [spread(group) for _, group in frame.groupby(list(strata), sort=True)]
     return pd.concat(parts).sort_index() if parts else frame.iloc[:0]
+
+
+#: The tables whose fit sample is spread over decades of work (``sample``).
+SIZE_STRATIFIED = ("gemm", "prefill_attention", "decode_attention")
+
+
+def work_decades(kind: str, frame):
+    """The decade of the work each row of a ``kind`` table measures (floor of log10): a GEMM's and a prefill
+    kernel's multiply-adds (m n k; batch x heads x prompt^2 x head dim), a decode kernel's cached elements
+    (batch x KV length x KV heads x head dim), which its time follows once the fixed costs are paid."""
+    import numpy as np
+
+    if kind == "gemm":
+        work = frame.m.astype(float) * frame.n * frame.k
+    elif kind == "prefill_attention":
+        work = frame.batch_size.astype(float) * frame.num_heads * frame.isl.astype(float) ** 2 * frame.head_dim
+    elif kind == "decode_attention":
+        work = (frame.batch_size.astype(float) * (frame.isl + frame.step) * frame.num_key_value_heads
+                * frame.head_dim)
+    else:
+        raise ValueError(f"work_decades: no measure of work for a {kind!r} table (one of {SIZE_STRATIFIED})")
+    return np.floor(np.log10(work)).astype(int)
 
 
 #: Rows per table (and per GEMM dtype) that one fit takes: enough to span every shape decade the grids hold.
@@ -517,7 +551,7 @@ def _chosen_rows(kind: str, frame, seed: int, skipped: dict[str, int] | None, so
     if skipped is not None:
         for reason, count in reasons.dropna().value_counts().items():
             _count(skipped, str(reason), int(count))
-    return sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()))
+    return sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()), kind)
 
 
 def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: dict[str, str] | None = None,
