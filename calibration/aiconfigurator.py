@@ -494,7 +494,7 @@ def work_decades(kind: str, frame):
     return np.floor(np.log10(work)).astype(int)
 
 
-#: Rows per table (and per GEMM dtype) that one fit takes: enough to span every shape decade the grids hold.
+#: Rows per table (and per GEMM dtype) that one fit takes, spread over the decades of work the grids hold (``sample``).
 SAMPLE_ROWS = {"gemm": 400, "prefill_attention": 300, "decode_attention": 300, "all_reduce": 200,
                "nccl_all_reduce": 200}
 #: Sampled apart, so each GEMM dtype, each decode cache dtype and each prefill compute dtype gets its rows (and the
