@@ -95,6 +95,12 @@ LAUNCH_BOUNDS_S = (1e-8, 1e-2)
 ROBUST_SCALE = 0.1  # soft-L1 switches from quadratic to linear beyond ~10% log error
 MIN_RECORDS_FOR_LATENCY = 3
 LATENCY_BOUNDS_S = (1e-9, 1e-3)
+#: The parameter sections that are latencies (``Design.names``): at their floor they are written as 0.
+LATENCY_SECTIONS = ("latency", "memory_latency", "collective_latency")
+#: A fitted latency under this multiple of its lower bound (10 ns) is at its floor: no kernel, memory access or
+#: collective starts in under 10 ns, so the fit is saying there is no fixed cost (an optimizer stopped at 1.2 ns
+#: rather than exactly at the bound says the same).
+FLOOR_FACTOR = 10.0
 SMOOTH_MAX_POWER = 6
 # Prior width in log space: moving an efficiency by a factor e^0.5 (1.65x) costs as much as one
 # measurement missed by ROBUST_SCALE (10%); a departure must be carried by several measurements.
@@ -185,6 +191,7 @@ class FitResult:
     heldout_other_seeds: tuple[tuple[int, float, str, float], ...] = ()  # (seed, median, worst class, its error)
     at_bounds: tuple[str, ...] = ()  # parameters that ran into a bound
     at_ceiling: tuple[str, ...] = ()  # efficiencies that ended at their datasheet ceiling (written as 1)
+    at_floor: tuple[str, ...] = ()    # latencies pressed to their lower bound: no fixed cost (written as 0)
     level_defaults: tuple[tuple[str, str], ...] = ()  # (level, kind): its per-kind parameters serve unmeasured kinds
     unidentified: tuple[str, ...] = ()  # parameters no measurement binds: reported, never written
     flags: tuple[str, ...] = ()         # warnings about the fit (efficiency above 1, ...)
@@ -207,6 +214,10 @@ class FitResult:
     def parameters(self, name: str, kind: str = "calibrated") -> Parameters:
         """The identified parameters as a parameter set (unidentified ones keep the datasheet)."""
         values = self.identified()
+        # A latency at its floor is a fitted zero: written as 0, so a lookup stops there instead of falling back
+        # to the kind's other dtypes (the kind-level mean below: a 1 ns bf16 GEMM start-up left out priced B200's
+        # bf16 GEMMs at the fp8 kernels' 11 us).
+        values.update({name: 0.0 for name in self.at_floor if name in values})
 
         def group(prefix: str) -> dict[str, float]:
             return {key.removeprefix(prefix): value for key, value in values.items() if key.startswith(prefix)}
@@ -237,7 +248,7 @@ class FitResult:
         # dtypes no measurement covers, as its efficiencies do.
         by_dtype: dict[str, list[float]] = {}
         for key, value in latency.items():
-            if ":" in key:
+            if ":" in key and value > 0:
                 by_dtype.setdefault(key.split(":")[0], []).append(value)
         for op_kind, latencies in by_dtype.items():
             latency.setdefault(op_kind, float(np.exp(np.mean(np.log(latencies)))))
@@ -898,8 +909,14 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     # matmuls at 0.945) is a fitted value, kept.
     at_ceiling = tuple(name for name, value, high in zip(names, solution.x, high_bounds, strict=True)
                        if name not in unidentified and capped_at_datasheet(name) and high - value < CEILING_TOLERANCE)
+    # A latency the optimizer took down to its floor (under ``FLOOR_FACTOR`` x the 1 ns bound) is no fixed cost
+    # at all: written as 0.
+    at_floor = tuple(name for name, value, low in zip(names, solution.x, low_bounds, strict=True)
+                     if name not in unidentified and name.split(":")[0] in LATENCY_SECTIONS
+                     and value - low < math.log(FLOOR_FACTOR))
     at_bounds = tuple(names[index] for index, value in enumerate(solution.x)
                       if names[index] not in unidentified and names[index] not in at_ceiling
+                      and names[index] not in at_floor
                       and (value - low_bounds[index] < BOUND_TOLERANCE
                            or (high_bounds[index] - value < BOUND_TOLERANCE and not capped_at_datasheet(names[index]))))
     for name in at_ceiling:
@@ -908,7 +925,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     # datasheet (efficiency 1, no latency, the spec's launch cost).
     written = solution.x.copy()
     for index, name in enumerate(names):
-        if name in unidentified or name in at_bounds or name in at_ceiling:
+        if name in unidentified or name in at_bounds or name in at_ceiling or name in at_floor:
             written[index] = (math.log(parts.launch_s) if name == "kernel_launch_s"
                               else 0.0 if name.split(":")[0] in ("compute", "memory", "link") else -np.inf)
     predicted = _predict(parts, written, design)
@@ -918,7 +935,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     posterior = None
     if posterior_draws:
         posterior, effective = posterior_covariance(parts, measured, weights, design, solution, covariance, variance,
-                                                    seed, held=(*at_bounds, *at_ceiling))
+                                                    seed, held=(*at_bounds, *at_ceiling, *at_floor))
         message += (f"; posterior covariance from {POSTERIOR_DRAWS} weighted draws ({effective:.0f} effective)"
                     if posterior is not None else
                     f"; no posterior covariance ({effective:.0f} effective draws of {POSTERIOR_DRAWS})")
@@ -929,7 +946,7 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
                      names=tuple(record.name for record in records), cost=float(solution.cost),
                      heldout_median_abs_error=heldout, heldout_by_class=by_class,
                      kfold_median_abs_error=kfold_error,
-                     heldout_other_seeds=tuple(others), at_bounds=at_bounds, at_ceiling=at_ceiling,
+                     heldout_other_seeds=tuple(others), at_bounds=at_bounds, at_ceiling=at_ceiling, at_floor=at_floor,
                      unidentified=unidentified, flags=flags,
                      level_defaults=design.level_defaults,
                      success=bool(solution.success), message=message + f"; optimizer: {solution.message}")

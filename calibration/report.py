@@ -37,6 +37,7 @@ def to_dict(result: FitResult, records) -> dict:
                                 for seed, median, worst, error in result.heldout_other_seeds],
         "parameters_at_bounds": list(result.at_bounds),
         "parameters_at_ceiling": list(result.at_ceiling),
+        "parameters_at_floor": list(result.at_floor),
         "parameters_unidentified": list(result.unidentified),
         "flags": list(result.flags),
         "success": result.success,
@@ -67,7 +68,8 @@ def text_report(result: FitResult, records, spec: Hardware) -> str:
                                 _value_text(name, error),
                                 "unidentified: no measurement binds it (not written)" if name in result.unidentified
                                 else "at a bound" if name in result.at_bounds
-                                else "at its datasheet ceiling (written as 1)" if name in result.at_ceiling else ""]
+                                else "at its datasheet ceiling (written as 1)" if name in result.at_ceiling
+                                else "at its floor: no fixed cost (written as 0)" if name in result.at_floor else ""]
                                for name, (value, error) in result.params.items()]))
     lines.append(result.message)
     lines.extend(f"warning: {flag}" for flag in result.flags)

@@ -127,6 +127,30 @@ def test_the_fit_recovers_latencies_per_dtype_and_for_the_decode_class():
                                                                * fitted["latency:matmul:fp8"]) ** 0.5)
 
 
+def test_a_latency_at_its_floor_is_written_as_zero_not_as_another_dtype_s():
+    """Synthetic truth with no bf16 GEMM start-up and a 12 us fp8 one: the fit presses the bf16 latency to its
+    lower bound; written, it is 0 (before, it was left out, and bf16 GEMMs looked up the kind's mean: the fp8
+    kernels' 12 us, which priced B200's small bf16 GEMMs at several times their time)."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated",
+                       compute_efficiency={"matmul:tensor_cores:bf16": 0.8, "matmul:tensor_cores:fp8": 0.55},
+                       compute_latency_s={"matmul:bf16": 0.0, "matmul:fp8": 12e-6})
+    ops = [(_matmul(size, size, size, dtype), f"gemm:{dtype}") for dtype in ("bf16", "fp8")
+           for size in (64, 128, 256, 512, 1024, 2048, 4096, 8192)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s,
+                       op_class, index) for index, (op, op_class) in enumerate(ops)]
+    result = fit(records, hardware, mode="graph", folds=0, extra_seeds=0)
+    assert "latency:matmul:bf16" in result.at_floor and "latency:matmul:bf16" not in result.at_bounds
+    written = result.parameters("fitted")
+    assert written.latency("matmul", "bf16") == 0.0
+    assert written.latency("matmul", "fp8") == pytest.approx(12e-6, rel=0.15)
+    # the kind-level entry (dtypes no record measured) is the mean of the latencies there are, not dragged to 0
+    assert written.latency("matmul", "tf32") == pytest.approx(written.latency("matmul", "fp8"))
+    small = Graph(name="g", ops=[_matmul(64, 64, 64, "bf16")])
+    assert evaluate(small, hardware, mode="graph", parameters=written).total_s == pytest.approx(
+        evaluate(small, hardware, mode="graph", parameters=truth).total_s, rel=0.1)
+
+
 def test_a_dtype_without_small_kernels_shares_the_kind_latency():
     """fp8 GEMMs measured only at sizes far above any fixed cost (the published H800 rows: 32 us and up)
     cannot tell a latency of their own: the kind keeps one, shared with bf16."""
