@@ -4,8 +4,9 @@ The fit's own held-out half (``calibration.fit.heldout_half``) is half of the fi
 spreads each table's rows over decades of work (``calibration.aiconfigurator.sample``), so it weighs the large
 shapes more than the tables' grids do. This benchmark asks the other question: on rows of each table outside the
 fit's sample, drawn uniformly (the grids as NVIDIA collected them, dense in small shapes), what is the median
-|error|, and how does the signed error run from small work to large (``work_decades``: a GEMM's m n k, a
-prefill kernel's batch x heads x prompt^2 x head dim, a decode kernel's cached elements)?
+|error|, the |error| weighted by measured time (the error of a workload made of those kernels, long ones
+counting as they do in a step), and how does the signed error run from small work to large (``work_decades``:
+a GEMM's m n k, a prefill kernel's batch x heads x prompt^2 x head dim, a decode kernel's cached elements)?
 
 Needs the ``calibration`` extra (``aiconfigurator-core``). Table on stdout, JSON to ``--json`` (default
 ``benchmarks/results/engine_overlay_by_size.json``).
@@ -64,17 +65,23 @@ def errors(gpu: str, engine: str, rows: int, specs: Path | None = None) -> dict 
             continue
         decades = tables.work_decades(kind, frame)
         by_class: dict[str, list[tuple[int, float]]] = {}
+        times: dict[str, list[tuple[float, float]]] = {}
         for record in tables.records(source, frame, {}):
             predicted = evaluate(record.graph(), hardware, mode="graph").total_s
             by_class.setdefault(record.op_class, []).append((int(decades[record.source_row]),
                                                              predicted / record.duration_s - 1))
+            times.setdefault(record.op_class, []).append((predicted, record.duration_s))
         for op_class, pairs in by_class.items():
             signed = np.asarray([error for _, error in pairs])
+            predicted_s, measured_s = np.asarray(times[op_class]).T
             per_decade = {}
             for decade in sorted({d for d, _ in pairs}):
                 chosen = [error for d, error in pairs if d == decade]
                 per_decade[decade] = {"rows": len(chosen), "median_signed": statistics.median(chosen)}
+            # |error| weighted by the measured time: the error of a workload made of these kernels, where the
+            # long ones count as they do in a step (the median counts every grid point alike)
             found[op_class] = {"rows": len(pairs), "median_abs": float(np.median(np.abs(signed))),
+                               "time_weighted_abs": float(np.sum(np.abs(predicted_s - measured_s)) / np.sum(measured_s)),
                                "by_decade": per_decade}
     return {"gpu": gpu, "engine": engine, "overlay": hardware.name, "classes": found} if found else None
 
@@ -95,10 +102,12 @@ def main(argv=None) -> int:
         for op_class, summary in sorted(result["classes"].items()):
             decades = summary["by_decade"]
             rows.append([result["gpu"], result["engine"], op_class, summary["rows"], f"{summary['median_abs']:.1%}",
+                         f"{summary['time_weighted_abs']:.1%}",
                          " ".join(f"1e{d}:{v['median_signed']:+.0%}" for d, v in decades.items() if v["rows"] >= 5)])
     print("median |error| on rows outside each overlay's fit sample (uniform draw), and the median signed error "
           "by decade of work (decades of 5 rows or more)")
-    print(format_table(["gpu", "engine", "class", "rows", "median |error|", "signed error by decade"], rows))
+    print(format_table(["gpu", "engine", "class", "rows", "median |error|", "time-weighted |error|",
+                        "signed error by decade"], rows))
     write_text_atomically(args.json, json_text({"arguments": {k: str(v) for k, v in vars(args).items()},
                                                 "package_version": tables.package_version(), "results": results},
                                                indent=1))

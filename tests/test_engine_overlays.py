@@ -267,14 +267,15 @@ def test_the_overlay_writes_the_engines_sourced_host_work_per_step(shipped_fit, 
 
 
 def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature(shipped_fit):
-    """H100's vLLM element-wise HBM efficiency binds few table rows at the fit (the fp8 GEMM rows' quantize
-    kernels, whose activations often sit in L2: the fit puts it near 2x the datasheet, flagged), so the
-    Gauss-Newton curvature leaves it a log standard error above 0.9 (1.14 in the 2026-12-07 refit's report);
-    the fit's own cost refuses draws far from it. The covariance the overlay stores (importance draws weighted
-    by that cost) keeps its relative error under 60%, and leaves a parameter the data bind well (the bf16 GEMM
-    efficiency) near its Gauss-Newton error. The overlay's block is what this fit writes. (Before the decode
-    kernel classes and the vLLM fp8 scale reduction, the loosely bound parameter was the HBM latency, now bound
-    to 0.44; before the GEMM k-step floor and attention's per-block cost, the bf16 GEMM start-up latency.)"""
+    """H100's vLLM reduction HBM efficiency binds few table rows at the fit (the fp8 GEMM rows' scale reductions,
+    whose activations often sit in L2: the fit puts it near 1.2x the datasheet), so the Gauss-Newton curvature
+    leaves it a log standard error near 1 (0.97 in the 2026-12-07 refit on the sample spread over decades of
+    work); the fit's own cost refuses draws far from it. The covariance the overlay stores (importance draws
+    weighted by that cost) narrows it by a quarter or more, and leaves a parameter the data bind well (the bf16 GEMM
+    efficiency) near its Gauss-Newton error. The overlay's block is what this fit writes. (In the refit on a
+    uniform sample the loosely bound parameter was the element-wise HBM efficiency; before the decode kernel
+    classes and the vLLM fp8 scale reduction, the HBM latency; before the GEMM k-step floor and attention's
+    per-block cost, the bf16 GEMM start-up latency.)"""
     import numpy as np
 
     from calibration.engine_overlays import overlay_text
@@ -283,18 +284,18 @@ def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature(shipped_fi
     fitted = shipped_fit
     result = fitted.result
     names = list(result.covariance_names)
-    latency, efficiency = names.index("memory:elementwise:hbm"), names.index("compute:matmul:tensor_cores:bf16")
+    loose, efficiency = names.index("memory:reduction:hbm"), names.index("compute:matmul:tensor_cores:bf16")
     curvature, posterior = np.asarray(result.log_covariance), result.posterior_relative_covariance
     assert posterior is not None
-    assert math.sqrt(curvature[latency, latency]) > 0.9 and math.sqrt(posterior[latency, latency]) < 0.6
+    assert math.sqrt(curvature[loose, loose]) > 0.9
+    assert math.sqrt(posterior[loose, loose]) < 0.8 * math.sqrt(curvature[loose, loose])
     assert math.sqrt(posterior[efficiency, efficiency]) == pytest.approx(math.sqrt(curvature[efficiency, efficiency]),
                                                                          rel=0.5)
     stored = load_hardware("h100-sxm-vllm").efficiency.fit
     text = overlay_text(fitted)
     assert stored is not None and all(f"    - {name}\n" in text for name in stored.names)
-    stored_latency = stored.names.index("memory:elementwise:hbm")
-    assert stored.relative_covariance[stored_latency][stored_latency] == pytest.approx(
-        posterior[latency, latency], rel=1e-3)
+    stored_loose = stored.names.index("memory:reduction:hbm")
+    assert stored.relative_covariance[stored_loose][stored_loose] == pytest.approx(posterior[loose, loose], rel=1e-3)
 
 
 def test_the_overlay_of_an_engine_whose_prefill_packs_query_groups_says_so(shipped_fit, tmp_path):
