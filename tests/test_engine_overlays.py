@@ -271,7 +271,7 @@ def test_the_stored_covariance_is_the_fit_posterior_not_its_curvature(shipped_fi
     whose activations often sit in L2: the fit puts it near 1.2x the datasheet), so the Gauss-Newton curvature
     leaves it a log standard error near 1 (0.97 in the 2026-12-07 refit on the sample spread over decades of
     work); the fit's own cost refuses draws far from it. The covariance the overlay stores (importance draws
-    weighted by that cost) narrows it by a quarter or more, and leaves a parameter the data bind well (the bf16 GEMM
+    weighted by that cost) narrows it by a fifth or more, and leaves a parameter the data bind well (the bf16 GEMM
     efficiency) near its Gauss-Newton error. The overlay's block is what this fit writes. (In the refit on a
     uniform sample the loosely bound parameter was the element-wise HBM efficiency; before the decode kernel
     classes and the vLLM fp8 scale reduction, the HBM latency; before the GEMM k-step floor and attention's
