@@ -44,11 +44,9 @@ def unseen_rows(gpu: str, engine: str, kind: str, rows: int):
     if source is None:
         return None, None
     frame = tables.read_rows(source)
-    fitted = tables._chosen_rows(kind, frame, 0, None, source)
-    priced = tables._priced(kind, frame)
-    if kind == "prefill_attention":
-        priced = tables.served_prefill_rows(source, priced)
-    outside = priced.drop(index=fitted.index, errors="ignore")
+    priced = tables.priced_rows(kind, frame, source=source)
+    fitted = tables.fit_sample(kind, priced, 0)
+    outside = priced.drop(index=fitted.index)
     return source, outside if len(outside) <= rows else outside.sample(n=rows, random_state=UNIFORM_SEED)
 
 

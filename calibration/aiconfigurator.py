@@ -541,17 +541,27 @@ def agreeing_nccl_rows(engine_rows, nccl_rows, policy: str, skipped: dict[str, i
     return nccl_rows[keep]
 
 
-def _chosen_rows(kind: str, frame, seed: int, skipped: dict[str, int] | None, source: Table | None = None):
-    """The rows of ``frame`` (a ``kind`` table) one fit takes: a fixed sample of those the rules price (so every
-    sampled row becomes a record); ``skipped`` counts the rest by reason. A prefill table's shapes timed with
-    several backends keep the one the engine serves with (``served_prefill_rows``)."""
+def priced_rows(kind: str, frame, skipped: dict[str, int] | None = None, source: Table | None = None):
+    """The rows of ``frame`` (a ``kind`` table) the rules price (so every one becomes a record); ``skipped`` counts
+    the rest by reason. With its ``source``, a prefill table's shapes timed with several backends keep the one the
+    engine serves with (``served_prefill_rows``)."""
     if kind == "prefill_attention" and source is not None:
         frame = served_prefill_rows(source, frame, skipped)
     reasons = frame.apply(lambda row: unpriced(kind, row), axis=1)
     if skipped is not None:
         for reason, count in reasons.dropna().value_counts().items():
             _count(skipped, str(reason), int(count))
-    return sample(frame[reasons.isna()], SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()), kind)
+    return frame[reasons.isna()]
+
+
+def fit_sample(kind: str, priced, seed: int):
+    """The fixed sample of a ``kind`` table's priced rows (``priced_rows``) one fit takes (``sample``)."""
+    return sample(priced, SAMPLE_ROWS[kind], seed, STRATA.get(kind, ()), kind)
+
+
+def chosen_rows(kind: str, frame, seed: int, skipped: dict[str, int] | None, source: Table | None = None):
+    """The rows of ``frame`` (a ``kind`` table) one fit takes: the fit's sample of the priced ones."""
+    return fit_sample(kind, priced_rows(kind, frame, skipped, source), seed)
 
 
 def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: dict[str, str] | None = None,
@@ -566,12 +576,8 @@ def engine_records(gpu: str, engine: str, *, seed: int = 0, versions_by_kind: di
         if source is None:
             continue
         read[kind] = source.version
-        found.extend(records(source, _chosen_rows(kind, read_rows(source), seed, skipped, source), skipped))
+        found.extend(records(source, chosen_rows(kind, read_rows(source), seed, skipped, source), skipped))
     return found, skipped, read
-
-
-def _priced(kind: str, frame):
-    return frame[frame.apply(lambda row: unpriced(kind, row), axis=1).isna()]
 
 
 def nccl_records(gpu: str, engine: str, *, seed: int = 0, root: Path | None = None,
@@ -587,7 +593,7 @@ def nccl_records(gpu: str, engine: str, *, seed: int = 0, root: Path | None = No
     reasons = frame.apply(lambda row: unpriced("nccl_all_reduce", row), axis=1)
     for reason, count in reasons.dropna().value_counts().items():
         _count(counts, str(reason), int(count))
-    agreeing = agreeing_nccl_rows(None if mine is None else _priced("all_reduce", read_rows(mine)),
+    agreeing = agreeing_nccl_rows(None if mine is None else priced_rows("all_reduce", read_rows(mine)),
                                   frame[reasons.isna()], all_reduce_policy(gpu, engine), counts)
     return list(records(library, sample(agreeing, SAMPLE_ROWS["nccl_all_reduce"], seed), counts))
 
@@ -618,7 +624,7 @@ def write_fit_rows(directory: Path = FIT_ROWS_DIRECTORY, gpu: str = FIT_ROWS_GPU
     """The raw rows ``engine_records`` chooses for ``gpu``'s ``engine`` fit (seed 0: the shipped overlay's),
     so ``sample_records(directory, gpu, engine)`` gives that fit's records without the package."""
     return _write_rows(directory, gpu, engine,
-                       lambda kind, frame: _chosen_rows(kind, frame, seed, None, table(gpu, engine, kind)))
+                       lambda kind, frame: chosen_rows(kind, frame, seed, None, table(gpu, engine, kind)))
 
 
 def _write_rows(directory: Path, gpu: str, engine: str, choose) -> list[Path]:
@@ -652,7 +658,7 @@ def write_all_reduce_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
         source = table(gpu, engine, "all_reduce")
         if source is None:
             raise AIConfiguratorDataError(f"{PACKAGE} has no all-reduce table of {engine} on {gpu}")
-        priced = _priced("all_reduce", read_rows(source).assign(package_version=package_version()))
+        priced = priced_rows("all_reduce", read_rows(source).assign(package_version=package_version()))
         output = sample_path("all_reduce", directory, gpu, engine)
         write_text_atomically(output, priced.to_csv(index=False))
         written.append(output)
@@ -680,7 +686,7 @@ def write_nccl_samples(directory: Path = SAMPLE_DIRECTORY) -> list[Path]:
         source = table(gpu, "nccl", "nccl_all_reduce")
         if source is None:
             raise AIConfiguratorDataError(f"{PACKAGE} has no NCCL table on {gpu}")
-        priced = _priced("nccl_all_reduce",
+        priced = priced_rows("nccl_all_reduce",
                          read_rows(source).assign(package_version=package_version(), version=source.version))
         output = sample_path("nccl_all_reduce", directory, gpu, "nccl")
         write_text_atomically(output, priced.to_csv(index=False))

@@ -191,7 +191,7 @@ class FitResult:
     heldout_other_seeds: tuple[tuple[int, float, str, float], ...] = ()  # (seed, median, worst class, its error)
     at_bounds: tuple[str, ...] = ()  # parameters that ran into a bound
     at_ceiling: tuple[str, ...] = ()  # efficiencies that ended at their datasheet ceiling (written as 1)
-    at_floor: tuple[str, ...] = ()    # latencies pressed to their lower bound: no fixed cost (written as 0)
+    at_floor: tuple[str, ...] = ()    # latencies under FLOOR_FACTOR x their lower bound: no fixed cost (written as 0)
     level_defaults: tuple[tuple[str, str], ...] = ()  # (level, kind): its per-kind parameters serve unmeasured kinds
     unidentified: tuple[str, ...] = ()  # parameters no measurement binds: reported, never written
     flags: tuple[str, ...] = ()         # warnings about the fit (efficiency above 1, ...)

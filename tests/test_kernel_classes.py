@@ -128,9 +128,9 @@ def test_the_fit_recovers_latencies_per_dtype_and_for_the_decode_class():
 
 
 def test_a_latency_at_its_floor_is_written_as_zero_not_as_another_dtype_s():
-    """Synthetic truth with no bf16 GEMM start-up and a 12 us fp8 one: the fit presses the bf16 latency to its
-    lower bound; written, it is 0 (before, it was left out, and bf16 GEMMs looked up the kind's mean: the fp8
-    kernels' 12 us, which priced B200's small bf16 GEMMs at several times their time)."""
+    """Synthetic truth with no bf16 GEMM start-up and a 12 us fp8 one: the fit takes the bf16 latency to its
+    floor (under 10x its 1 ns bound); written, it is 0 (before, it was left out, and bf16 GEMMs looked up the
+    kind's mean: the fp8 kernels' 12 us, which priced B200's small bf16 GEMMs at several times their time)."""
     hardware = device_time_hardware(load_hardware("h100-sxm"))
     truth = Parameters(name="truth", kind="calibrated",
                        compute_efficiency={"matmul:tensor_cores:bf16": 0.8, "matmul:tensor_cores:fp8": 0.55},
