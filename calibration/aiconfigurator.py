@@ -334,18 +334,35 @@ def gemm_ops(m: int, n: int, k: int, dtype: str, engine: str = "") -> tuple[Op, 
     return scale, quantize, gemm
 
 
+#: Attention tables collected with a keys-only KV cache, as (engine, version): NVIDIA's TensorRT-LLM 1.0.0 collector
+#: built its cache manager with ``CacheType.SELFKONLY`` (MLA's layout: one K buffer, no V) for every attention it
+#: timed (https://github.com/ai-dynamo/aiconfigurator/blob/9f2bf08ba/collector/trtllm/collect_attn.py, lines
+#: 97-108, "fix: collector 1.0.0 compatibility"); the 1.3.0rc20 collector replaced it with ``CacheType.SELF``
+#: because "Regular GQA/MHA has separate K and V tensors" (commit dec5f4cd2, collect_attn.py lines 279-283). Only
+#: A100's TensorRT-LLM table is of that version. Its grouped-query decode rows (XQA: a one-pass flash-style kernel
+#: that reads a tile's keys and values together) stream the one buffer once: priced as K and V of equal width they
+#: reach 3.3 TB/s on a 2.04 TB/s HBM (64 sequences x 1 KV head x 65,536 tokens: 2.1 GB "read" in 655 us), and the
+#: fit put the class's HBM efficiency at 1.41 of the datasheet. Its multi-head rows (the masked multi-head
+#: attention kernel: a pass over the keys, then one over the values) read the buffer twice, which is the
+#: traffic of a full cache (32 x 64 heads x 4,096 tokens: 4.3 GB in 2.44 ms, 0.86 of HBM): priced as they are.
+K_ONLY_CACHE_TABLES = frozenset({("trtllm", "1.0.0")})
+
+
 def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int,
-                 kv_dtype: str = "bf16", dtype: str = "bf16") -> Op:
+                 kv_dtype: str = "bf16", dtype: str = "bf16", keys_only: bool = False) -> Op:
     """Attention as the LLM graphs shape it: causal prefill when ``seq_q == seq_kv``, else ``seq_q`` new
     tokens against a KV cache of ``seq_kv`` tokens of ``kv_dtype`` read from HBM; queries, output and the
-    matmuls in ``dtype``."""
+    matmuls in ``dtype``. ``keys_only``: the cache holds the keys alone and the kernel reads its values from
+    the same buffer (``K_ONLY_CACHE_TABLES``), so it streams one ``head_dim``-wide cache, not two."""
     prefill = seq_q == seq_kv
     query = TensorSpec(shape=(batch, heads, seq_q, head_dim), dtype=dtype)
     keys = TensorSpec(shape=(batch, kv_heads, seq_kv, head_dim), dtype=kv_dtype,
                       role="activation" if prefill else "kv_cache")
-    return Op(name="sdpa", kind="attention", inputs=(query, keys, keys), outputs=(query,),
+    return Op(name="sdpa", kind="attention", inputs=(query, keys) if keys_only else (query, keys, keys),
+              outputs=(query,),
               attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq_q, "seq_kv": seq_kv,
-                     "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": dtype})
+                     "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": dtype,
+                     **({"kv_shared": True} if keys_only else {})})
 
 
 def all_reduce_op(elements: int, gpus: int, link: str = "nvlink", library: str | None = None) -> Op:
@@ -435,9 +452,12 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
                 cache, compute = DECODE_KV_DTYPES[row["kv_cache_dtype"]], "bf16"
                 suffix = "" if cache == "bf16" else f"_{cache}_kv"
                 op_class = kind if cache == "bf16" else f"{kind}:{cache}_kv"
+            keys_only = kind == "decode_attention" and heads > kv_heads and \
+                (source.engine, source.version) in K_ONLY_CACHE_TABLES
             name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}{suffix}"
             yield _record(source, name, op_class, latency,
-                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache, compute), index)
+                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache, compute, keys_only),
+                          index)
         elif kind == "nccl_all_reduce":
             gpus, elements = int(row["num_gpus"]), int(row["message_size"])
             yield _record(source, f"nccl_all_reduce_{gpus}x_{elements}", NCCL_OP_CLASS, latency,

@@ -5,6 +5,7 @@ them, fall back to the decode class where not, and the engines' fp8-KV generatio
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -139,3 +140,37 @@ def test_decode_rows_are_sampled_per_cache_dtype_and_the_bf16_sample_is_unchange
     assert chosen.groupby("kv_cache_dtype").size().to_dict() == {"bfloat16": 10, "fp8": 10}
     bf16 = tables.sample(frame[frame.kv_cache_dtype == "bfloat16"], 10, 0)
     assert list(chosen[chosen.kv_cache_dtype == "bfloat16"].index) == list(bf16.index)
+
+
+def _decode_rows(version: str, heads: int, kv_heads: int):
+    """One bf16 generation-attention row (8 sequences, 4,096 cached tokens) of a TensorRT-LLM table of ``version``."""
+    import pandas as pd
+
+    frame = pd.DataFrame([{"framework": "TRTLLM", "batch_size": 8, "isl": 1, "step": 4095, "num_heads": heads,
+                           "num_key_value_heads": kv_heads, "head_dim": 128, "window_size": 0,
+                           "kv_cache_dtype": "bfloat16", "attn_dtype": "bfloat16", "latency": 0.1}])
+    source = tables.Table(gpu="a100-sxm-80gb", engine="trtllm", version=version, kind="decode_attention",
+                          path=Path("generation_attention_perf.parquet"), package_version="0.12.0")
+    return list(tables.records(source, frame, {}))
+
+
+def _hbm_bytes(record) -> float:
+    hardware = load_hardware("a100-sxm-80gb")
+    (op,) = record.graph().ops
+    level = [item.name for item in hardware.memory].index("hbm")
+    return float(op_cost(op, CostContext(hardware=hardware)).bytes_by_level[level])
+
+
+def test_a_keys_only_cache_table_prices_its_grouped_decode_rows_on_one_cache_buffer():
+    """TensorRT-LLM 1.0.0's collector timed attention on a keys-only cache (``K_ONLY_CACHE_TABLES``): its grouped
+    rows (a one-pass kernel) stream the 8 x 8 x 4,096 x 128 bf16 keys once (67 MB), not keys and values (134 MB);
+    its multi-head rows (a pass over the keys, then over the values) read the buffer twice, a full cache's traffic;
+    the 1.3.0rc20 tables (a separate V) keep both."""
+    keys = 8 * 8 * 4096 * 128 * 2
+    (legacy_grouped,) = _decode_rows("1.0.0", 32, 8)
+    (current_grouped,) = _decode_rows("1.3.0rc20", 32, 8)
+    (legacy_mha,) = _decode_rows("1.0.0", 8, 8)
+    assert _hbm_bytes(legacy_grouped) == pytest.approx(keys, rel=0.01)
+    assert _hbm_bytes(current_grouped) == pytest.approx(2 * keys, rel=0.01)
+    assert _hbm_bytes(legacy_mha) == pytest.approx(2 * keys, rel=0.01)
+    assert ("trtllm", "1.0.0") in tables.K_ONLY_CACHE_TABLES
