@@ -15,6 +15,8 @@ Parameters (all fitted in log space, so they stay positive):
   one per kind where a dtype has too few; kinds are the kinds that price the ops
   (``costs.rules.pricing_kind``: decode attention apart from prefill attention) here and for the
   efficiencies;
+* the fixed time of a split decode kernel's combine phase (``kind@split``, ``Parameters.split_latency``) for
+  decode classes whose records hold kernels that split their keys and kernels that do not (``OpCost.splits_keys``);
 * a fixed time per thread block (``kind@unit``, ``Parameters.unit_latency``) for kinds whose kernels count
   their blocks (``OpCost.work_units``: attention's Q tiles, per kernel class), where the records span a
   decade of block counts: small shapes with many blocks bind it (decode attention with 2-8 cached tokens at
@@ -63,7 +65,15 @@ from perfmodel.costs.rules import EXPONENTIAL_DTYPE, exponential_time_s, fitted_
 from perfmodel.errors import PerfmodelError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.execution_models import ExecutionModel, execution_model
-from perfmodel.hardware.model import UNIT_LATENCY_SUFFIX, ExecutionMode, Hardware, Parameters, base_kind, kind_chain
+from perfmodel.hardware.model import (
+    SPLIT_LATENCY_SUFFIX,
+    UNIT_LATENCY_SUFFIX,
+    ExecutionMode,
+    Hardware,
+    Parameters,
+    base_kind,
+    kind_chain,
+)
 from perfmodel.roofline.arrays import evaluate_arrays, library_dispatch_s, serial_vector_kernels
 from perfmodel.workload.ir import concatenate
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, is_vector_kind
@@ -158,6 +168,9 @@ class Components:
     # exponentials, ``OpCost.exponentials``), which a ``kind:engine:exp`` efficiency scales apart.
     exponential_s: np.ndarray | None = None
     overlapped: np.ndarray | None = None  # ops whose blocks' time is one more bottleneck (``OpCost.blocks_overlap``)
+    # Decode ops that split their keys and pay a combine phase (``OpCost.splits_keys``), which a ``kind@split``
+    # latency prices (``Parameters.split_latency``).
+    splits: np.ndarray | None = None
 
     @property
     def link_time(self) -> np.ndarray:
@@ -295,7 +308,8 @@ def components(records, hardware: Hardware, mode: str | None = None,
                                              for cost in arrays.costs]),
                       exposed=np.asarray([bool(cost.exposed_traffic) for cost in arrays.costs]),
                       exponential_s=exponential if exponential.any() else None,
-                      overlapped=np.asarray([bool(cost.blocks_overlap) for cost in arrays.costs]))
+                      overlapped=np.asarray([bool(cost.blocks_overlap) for cost in arrays.costs]),
+                      splits=np.asarray([bool(cost.splits_keys) for cost in arrays.costs]))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -348,6 +362,8 @@ def _predict(parts: Components, theta: np.ndarray, design: Design, smooth: bool 
     for label, mask in design.latency:
         if label.endswith(UNIT_LATENCY_SUFFIX):
             unit_blocks = unit_blocks + np.where(mask, values[position], 0.0) * parts.unit_waves * parts.counts
+        elif label.endswith(SPLIT_LATENCY_SUFFIX):  # (its mask holds only the ops that split)
+            startups = startups + np.where(mask, values[position], 0.0) * parts.counts
         else:  # a kernel with blocks pays its start-up beside its bottlenecks too (``evaluate_arrays``)
             startup = np.where(mask, values[position], 0.0) * parts.counts
             compute = compute + np.where(blocked, 0.0, startup)
@@ -590,6 +606,20 @@ def _latency_groups(parts: Components, compute_binding: np.ndarray,
             measured = in_subset & mask
             if _records_where(parts, measured) >= MIN_RECORDS_FOR_LATENCY and _spans_a_decade(parts.unit_waves[measured]):
                 groups[f"{kind}{UNIT_LATENCY_SUFFIX}"] = mask
+    if parts.splits is not None:
+        # The combine phase of kernels that split their keys (``OpCost.splits_keys``) gets a fixed time of its own
+        # (``Parameters.split_latency``), one for all the classes under the outermost kernel class (decode
+        # attention, whatever its cache dtype or query group: the engine's one combine step), where its records hold
+        # kernels that split and kernels that do not. One per class was tried: its fp8-cache and MHA values came out
+        # loosely bound (H100 vLLM MHA 3.6 +- 8.8 us) and four more dimensions left the posterior's importance
+        # sampling under ``MINIMUM_EFFECTIVE_DRAWS`` in 15 of the 27 engine overlays.
+        outermost = np.asarray([kind_chain(kind)[-2] if len(kind_chain(kind)) > 1 else kind for kind in priced])
+        for kind in sorted(set(outermost[in_subset & parts.splits])):
+            mask = (outermost == kind) & parts.splits
+            whole = (outermost == kind) & ~parts.splits
+            if min(_records_where(parts, in_subset & mask), _records_where(parts, in_subset & whole)) \
+                    >= MIN_RECORDS_FOR_LATENCY:
+                groups[f"{kind}{SPLIT_LATENCY_SUFFIX}"] = mask
     return tuple(groups.items())
 
 
@@ -681,6 +711,9 @@ PROPOSAL_SCALE = 1.25    # the proposal's standard deviations, in the Gauss-Newt
 # (in a dozen dimensions a proposal 2x wider leaves under 1% of the draws effective)
 MINIMUM_EFFECTIVE_DRAWS = 100
 POSTERIOR_ROUNDS = 8  # proposals: the Gauss-Newton normal, then up to seven adapted to the weighted draws
+# Batches of POSTERIOR_DRAWS more from the best proposal when the rounds end short of MINIMUM_EFFECTIVE_DRAWS (the
+# 2026-12-07 refit with decode's combine phase left H100 SGLang's fit at 98 effective draws, B200 SGLang's at 76)
+EXTRA_DRAW_BATCHES = 3
 
 
 def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.ndarray, design: Design, solution,
@@ -722,14 +755,16 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
     width = (high - low)[bound]
     shrink = np.sqrt(np.minimum(1.0, (width / 4) ** 2 / np.maximum(np.diag(block), 1e-300)))
     block = block * np.outer(shrink, shrink)
-    kept: tuple = (None, None, 0.0)  # the round with the most effective draws: adapted proposals need not improve
+    kept: tuple = (None, None, 0.0, None, None)  # the round with the most effective draws (and its log weights and
+    # proposal): adapted proposals need not improve
     for _round in range(POSTERIOR_ROUNDS):
-        draws, weight, effective = _weighted_draws(residuals, centre, bound, mean, block * PROPOSAL_SCALE ** 2,
-                                                   (low, high), best, variance, rng)
+        draws, log_weight = _weighted_draws(residuals, centre, bound, mean, block * PROPOSAL_SCALE ** 2,
+                                            (low, high), best, variance, rng)
+        weight, effective = _normalised(log_weight)
         if weight is None:
             break
         if effective > kept[2]:
-            kept = (draws, weight, effective)
+            kept = (draws, weight, effective, log_weight, (mean, block))
         if effective >= MINIMUM_EFFECTIVE_DRAWS:
             break
         # Adapt: the next proposal is this round's weighted normal (population Monte Carlo), where the
@@ -739,7 +774,17 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
         mean = weight @ draws[:, bound]
         centred = draws[:, bound] - mean
         block = 0.5 * (centred * weight[:, None]).T @ centred + 0.5 * block
-    draws, weight, effective = kept
+    draws, weight, effective, log_weight, proposal = kept
+    # Still short: more draws from the best round's proposal, pooled with its own (draws of one proposal weigh
+    # alike, so their log weights pool as they are). Only a fit that fell short pays for them; the others' draws
+    # are unchanged.
+    for _batch in range(EXTRA_DRAW_BATCHES if weight is not None and effective < MINIMUM_EFFECTIVE_DRAWS else 0):
+        more, more_log = _weighted_draws(residuals, centre, bound, proposal[0], proposal[1] * PROPOSAL_SCALE ** 2,
+                                         (low, high), best, variance, rng)
+        draws, log_weight = np.vstack([draws, more]), np.r_[log_weight, more_log]
+        weight, effective = _normalised(log_weight)
+        if effective >= MINIMUM_EFFECTIVE_DRAWS:
+            break
     if weight is None or effective < MINIMUM_EFFECTIVE_DRAWS:
         return None, effective
     relative = np.exp(draws[:, bound] - centre[bound]) - 1
@@ -749,12 +794,21 @@ def posterior_covariance(parts: Components, measured: np.ndarray, weights: np.nd
     return result, effective
 
 
+def _normalised(log_weight: np.ndarray) -> tuple[np.ndarray | None, float]:
+    """Importance weights normalised to sum to 1, and the effective number of draws they make (Kish:
+    ``1 / sum(w^2)``); None and 0 when no draw has any weight."""
+    if not np.isfinite(log_weight).any():
+        return None, 0.0
+    weight = np.exp(log_weight - np.max(log_weight))
+    weight /= weight.sum()
+    return weight, float(1.0 / np.sum(weight ** 2))
+
+
 def _weighted_draws(residuals, centre: np.ndarray, bound: np.ndarray, mean: np.ndarray, block: np.ndarray,
                     bounds: tuple[np.ndarray, np.ndarray], best: float, variance: float, rng):
     """``POSTERIOR_DRAWS`` parameter vectors from the normal (``mean``, ``block``) over the ``bound``
-    parameters (the others at ``centre``), their normalised importance weights (the fit's posterior
-    ``exp(-(cost - best) / variance)`` over the proposal density; 0 outside the fit's bounds) and the
-    effective number of draws; weights None when no draw has any."""
+    parameters (the others at ``centre``) and their log importance weights (the fit's posterior
+    ``exp(-(cost - best) / variance)`` over the proposal density; -inf outside the fit's bounds)."""
     values, vectors = np.linalg.eigh((block + block.T) / 2)
     keep = values > 1e-12 * max(float(values.max()), 1e-300)
     standard = rng.standard_normal((POSTERIOR_DRAWS, int(keep.sum())))
@@ -765,12 +819,7 @@ def _weighted_draws(residuals, centre: np.ndarray, bound: np.ndarray, mean: np.n
     inside = np.all((draws >= bounds[0]) & (draws <= bounds[1]), axis=1)
     for index in np.flatnonzero(inside):
         log_target[index] = -(_robust_cost(residuals(draws[index], False)) - best) / variance
-    log_weight = log_target - log_proposal
-    if not np.isfinite(log_weight).any():
-        return draws, None, 0.0
-    weight = np.exp(log_weight - np.max(log_weight))
-    weight /= weight.sum()
-    return draws, weight, float(1.0 / np.sum(weight ** 2))
+    return draws, log_target - log_proposal
 
 
 def _solve_design(parts: Components, measured: np.ndarray, subset: np.ndarray, weights: np.ndarray,

@@ -174,3 +174,45 @@ def test_a_keys_only_cache_table_prices_its_grouped_decode_rows_on_one_cache_buf
     assert _hbm_bytes(current_grouped) == pytest.approx(2 * keys, rel=0.01)
     assert _hbm_bytes(legacy_mha) == pytest.approx(2 * keys, rel=0.01)
     assert ("trtllm", "1.0.0") in tables.K_ONLY_CACHE_TABLES
+
+
+def test_a_decode_kernel_splits_its_keys_when_its_blocks_leave_the_units_idle():
+    """FlashAttention's split rule (``decode_splits_keys``): blocks (one a sequence and KV head) under 0.8 of the
+    units and more than one key block of cache. On an A100 (108 SMs): 1 sequence x 1 KV head splits from 129
+    cached tokens; 86 pairs (0.8 x 108 = 86.4) still split, 87 do not; prefill never does."""
+    hardware = load_hardware("a100-sxm-80gb")
+    context = CostContext(hardware=hardware)
+
+    def splits(batch, kv_heads, seq_q, seq_kv):
+        return op_cost(attention_op(batch, 8 * kv_heads, kv_heads, seq_q, seq_kv, 128), context).splits_keys
+
+    assert not splits(1, 1, 1, 128) and splits(1, 1, 1, 129)
+    assert splits(86, 1, 1, 4096) and not splits(87, 1, 1, 4096)
+    assert not splits(1, 1, 4096, 4096)
+
+
+def test_a_split_decode_kernel_pays_its_combine_phase_and_the_fit_recovers_it():
+    """Synthetic truth with a 5 us combine phase for grouped decode (``attention/decode@split``) and none for MHA:
+    evaluation adds exactly it to the kernels that split and nothing to the others; the fit, on records that hold
+    both, recovers it within 15% and the rest of the decode parameters as before."""
+    hardware = device_time_hardware(load_hardware("h100-sxm"))
+    truth = Parameters(name="truth", kind="calibrated", compute_efficiency={"attention": 0.5},
+                       memory_efficiency={f"{DECODE_ATTENTION}:hbm": 0.8},
+                       compute_latency_s={"attention": 15e-6, f"{DECODE_ATTENTION}:bf16": 8e-6,
+                                          f"{DECODE_ATTENTION}@unit": 4e-6, f"{DECODE_ATTENTION}@split": 5e-6})
+    without = dataclasses.replace(truth, compute_latency_s={key: value for key, value in truth.compute_latency_s.items()
+                                                            if not key.endswith("@split")})
+    ops = [(attention_op(batch, 32, 8, 1, seq_kv, 128), "decode") for seq_kv in (4, 64, 512, 4096, 32768)
+           for batch in (1, 2, 4, 16, 256, 2048)]
+    for op, _ in ops:
+        split = op_cost(op, CostContext(hardware=hardware)).splits_keys
+        added = (evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=truth).total_s
+                 - evaluate(Graph(name="g", ops=[op]), hardware, mode="graph", parameters=without).total_s)
+        assert added == pytest.approx(5e-6 if split else 0.0, abs=1e-12)
+    result, fitted = fitted_to_truth(ops, hardware, truth)
+    assert fitted[f"latency:{DECODE_ATTENTION}@split"] == pytest.approx(5e-6, rel=0.15)
+    assert fitted[f"latency:{DECODE_ATTENTION}@unit"] == pytest.approx(4e-6, rel=0.15)
+    assert fitted["memory:hbm"] == pytest.approx(0.8, rel=0.15)  # (one class read HBM: the level's own)
+    assert result.median_abs_error < 0.03
+    assert result.parameters("fitted").split_latency(f"{DECODE_ATTENTION}/fp8_cache") == pytest.approx(
+        fitted[f"latency:{DECODE_ATTENTION}@split"])  # a class without its own takes its parent's

@@ -74,6 +74,11 @@ DEQUANTIZE_FLOPS_PER_WEIGHT = {"int8": 4, "uint8": 4, "int4": 8,
 BLOCK_SCALED_WEIGHT_ONLY_ACTIVATION_BYTES = 2
 FP8_BLOCK_PROMOTION_K = 128
 BLOCK_SCALE_FLOPS_PER_PROMOTION = 2
+# A decode kernel splits each sequence's keys over several blocks when its blocks alone fill less than this share
+# of the engine's units (``costs.rules.decode_splits_keys``): FlashAttention's num_splits_heuristic,
+# https://github.com/Dao-AILab/flash-attention/blob/main/csrc/flash_attn/flash_api.cpp ("If we have enough to
+# almost fill the SMs, then just use 1 split": batch_nheads_mblocks >= 0.8f * num_SMs); vendor code.
+SPLIT_KEYS_FILL = 0.8
 # Flash-style kernels skip fully masked (block x block) tiles: with n blocks along the sequence they
 # compute n(n+1)/2 of n^2 tiles, i.e. (n+1)/(2n) of the work; 128 is FlashAttention-2's block size,
 # the default for an engine whose spec gives no ``attention_kv_block`` (PyTorch's CPU kernel: 512).

@@ -46,7 +46,21 @@ from perfmodel.hardware.model import (
     base_kind,
     parent_kind,
 )
-from perfmodel.tracing import argmin, clip, equal, floats, greater, is_traced, largest, maximum, minimum, peek, pick, where
+from perfmodel.tracing import (
+    argmin,
+    at_least,
+    clip,
+    equal,
+    floats,
+    greater,
+    is_traced,
+    largest,
+    maximum,
+    minimum,
+    peek,
+    pick,
+    where,
+)
 from perfmodel.workload.ir import Dimension, Op, TensorSpec
 from perfmodel.workload.op_kinds import OP_KIND_TABLE, matmul_flops
 
@@ -100,6 +114,10 @@ class OpCost:
     # instead of adding to it (decode attention: the comment above
     # ``exposed_prefill_traffic``); per point like ``exposed_traffic``.
     blocks_overlap: Any = False
+    # Whether the kernel splits each sequence's keys over several blocks and then combines their partial results
+    # (flash-decoding: ``decode_splits_keys``), a phase with a fixed time of its own after the streaming
+    # (``Parameters.split_latency``); per point like ``exposed_traffic``.
+    splits_keys: Any = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -958,7 +976,9 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
                   exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False,
                   exponentials=exponentials,
-                  blocks_overlap=_one_query(seq_q, seq_kv) if blocked else False)
+                  blocks_overlap=_one_query(seq_q, seq_kv) if blocked else False,
+                  splits_keys=decode_splits_keys(batch, heads, kv_heads, seq_q, seq_kv, engine.units, block)
+                  if blocked else False)
 
 
 def window_edge_rows(seq_q: RuleDimension, seq_kv: RuleDimension, window: RuleDimension) -> SIValue:
@@ -1008,6 +1028,26 @@ def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
     if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
         return float(seq_q) == 1 and float(seq_kv) > 1
     return where(equal(seq_q, 1), greater(seq_kv, 1), False)
+
+
+def decode_splits_keys(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension, seq_q: RuleDimension,
+                       seq_kv: RuleDimension, units: float, key_block: RuleDimension) -> Any:
+    """Whether a decode kernel splits each sequence's keys over several thread blocks (flash-decoding) and so
+    ends with a phase that combines their partial softmax results: when its blocks alone (one a sequence and
+    KV head, ``attention_work_units``) fill less than ``conventions.SPLIT_KEYS_FILL`` of the engine's units
+    and the cache spans more than one key block. FlashAttention's ``num_splits_heuristic`` (csrc/flash_attn/
+    flash_api.cpp: "If we have enough to almost fill the SMs, then just use 1 split", ``batch_nheads_mblocks >=
+    0.8f * num_SMs``; at most one split a key block) then launches a combine kernel; TensorRT-LLM's XQA multi-block
+    mode (history / ``kMinHistoryTokensPerBlock``, 128 tokens, blocks a sequence) reduces after a grid-wide
+    semaphore; FlashInfer merges the partial states. NVIDIA's generation-attention tables show the step: A100
+    vLLM with one sequence and KV head, 12.5 us at 2-128 cached tokens and 17.3 us at 256 (a second key block),
+    where the bytes add 0.1 us; an H100 TensorRT-LLM kernel 11.3 us at 256 and 15.1 us at 512."""
+    one = _one_query(seq_q, seq_kv)
+    filled = at_least(attention_work_units(batch, heads, kv_heads, 1, seq_kv), C.SPLIT_KEYS_FILL * units)
+    long = greater(seq_kv, key_block)
+    if isinstance(one, bool) and not any(map(is_traced, (filled, long))) and np.ndim(filled) == np.ndim(long) == 0:
+        return bool(one and not filled and long)
+    return where(one, where(filled, False, long), False)
 
 
 # Decode blocks overlap the streaming (``OpCost.blocks_overlap``): a decode kernel's blocks each hold one

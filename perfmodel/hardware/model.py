@@ -331,7 +331,8 @@ class Parameters:
     kind's parameters, so a parameter set fitted before the class existed prices it as before.
     A ``kind@unit`` entry (``unit_latency``) is the fixed time of each thread block of such kernels that
     count their blocks (``OpCost.work_units``: attention's Q tiles) per unit of the engine; those kernels pay
-    their start-up latency beside their bottlenecks, not under them.
+    their start-up latency beside their bottlenecks, not under them. A ``kind@split`` entry (``split_latency``) is
+    the fixed time of the phase that combines a split decode kernel's partial results (``OpCost.splits_keys``).
     ``memory_latency_s`` (level -> seconds) does the same for memory: a kernel that moves B bytes at a
     level takes ``latency + B / (bandwidth x e)``, a bandwidth efficiency that saturates with transfer
     size, ``e(B) = e B / (B + e bandwidth latency)`` (small transfers never reach the stream rate).
@@ -415,9 +416,21 @@ class Parameters:
                 return self.compute_latency_s[key]
         return 0.0
 
+    def split_latency(self, kind: str) -> float:
+        """The fixed time of the phase that combines a split decode kernel's partial results
+        (``OpCost.splits_keys``), kept in ``compute_latency_s`` as ``kind@split``: the kernel class's own, then
+        its plain kind's (0 where none is fitted)."""
+        for each in kind_chain(kind):
+            key = f"{each}{SPLIT_LATENCY_SUFFIX}"
+            if key in self.compute_latency_s:
+                return self.compute_latency_s[key]
+        return 0.0
+
 
 # The suffix of a kind's per-thread-block latency in ``Parameters.compute_latency_s`` (``attention@unit``).
 UNIT_LATENCY_SUFFIX = "@unit"
+# The suffix of a kind's combine-phase latency in ``Parameters.compute_latency_s`` (``attention/decode@split``).
+SPLIT_LATENCY_SUFFIX = "@split"
 
 # A kernel class is written ``kind/variant`` (``attention/decode``); not a dot, which ``--set`` paths split on.
 KERNEL_CLASS_SEPARATOR = "/"

@@ -445,6 +445,12 @@ def evaluate_arrays(graph: Graph, hardware: Hardware, *, mode: str | None = None
             overlapping = overlapping.astype(bool)
         fixed_s = fixed_s + where(overlapping, 0.0, blocks_s) + stack(
             [startup if outside else 0.0 for startup, outside in zip(latencies, blocked, strict=True)])
+    # A decode kernel that splits its sequences' keys over blocks ends with a phase combining their partial
+    # results (``OpCost.splits_keys``), a fixed time after its streaming (``Parameters.split_latency``).
+    if any(is_traced(c.splits_keys) or bool(np.any(c.splits_keys)) for c in costs):
+        per_split = {kind: parameters.split_latency(kind) for kind in kinds}
+        fixed_s = fixed_s + stack([where(c.splits_keys, per_split[kind], 0.0)
+                                   for c, kind in zip(costs, priced_as, strict=True)])
 
     # The bottlenecks, and the scheduling bottleneck after them (launch/dispatch costs and the kernel's
     # fixed time together), in one array: ``components`` are all rows but the last.
