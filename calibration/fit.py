@@ -985,9 +985,9 @@ def fit(records, hardware: Hardware, *, mode: str | None = None, seed: int = 0, 
     if posterior_draws:
         posterior, effective = posterior_covariance(parts, measured, weights, design, solution, covariance, variance,
                                                     seed, held=(*at_bounds, *at_ceiling, *at_floor))
-        message += (f"; posterior covariance from {POSTERIOR_DRAWS} weighted draws ({effective:.0f} effective)"
+        message += (f"; posterior covariance from weighted draws ({effective:.0f} effective)"
                     if posterior is not None else
-                    f"; no posterior covariance ({effective:.0f} effective draws of {POSTERIOR_DRAWS})")
+                    f"; no posterior covariance ({effective:.0f} effective draws, {MINIMUM_EFFECTIVE_DRAWS} needed)")
     return FitResult(params=params, log_covariance=covariance, covariance_names=tuple(names), datasheet=datasheet,
                      posterior_relative_covariance=posterior,
                      predicted_s=predicted,
