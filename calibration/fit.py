@@ -610,10 +610,10 @@ def _latency_groups(parts: Components, compute_binding: np.ndarray,
         # The combine phase of kernels that split their keys (``OpCost.splits_keys``) gets a fixed time of its own
         # (``Parameters.split_latency``), one for all the classes under the outermost kernel class (decode
         # attention, whatever its cache dtype or query group: the engine's one combine step), where its records hold
-        # kernels that split and kernels that do not. One per class was tried: its fp8-cache and MHA values came out
-        # loosely bound (H100 vLLM MHA 3.6 +- 8.8 us) and four more dimensions left the posterior's importance
-        # sampling under ``MINIMUM_EFFECTIVE_DRAWS`` in 15 of the 27 engine overlays.
-        outermost = np.asarray([kind_chain(kind)[-2] if len(kind_chain(kind)) > 1 else kind for kind in priced])
+        # kernels that split and kernels that do not. One per class was tried (an experiment, not committed): its
+        # fp8-cache and MHA values came out loosely bound (H100 vLLM MHA 3.6 +- 8.8 us) and four more dimensions left
+        # the posterior's importance sampling under ``MINIMUM_EFFECTIVE_DRAWS`` in 15 of the 27 engine overlays.
+        outermost = np.asarray([kind_chain(kind)[-2:][0] for kind in priced])  # (a plain kind: itself)
         for kind in sorted(set(outermost[in_subset & parts.splits])):
             mask = (outermost == kind) & parts.splits
             whole = (outermost == kind) & ~parts.splits
@@ -712,7 +712,8 @@ PROPOSAL_SCALE = 1.25    # the proposal's standard deviations, in the Gauss-Newt
 MINIMUM_EFFECTIVE_DRAWS = 100
 POSTERIOR_ROUNDS = 8  # proposals: the Gauss-Newton normal, then up to seven adapted to the weighted draws
 # Batches of POSTERIOR_DRAWS more from the best proposal when the rounds end short of MINIMUM_EFFECTIVE_DRAWS (the
-# 2026-12-07 refit with decode's combine phase left H100 SGLang's fit at 98 effective draws, B200 SGLang's at 76)
+# 2026-12-07 refit with decode's combine phase, before these batches, left H100 SGLang's fit at 98 effective draws
+# and B200 SGLang's at 76; with them 172 and 132, as their reports say)
 EXTRA_DRAW_BATCHES = 3
 
 

@@ -173,7 +173,6 @@ def test_a_keys_only_cache_table_prices_its_grouped_decode_rows_on_one_cache_buf
     assert _hbm_bytes(legacy_grouped) == pytest.approx(keys, rel=0.01)
     assert _hbm_bytes(current_grouped) == pytest.approx(2 * keys, rel=0.01)
     assert _hbm_bytes(legacy_mha) == pytest.approx(2 * keys, rel=0.01)
-    assert ("trtllm", "1.0.0") in tables.K_ONLY_CACHE_TABLES
 
 
 def test_a_decode_kernel_splits_its_keys_when_its_blocks_leave_the_units_idle():

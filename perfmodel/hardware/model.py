@@ -410,20 +410,19 @@ class Parameters:
         """The fixed time of one thread block of a ``kind`` kernel per unit of the engine it runs on
         (``OpCost.work_units``: attention's Q tiles), kept in ``compute_latency_s`` as ``kind@unit``: the
         kernel class's own, then its plain kind's (0 where none is fitted; never the kernel's start-up latency)."""
-        for each in kind_chain(kind):
-            key = f"{each}{UNIT_LATENCY_SUFFIX}"
-            if key in self.compute_latency_s:
-                return self.compute_latency_s[key]
-        return 0.0
+        return self._suffixed_latency(kind, UNIT_LATENCY_SUFFIX)
 
     def split_latency(self, kind: str) -> float:
         """The fixed time of the phase that combines a split decode kernel's partial results
         (``OpCost.splits_keys``), kept in ``compute_latency_s`` as ``kind@split``: the kernel class's own, then
-        its plain kind's (0 where none is fitted)."""
+        the classes' above it (0 where none is fitted)."""
+        return self._suffixed_latency(kind, SPLIT_LATENCY_SUFFIX)
+
+    def _suffixed_latency(self, kind: str, suffix: str) -> float:
+        """A ``kind<suffix>`` entry of ``compute_latency_s`` along the kind's class chain (0 where none)."""
         for each in kind_chain(kind):
-            key = f"{each}{SPLIT_LATENCY_SUFFIX}"
-            if key in self.compute_latency_s:
-                return self.compute_latency_s[key]
+            if f"{each}{suffix}" in self.compute_latency_s:
+                return self.compute_latency_s[f"{each}{suffix}"]
         return 0.0
 
 
