@@ -39,13 +39,16 @@ Conventions for reproducing rows:
   ``serving.server_scenario``); both with the dataset's length distribution, which must be shipped
   (OpenOrca's is not: such rows are skipped with the reason).
 * FP8 rows use fp8 weights, activations and KV cache (each GEMM quantizes its bf16 input, the rest carried in
-  bf16: ``llm.graphs.with_quantized_inputs``); rows of TensorRT-LLM's early builds
-  (``LEGACY_TRTLLM_BUILD_SOURCES``) all-reduce with NCCL and compute attention in fp16, as those engines were
-  built; "INT8 weight-only" int8 weights, bf16 compute;
+  bf16: ``llm.graphs.with_quantized_inputs``), the KV cache in the 16-bit type where the precision says so
+  ("KV BF16": torchao's float8dq keeps it); "FP8 weight-only" fp8 weights under bf16 compute; rows of
+  TensorRT-LLM's early builds (``LEGACY_TRTLLM_BUILD_SOURCES``) all-reduce with NCCL and compute attention in
+  fp16, as those engines were built; "INT8 weight-only" int8 weights, bf16 compute;
   "INT4 weight-only (G=32)" int4 weights (the group scales' 0.5 bit a weight not counted), bf16
   compute; a bare "INT8" int8 weights and activations (SmoothQuant W8A8, TensorRT-LLM's INT8), KV in
   the 16-bit type. ITL rows are the time between tokens: TPOT for a lone request, the simulator's
   inter-token latency under a load.
+* Latencies are predicted in milliseconds and compared in the row's unit (``LATENCY_UNITS_PER_MS``: a row
+  in seconds is compared in seconds).
 * Single-user API speeds (Groq, Cerebras) are 1 / TPOT at batch 1 for a 512-token prompt and 256
   generated tokens, on the fewest chips that hold the weights (Groq: tp 8, pp as needed) or the
   stated system count (Cerebras: one wafer per pipeline stage).
@@ -96,7 +99,9 @@ LEGACY_TRTLLM_BUILD_SOURCES = ("https://github.com/NVIDIA/TensorRT-LLM/blob/138f
 # (``Scenario.quantized_head``): gpt-fast's quantize.py (``WeightOnlyInt8QuantHandler`` and
 # ``WeightOnlyInt4QuantHandler`` quantize each ``nn.Linear`` of the model). The other rows' engines keep them in
 # 16 bits (NVIDIA's AMMO/ModelOpt default configs disable ``*lm_head*`` and the routers).
-EVERY_LINEAR_QUANTIZED_SOURCES = ("https://github.com/pytorch-labs/gpt-fast/",)
+# gpt-fast's quantize.py and torchao's quantize_ (its default filter: every nn.Linear, torchao/quantization/
+# quant_api.py _is_linear; the Llama model's output head is an nn.Linear) quantize the LM head too.
+EVERY_LINEAR_QUANTIZED_SOURCES = ("https://github.com/pytorch-labs/gpt-fast/", "https://github.com/pytorch/ao/")
 API_PROMPT_TOKENS, API_GENERATED_TOKENS = 512, 256
 SINGLE_STREAM_GENERATED_TOKENS = 128
 # The settings of a `vllm bench serve` run, read from the command lines quoted in a row's notes.
@@ -259,8 +264,11 @@ def _dtypes(precision: str, system: str) -> dict | None:
         return {"weight_dtype": "int8", "kv_dtype": base, "activation_dtype": base}
     if re.fullmatch(r"\s*INT8\s*(\(.*\))?\s*", p) or "W8A8" in p or "SMOOTHQUANT" in p:
         return {"weight_dtype": "int8", "kv_dtype": base, "activation_dtype": "int8"}
-    if "FP8" in p:
-        return {"weight_dtype": "fp8", "kv_dtype": "fp8", "activation_dtype": "fp8"}
+    if "FP8" in p and "WEIGHT-ONLY" in p.replace("WEIGHT ONLY", "WEIGHT-ONLY"):
+        return {"weight_dtype": "fp8", "kv_dtype": base, "activation_dtype": base}
+    if "FP8" in p:  # the KV cache in fp8 too unless the row says it stayed in the 16-bit type
+        kv = base if re.search(r"KV(?: CACHE)? (?:BF16|FP16)", p) else "fp8"
+        return {"weight_dtype": "fp8", "kv_dtype": kv, "activation_dtype": "fp8"}
     if "BF16" in p:
         return {"weight_dtype": "bf16", "kv_dtype": "bf16", "activation_dtype": "bf16"}
     if "FP16" in p or "16-BIT" in p:
@@ -320,7 +328,8 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
         + ("" if load is not None else f"; prompt {prompt}, gen {gen}") \
         + ("; NCCL all-reduce (built without --use_custom_all_reduce)" if nccl else "") \
         + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "") \
-        + ("; LM head and router quantized too (gpt-fast's quantize.py)" if dtypes.get("quantized_head") else "")
+        + ("; LM head and router quantized too (gpt-fast's quantize.py, torchao's quantize_)"
+           if dtypes.get("quantized_head") else "")
     if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
         how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
     if _served(row):
@@ -739,6 +748,16 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
     raise _Skip(f"metric {row['metric']!r} is not a training metric the model predicts")
 
 
+#: An LLM row's latency unit -> the factor from the milliseconds ``_llm_row`` predicts latencies in.
+LATENCY_UNITS_PER_MS = {"ms": 1.0, "ms/token": 1.0, "s": 1e-3, "us": 1e3}
+
+
+def _in_row_unit(predicted_ms_or_rate: float, unit: str) -> float:
+    """An LLM row's prediction in the row's own unit: latencies come in milliseconds (a row in seconds,
+    LMDeploy's first-token latency say, compares 1000x off otherwise); rates are left as they are."""
+    return predicted_ms_or_rate * LATENCY_UNITS_PER_MS.get(unit.strip(), 1.0)
+
+
 def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None = None) -> ValidationRow:
     base = dict(line=line, group=row["group"], system=row["system"], workload=row["workload"], metric=row["metric"],
                 measured=_number(row["value"]), unit=row["unit"], source=(row.get("source") or "").split(" ")[0])
@@ -767,6 +786,7 @@ def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None =
                 raise _Skip("chip count not stated")
             spec = _serving_spec(spec, row["system"], ideal, engine)
             predicted, how = _llm_row(row, spec, model, ideal)
+            predicted = _in_row_unit(predicted, row["unit"])
             kind = "served" if _served(row) else "scenario"
         resolved = load_for_prediction(spec, ideal=ideal)
         return ValidationRow(**base, predicted=predicted, hardware=resolved.name, family=resolved.family, how=how,

@@ -62,6 +62,8 @@ def test_a_concurrency_row_is_a_closed_loop_and_its_itl_is_predicted():
     ("FP16, INT4 weight-only", ("int4", "fp16", "fp16")),
     ("BF16", ("bf16", "bf16", "bf16")),
     ("FP8", ("fp8", "fp8", "fp8")),
+    ("FP8 weight-only (torchao float8wo, e4m3 weights; bf16 activations and KV)", ("fp8", "bf16", "bf16")),
+    ("FP8 (torchao float8dq, dynamic per-tensor e4m3 activations and weights; KV bf16)", ("fp8", "bf16", "fp8")),
 ])
 def test_precision_strings_map_to_dtypes(precision, expected):
     dtypes = _dtypes(precision, "H100 SXM")
@@ -74,6 +76,24 @@ def test_an_int4_row_is_predicted_and_says_what_it_leaves_out():
                                precision="INT4 weight-only (G=32)", input_len="8", output_len="128",
                                metric="decode tokens/s per user", unit="tok/s"))
     assert not row.skipped and "int4" in row.how and "group scales not counted" in row.how
+
+
+def test_a_latency_row_in_seconds_is_compared_in_seconds():
+    in_ms = validate_row(2, _row(batch="1"))
+    in_s = validate_row(3, _row(batch="1", value="0.1", unit="s"))
+    assert in_ms.predicted is not None and in_s.predicted is not None
+    assert in_s.predicted == pytest.approx(in_ms.predicted / 1000)
+    assert in_s.error == pytest.approx(in_ms.error)
+
+
+def test_torchao_rows_quantize_the_lm_head_as_quantize_does():
+    row = _row(system="A100 80GB, SXM UNSURE (torchao generate.py, torch.compile)", workload="Llama-2-7B",
+               precision="INT8 weight-only (torchao int8wo, per-channel; bf16 compute)", batch="1", input_len="6",
+               output_len="200", metric="output throughput, batch 1", unit="tok/s", value="170")
+    torchao = validate_row(2, {**row, "source": "https://github.com/pytorch/ao/blob/92dd5f5/torchao/quantization/README.md"})
+    other = validate_row(3, row)
+    assert "LM head" in torchao.how and "LM head" not in other.how
+    assert torchao.predicted > other.predicted  # the int8 head reads half the bytes of a bf16 one
 
 
 MLPERF = _row(system="H100 SXM 80GB (TensorRT-LLM)", chips="8", workload="Llama-2-70B", batch="Server", input_len="-",
