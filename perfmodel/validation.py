@@ -330,8 +330,9 @@ def _llm_row(row: dict, spec: str, model: str, ideal: bool = False) -> tuple[flo
         + ("; fp16 attention (no fp8 context FMHA in that build)" if dtypes.get("attention_dtype") else "") \
         + ("; LM head and router quantized too (gpt-fast's quantize.py, torchao's quantize_)"
            if dtypes.get("quantized_head") else "")
-    if "INT4" in row["precision"].upper() and "G=" in row["precision"].upper():
-        how += "; int4 group scales not counted (+0.5 bit a weight at G=32)"
+    if "INT4" in row["precision"].upper() and (group := re.search(r"G=(\d+)", row["precision"].upper())):
+        how += f"; int4 group scales not counted (a 16-bit scale a group: +{16 / int(group.group(1)):g} bit a " \
+               f"weight at G={group.group(1)})"
     if _served(row):
         if "ifb" in batch_text or "max-load" in batch_text:
             return _max_load_row(architecture, hardware, parallelism, base, mode, how)
