@@ -47,8 +47,8 @@ Conventions for reproducing rows:
   compute; a bare "INT8" int8 weights and activations (SmoothQuant W8A8, TensorRT-LLM's INT8), KV in
   the 16-bit type. ITL rows are the time between tokens: TPOT for a lone request, the simulator's
   inter-token latency under a load.
-* Latencies are predicted in milliseconds and compared in the row's unit (``LATENCY_UNITS_PER_MS``: a row
-  in seconds is compared in seconds).
+* Latencies are predicted in milliseconds and compared in the row's unit (``_in_row_unit``: a row in seconds
+  is compared in seconds).
 * Single-user API speeds (Groq, Cerebras) are 1 / TPOT at batch 1 for a 512-token prompt and 256
   generated tokens, on the fewest chips that hold the weights (Groq: tp 8, pp as needed) or the
   stated system count (Cerebras: one wafer per pipeline stage).
@@ -69,10 +69,11 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from perfmodel.errors import PerfmodelError
+from perfmodel.errors import PerfmodelError, UnitError
 from perfmodel.fanout import Mapper, serial_map
 from perfmodel.hardware.loader import NO_ENGINE, engine_overlays, load_for_prediction
 from perfmodel.paths import data_directory
+from perfmodel.units import parse_quantity
 
 # trtllm-bench's max-load runs, TensorRT-LLM docs/source/performance/perf-overview.md at commit 00f37686
 # (https://github.com/NVIDIA/TensorRT-LLM/blob/00f37686aa854010d68bcbd0f4ab000221541ca6/docs/source/performance/
@@ -749,14 +750,15 @@ def _training_row(row: dict, spec: str, ideal: bool = False) -> tuple[float, str
     raise _Skip(f"metric {row['metric']!r} is not a training metric the model predicts")
 
 
-#: An LLM row's latency unit -> the factor from the milliseconds ``_llm_row`` predicts latencies in.
-LATENCY_UNITS_PER_MS = {"ms": 1.0, "ms/token": 1.0, "s": 1e-3, "us": 1e3}
-
-
 def _in_row_unit(predicted_ms_or_rate: float, unit: str) -> float:
     """An LLM row's prediction in the row's own unit: latencies come in milliseconds (a row in seconds,
-    LMDeploy's first-token latency say, compares 1000x off otherwise); rates are left as they are."""
-    return predicted_ms_or_rate * LATENCY_UNITS_PER_MS.get(unit.strip(), 1.0)
+    LMDeploy's first-token latency say, compares 1000x off otherwise), converted to the row's time unit
+    (``units.parse_quantity``; "ms/token" is milliseconds); rates and counts are left as they are."""
+    try:
+        row_unit_s = parse_quantity(f"1 {unit.strip().removesuffix('/token')}", "seconds")
+    except UnitError:
+        return predicted_ms_or_rate
+    return predicted_ms_or_rate * 1e-3 / row_unit_s
 
 
 def validate_row(line: int, row: dict, ideal: bool = False, engine: str | None = None) -> ValidationRow:
