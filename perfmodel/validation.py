@@ -109,6 +109,12 @@ SINGLE_STREAM_GENERATED_TOKENS = 128
 VLLM_SETTINGS = re.compile(r"--(num-prompts|max-num-seqs|max-num-batched-tokens)[ =](\d+)")
 # Rows measured under a load (``_load``): requests simulated when the row states no count.
 LOAD_REQUESTS = 1000
+# An LMDeploy TurboMind run's engine settings (the config.ini keys its benchmark scripts set) and
+# profile_generation.py's rounds per client, read from a row's notes (``_turbomind_settings``).
+TURBOMIND_SETTINGS = re.compile(r"\b(max_batch_size|max_context_token_num|session_len|cache_max_entry_count|"
+                                r"cache_block_seq_len|test_round)[ =](\d+(?:\.\d+)?)")
+TURBOMIND_REQUIRED = ("max_batch_size", "max_context_token_num", "session_len", "cache_max_entry_count",
+                      "cache_block_seq_len", "test_round")
 _RATE = re.compile(r"(?:\brate|\bqps)\s*[=:]?\s*(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:req(?:uests)?\s*/\s*s|qps)\b",
                    re.IGNORECASE)
 _REQUEST_RATE_FLAG = re.compile(r"--request-rate[ =](\d+(?:\.\d+)?)")
@@ -438,6 +444,13 @@ def _load_row(row: dict, load: _Load, lengths, architecture, hardware, paralleli
                            block_size=TRTLLM_TOKENS_PER_BLOCK if trtllm else defaults.block_size,
                            kv_admission="reserve" if trtllm else "on-demand")
     kv = f"{config.block_size}-token blocks, " + ("whole sequences reserved" if trtllm else "on-demand paged KV")
+    turbomind = _turbomind_settings(row, load)
+    if turbomind is not None:
+        config, rounds = turbomind
+        batch, tokens, requests = config.max_batch, config.max_tokens_per_step, int(load.value or 1) * rounds
+        limits = "TurboMind's stated config.ini"
+        kv = (f"{config.block_size}-token blocks on demand, capped at {config.max_kv_blocks} "
+              f"(cache_max_entry_count); {rounds} requests a client (test_round)")
     scenario_name = load.kind[len("mlperf-"):].capitalize()
     try:
         server = Server(architecture, hardware, parallelism, config=config,
@@ -475,6 +488,35 @@ def _load_row(row: dict, load: _Load, lengths, architecture, hardware, paralleli
         f"; served load simulated: {arrivals}; {requests} requests, prompt {prompt.text}, output {output.text}; "
         f"max batch {batch}, {tokens} tokens a step ({limits}), {kv}; {value[1]}"
         + (" (queueing included)" if "TTFT" in value[1] else ""))
+
+
+def _turbomind_settings(row: dict, load: _Load):
+    """(ServingConfig, rounds) of an LMDeploy TurboMind ``benchmark/profile_generation.py`` row, None for
+    another engine. Vendor code, InternLM/lmdeploy at ebe90bc (the commit that published the A100 tables):
+    ``concurrency`` threads each run ``test_round`` requests back to back (a closed loop; throughput = all
+    generated tokens / the run's wall time; first-token latency from each request's start, so it holds
+    the wait behind other requests); LlamaTritonModel.cc counts a ``max_context_token_num`` no larger
+    than ``max_batch_size`` in session lengths, and ``num_tokens_per_iter`` defaults to it (the step's
+    token budget); ``cache_max_entry_count`` >= 1 is a number of KV blocks of ``cache_block_seq_len``
+    tokens, allocated as that count (not a share of the memory), taken by sequences as they grow."""
+    from perfmodel.serving import ServingConfig
+
+    if "turbomind" not in row["system"].lower():
+        return None
+    if load.kind != "concurrency":
+        raise _Skip("an LMDeploy TurboMind row without a concurrency (profile_generation.py's clients)")
+    stated = {name: float(value) for name, value in TURBOMIND_SETTINGS.findall(row.get("notes", ""))}
+    missing = [name for name in TURBOMIND_REQUIRED if name not in stated]
+    if missing:
+        raise _Skip(f"the TurboMind run's settings are not all stated ({', '.join(missing)})")
+    if stated["cache_max_entry_count"] < 1:
+        raise _Skip("cache_max_entry_count below 1 (a share of the free memory) is not modelled")
+    batch, context = int(stated["max_batch_size"]), int(stated["max_context_token_num"])
+    tokens = context * int(stated["session_len"]) if context <= batch else context
+    config = ServingConfig(max_batch=batch, max_tokens_per_step=max(tokens, batch),
+                           block_size=int(stated["cache_block_seq_len"]), memory_utilization=1.0,
+                           max_kv_blocks=int(stated["cache_max_entry_count"]))
+    return config, int(stated["test_round"])
 
 
 @dataclass(frozen=True)

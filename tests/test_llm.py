@@ -188,7 +188,7 @@ def test_size_cli(capsys):
 
 def test_validation_predicts_or_explains_every_row():
     rows = validate()
-    assert len(rows) == 205  # 153 + the 32 TPU training rows and the 20 torchao rows added for issue 32
+    assert len(rows) == 285  # 153 + the 32 TPU training rows, the 20 torchao and 80 LMDeploy rows (issue 32)
     assert all((row.predicted is not None) != bool(row.skipped) for row in rows)
     totals = summary(rows)
     assert totals["predicted"] >= 60

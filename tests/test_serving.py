@@ -586,3 +586,27 @@ def test_step_cost_grids_equal_each_point_evaluated_alone(model, tp, pp):
             tokens = int(costs.prefill_tokens[column])
             expected = alone("prefill", 1, tokens, tokens + int(earlier))
             assert costs.prefill_times[row, column] == pytest.approx(expected, rel=1e-12)
+
+
+def test_a_kv_block_cap_limits_the_cache_and_queues_requests(setup):
+    architecture, hardware, server = setup
+    capped = Server(architecture, hardware, config=ServingConfig(max_kv_blocks=40), max_context=max_context(PROMPT,
+                                                                                                           OUTPUT))
+    assert server.kv.blocks > 40 and capped.kv.blocks == 40
+    assert capped.kv.budget_bytes == pytest.approx(40 * capped.kv.block_size * capped.kv.bytes_per_token)
+    above = Server(architecture, hardware, config=ServingConfig(max_kv_blocks=10**9),
+                   max_context=max_context(PROMPT, OUTPUT))
+    assert above.kv.blocks == server.kv.blocks  # a cap above what the memory holds changes nothing
+    free = server.simulate(ClosedLoop(users=32, think_s=0.0), 96, PROMPT, OUTPUT)
+    tight = capped.simulate(ClosedLoop(users=32, think_s=0.0), 96, PROMPT, OUTPUT)
+    assert tight.peak_kv_blocks <= 40 < free.peak_kv_blocks
+    assert tight.ttft.mean > free.ttft.mean and tight.tokens_per_s < free.tokens_per_s
+    with pytest.raises(PerfmodelError, match="max-kv-blocks must be at least 1"):
+        ServingConfig(max_kv_blocks=0)
+
+
+def test_max_kv_blocks_on_the_command_line(capsys):
+    assert main([*SERVE, "--arrival", "burst", "--requests", "20", "--max-kv-blocks", "50"]) == 0
+    assert "KV cache 50 blocks of 16 tokens" in capsys.readouterr().out
+    assert main([*SERVE, "--rate", "2/s", "--max-kv-blocks", "0"]) == 2
+    assert "max-kv-blocks must be at least 1" in capsys.readouterr().err

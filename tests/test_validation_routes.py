@@ -172,3 +172,41 @@ def test_a_forced_all_reduce_algorithm_must_be_one_the_model_knows():
                                                  "dtype": "bf16", "algorithm": "bogus"})
     with pytest.raises(PerfmodelError, match="not an all-reduce algorithm"):
         evaluate(Graph(name="g", ops=[op]), load_for_prediction("h100-sxm"), mode="graph")
+
+
+TURBOMIND = _row(system="A100 80GB, SXM UNSURE (LMDeploy TurboMind v0.1.0a1)", chips="1 (TP1)",
+                 workload="Llama-2-7B", precision="FP16", batch="concurrency 16", input_len="2048", output_len="128",
+                 metric="output throughput (closed loop)", unit="tok/s", value="349",
+                 notes="test_round 6; max_context_token_num 4, session_len 4104, cache_block_seq_len 128, "
+                       "cache_max_entry_count 1000 KV blocks, max_batch_size 128")
+
+
+def test_turbomind_settings_are_read_from_the_notes():
+    from perfmodel.validation import _turbomind_settings
+
+    config, rounds = _turbomind_settings(TURBOMIND, _load(TURBOMIND))
+    # max_context_token_num 4 <= max_batch_size counts session lengths (LlamaTritonModel.cc).
+    assert (config.max_batch, config.max_tokens_per_step, config.block_size, config.max_kv_blocks) == \
+        (128, 4 * 4104, 128, 1000)
+    assert config.memory_utilization == 1.0 and rounds == 6
+    assert _turbomind_settings(BASE, _load(_row(batch="concurrency 2"))) is None  # another engine
+
+
+def test_a_turbomind_row_runs_its_clients_rounds_under_its_kv_cap():
+    row = validate_row(2, TURBOMIND)
+    assert row.kind == "served" and not row.skipped, row.skipped
+    assert "closed loop of 16 clients" in row.how and "96 requests" in row.how  # 16 clients x test_round 6
+    assert "capped at 1000 (cache_max_entry_count)" in row.how
+    ttft = validate_row(3, {**TURBOMIND, "metric": "mean TTFT (FTL ave)", "unit": "s", "value": "2.9"})
+    assert ttft.predicted is not None and ttft.predicted > 0.1  # seconds: queued behind other prefills
+
+
+@pytest.mark.parametrize(("notes", "reason"), [
+    ("test_round 6; max_context_token_num 4, session_len 4104, cache_max_entry_count 1000, max_batch_size 128",
+     "cache_block_seq_len"),
+    ("test_round 6; max_context_token_num 4, session_len 4104, cache_block_seq_len 128, "
+     "cache_max_entry_count 0.5, max_batch_size 128", "cache_max_entry_count below 1"),
+])
+def test_a_turbomind_row_without_its_settings_says_what_is_missing(notes, reason):
+    row = validate_row(2, {**TURBOMIND, "notes": notes})
+    assert row.predicted is None and reason in row.skipped

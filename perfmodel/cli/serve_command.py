@@ -91,6 +91,10 @@ def register(commands) -> None:
     serve.add_argument("--block-size", type=int, default=16, help="paged-KV block size in tokens (default 16)")
     serve.add_argument("--memory-utilization", type=float, default=0.9,
                        help="share of the chip's memory for weights, activations and KV cache (default 0.9)")
+    serve.add_argument("--max-kv-blocks", type=int, metavar="N",
+                       help="cap the KV cache at N blocks, as an engine configured to (LMDeploy's "
+                            "cache_max_entry_count >= 1, vLLM's --num-gpu-blocks-override); default: what "
+                            "--memory-utilization of the memory holds")
     serve.add_argument("--kv-admission", choices=["on-demand", "reserve"], default="on-demand",
                        help="on-demand (vLLM, default): KV blocks as tokens arrive, the newest sequence preempted "
                             "and recomputed when none are free; reserve (TensorRT-LLM's GUARANTEED_NO_EVICT): a "
@@ -211,7 +215,7 @@ def _serve(args) -> int:
         print(f"perfmodel: note: {said}", file=sys.stderr)
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
                            block_size=args.block_size, memory_utilization=args.memory_utilization,
-                           kv_admission=args.kv_admission)
+                           kv_admission=args.kv_admission, max_kv_blocks=args.max_kv_blocks)
     speculation = speculation_from(args)
     if args.disagg is not None:
         return run_disaggregated(args, architecture, hardware, config, speculation, requests=requests, prompt=prompt,

@@ -205,8 +205,13 @@ class ServingConfig:
     # scheduler): a request is admitted only when the blocks of its whole sequence (prompt + its output
     # length, the request's max_tokens) are free, and holds them to the end: nothing is ever preempted.
     kv_admission: str = "on-demand"
+    # An engine's cap on the KV cache in blocks (LMDeploy's cache_max_entry_count when >= 1, vLLM's
+    # num_gpu_blocks_override); None: what memory_utilization of the memory holds. The cache is the smaller.
+    max_kv_blocks: int | None = None
 
     def __post_init__(self) -> None:
+        if self.max_kv_blocks is not None and self.max_kv_blocks < 1:
+            raise PerfmodelError(f"max-kv-blocks must be at least 1, got {self.max_kv_blocks}")
         if self.kv_admission not in KV_ADMISSION:
             raise PerfmodelError(f"kv-admission must be one of {', '.join(KV_ADMISSION)}, got {self.kv_admission!r}")
         for name in ("max_batch", "max_tokens_per_step", "block_size"):
@@ -332,7 +337,8 @@ class Server:
         self.kv: KVCapacity = kv_capacity(architecture, hardware, scenario, parallelism,
                                           block_size=config.block_size, max_batch=config.max_batch,
                                           max_tokens_per_step=config.max_tokens_per_step,
-                                          memory_utilization=config.memory_utilization, drafter=draft)
+                                          memory_utilization=config.memory_utilization, drafter=draft,
+                                          max_blocks=config.max_kv_blocks)
         self._context, self._mode = context, mode
         self.costs = self._step_costs(hardware)
         self.mode = self.costs.mode

@@ -163,9 +163,12 @@ class KVCapacity:
 def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenario, parallelism: Parallelism, *,
                 block_size: int, max_batch: int, max_tokens_per_step: int,
                 memory_utilization: float,
-                drafter: tuple[Architecture, Parallelism] | None = None) -> KVCapacity:
+                drafter: tuple[Architecture, Parallelism] | None = None,
+                max_blocks: int | None = None) -> KVCapacity:
     """The paged KV cache of one replica (see the module docstring); ``drafter``: a speculative
-    drafter's architecture and parallelism, whose weights and KV cache share the chips."""
+    drafter's architecture and parallelism, whose weights and KV cache share the chips; ``max_blocks``:
+    an engine's configured cap on the cache in blocks (LMDeploy's ``cache_max_entry_count`` >= 1, vLLM's
+    ``num_gpu_blocks_override``): the cache is the smaller of it and what the memory holds."""
     if not 0 < memory_utilization <= 1:
         raise PerfmodelError(f"memory utilization must be in (0, 1], got {memory_utilization!r}")
     a = architecture
@@ -205,6 +208,9 @@ def kv_capacity(architecture: Architecture, hardware: Hardware, scenario: Scenar
             f"at memory utilization {memory_utilization:g}: weights {weights / 2**30:.2f} GiB, activations and "
             f"logits {(activations + workspace) / 2**30:.2f} GiB of {capacity / 2**30:.2f} GiB; "
             "add chips (--tp/--pp), or lower --max-batch / --max-tokens-per-step")
+    if max_blocks is not None and max_blocks < blocks:
+        # The engine allocates only the capped cache: the rest of the budget stays free.
+        blocks, budget = max_blocks, max_blocks * block_size * per_token
     return KVCapacity(blocks=blocks, block_size=block_size, bytes_per_token=per_token, budget_bytes=budget,
                       state_bytes=budget + activations + workspace + states)
 
