@@ -450,7 +450,8 @@ def _load_row(row: dict, load: _Load, lengths, architecture, hardware, paralleli
         batch, tokens, requests = config.max_batch, config.max_tokens_per_step, int(load.value or 1) * rounds
         limits = "TurboMind's stated config.ini"
         kv = (f"{config.block_size}-token blocks on demand, capped at {config.max_kv_blocks} "
-              f"(cache_max_entry_count); {rounds} requests a client (test_round)")
+              f"(cache_max_entry_count); {rounds} requests a client (test_round); first token from the decode step "
+              "after context decoding")
     scenario_name = load.kind[len("mlperf-"):].capitalize()
     try:
         server = Server(architecture, hardware, parallelism, config=config,
@@ -498,7 +499,9 @@ def _turbomind_settings(row: dict, load: _Load):
     the wait behind other requests); LlamaTritonModel.cc counts a ``max_context_token_num`` no larger
     than ``max_batch_size`` in session lengths, and ``num_tokens_per_iter`` defaults to it (the step's
     token budget); ``cache_max_entry_count`` >= 1 is a number of KV blocks of ``cache_block_seq_len``
-    tokens, allocated as that count (not a share of the memory), taken by sequences as they grow."""
+    tokens, allocated as that count (not a share of the memory), taken by sequences as they grow; context
+    decoding leaves a prompt's last token to the next decode step, which emits the first token
+    (``ServingConfig.first_token`` "decode"; LlamaBatch.cc ``ContextDecode`` at v0.1.0a1 and ebe90bc)."""
     from perfmodel.serving import ServingConfig
 
     if "turbomind" not in row["system"].lower():
@@ -515,7 +518,7 @@ def _turbomind_settings(row: dict, load: _Load):
     tokens = context * int(stated["session_len"]) if context <= batch else context
     config = ServingConfig(max_batch=batch, max_tokens_per_step=max(tokens, batch),
                            block_size=int(stated["cache_block_seq_len"]), memory_utilization=1.0,
-                           max_kv_blocks=int(stated["cache_max_entry_count"]))
+                           max_kv_blocks=int(stated["cache_max_entry_count"]), first_token="decode")
     return config, int(stated["test_round"])
 
 

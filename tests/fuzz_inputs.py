@@ -288,6 +288,7 @@ COMMANDS = {
         "--max-batch": _counts(["8"], work=True), "--max-tokens-per-step": _counts(["512"], work=True),
         "--block-size": _counts(["16"], work=True), "--memory-utilization": (["0.9"], ["0", "-1", "1.5", "nan", "abc"]),
         "--kv-admission": (["reserve", "on-demand"], ["", "bogus"]), "--seed": (["1"], ["-1", "1.5", "abc", ""]),
+        "--max-kv-blocks": _counts(["4000"], work=True), "--first-token": (["decode", "prefill"], ["", "bogus"]),
         "--ttft-slo": (["1s"], TIME_BAD), "--tpot-slo": (["50ms"], TIME_BAD), "--weights": (["bf16", "int4"],
                                                                                            DTYPE_VALUES),
         "--set": (SET_VALUES[:1], SET_VALUES), "--chart": (["chart.png", "chart.svg"], OUTPUT_BAD),

@@ -610,3 +610,37 @@ def test_max_kv_blocks_on_the_command_line(capsys):
     assert "KV cache 50 blocks of 16 tokens" in capsys.readouterr().out
     assert main([*SERVE, "--rate", "2/s", "--max-kv-blocks", "0"]) == 2
     assert "max-kv-blocks must be at least 1" in capsys.readouterr().err
+    assert main([*SERVE, "--rate", "2/s", "--requests", "5", "--max-kv-blocks", "3"]) == 2  # 640 tokens need 40
+    assert "needs 40 KV blocks, the cache holds 3 (48 tokens); raise --max-kv-blocks" in capsys.readouterr().err
+
+
+def test_first_token_from_the_decode_step_adds_a_step_to_ttft_and_keeps_the_rest(setup):
+    """TurboMind's context decoding leaves a prompt's last token to the next decode step (first_token
+    "decode"): a lone request's first token costs the prefill of all but one prompt token plus a decode
+    step; its lengths, TPOT and inter-token gaps are those of the default engine."""
+    architecture, hardware, server = setup
+    decode = Server(architecture, hardware, config=ServingConfig(first_token="decode"),
+                    max_context=max_context(PROMPT, OUTPUT))
+    lone = ArrivalProcess(kind="fixed", rate_per_s=0.2)
+    usual = server.simulate(lone, 5, PROMPT, OUTPUT)
+    late = decode.simulate(lone, 5, PROMPT, OUTPUT)
+    shorter = server.simulate(lone, 5, parse_length("fixed:511"), OUTPUT)
+    step = usual.tpot.mean
+    assert late.ttft.mean == pytest.approx(shorter.ttft.mean + step, rel=0.02)
+    assert late.ttft.mean > usual.ttft.mean
+    assert late.tpot.mean == pytest.approx(usual.tpot.mean, rel=0.02)
+    assert late.prompt_tokens == usual.prompt_tokens and late.output_tokens == usual.output_tokens
+    assert late.itl_samples_s.size == usual.itl_samples_s.size == 5 * (128 - 1)
+    one = parse_length("fixed:1")  # no context to decode: the one step is the decode step already
+    assert decode.simulate(lone, 5, one, OUTPUT).ttft_s == server.simulate(lone, 5, one, OUTPUT).ttft_s
+    loaded = decode.simulate(ClosedLoop(users=16, think_s=0.0), 64, PROMPT, OUTPUT)
+    assert loaded.itl_samples_s.size == 64 * 127 and np.all(np.isfinite(loaded.ttft_s))
+    with pytest.raises(PerfmodelError, match="first-token must be one of prefill, decode"):
+        ServingConfig(first_token="sampling")
+
+
+def test_first_token_on_the_command_line(capsys):
+    assert main([*SERVE, "--rate", "2/s", "--requests", "10", "--first-token", "decode"]) == 0
+    assert "first token from the decode step after the prefill" in capsys.readouterr().out
+    assert main([*SERVE, "--rate", "2/s", "--first-token", "later"]) == 2
+    assert "--first-token" in capsys.readouterr().err

@@ -95,6 +95,10 @@ def register(commands) -> None:
                        help="cap the KV cache at N blocks, as an engine configured to (LMDeploy's "
                             "cache_max_entry_count >= 1, vLLM's --num-gpu-blocks-override); default: what "
                             "--memory-utilization of the memory holds")
+    serve.add_argument("--first-token", choices=["prefill", "decode"], default="prefill",
+                       help="the step that emits a request's first token: prefill (vLLM, SGLang, TensorRT-LLM, "
+                            "default): the one completing its prompt; decode (LMDeploy TurboMind, FasterTransformer): "
+                            "the prefill leaves the prompt's last token to the next decode step, which emits it")
     serve.add_argument("--kv-admission", choices=["on-demand", "reserve"], default="on-demand",
                        help="on-demand (vLLM, default): KV blocks as tokens arrive, the newest sequence preempted "
                             "and recomputed when none are free; reserve (TensorRT-LLM's GUARANTEED_NO_EVICT): a "
@@ -215,7 +219,8 @@ def _serve(args) -> int:
         print(f"perfmodel: note: {said}", file=sys.stderr)
     config = ServingConfig(max_batch=args.max_batch, max_tokens_per_step=args.max_tokens_per_step,
                            block_size=args.block_size, memory_utilization=args.memory_utilization,
-                           kv_admission=args.kv_admission, max_kv_blocks=args.max_kv_blocks)
+                           kv_admission=args.kv_admission, max_kv_blocks=args.max_kv_blocks,
+                           first_token=args.first_token)
     speculation = speculation_from(args)
     if args.disagg is not None:
         return run_disaggregated(args, architecture, hardware, config, speculation, requests=requests, prompt=prompt,
@@ -329,6 +334,7 @@ def header_of(server) -> str:
             f"{config.max_batch}, {config.max_tokens_per_step} tokens a step, KV cache {server.kv.blocks} blocks "
             f"of {config.block_size} tokens ({format_quantity(server.kv.budget_bytes, 'bytes', binary=True)} a chip)"
             + (", whole sequences reserved at admission" if config.kv_admission == "reserve" else "")
+            + (", first token from the decode step after the prefill" if config.first_token == "decode" else "")
             + ("" if server.speculation is None else f"; {server.speculation.label}"))
 
 

@@ -192,6 +192,7 @@ class ServingResult:
 
 
 KV_ADMISSION = ("on-demand", "reserve")
+FIRST_TOKEN_STEPS = ("prefill", "decode")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -208,8 +209,15 @@ class ServingConfig:
     # An engine's cap on the KV cache in blocks (LMDeploy's cache_max_entry_count when >= 1, vLLM's
     # num_gpu_blocks_override); None: what memory_utilization of the memory holds. The cache is the smaller.
     max_kv_blocks: int | None = None
+    # Which step emits a request's first token. "prefill" (vLLM, SGLang, TensorRT-LLM): the step that
+    # completes its prompt. "decode" (FasterTransformer's and LMDeploy TurboMind's context decoding:
+    # LlamaBatch.cc leaves a prompt's last token "to process with decoder later"): the prefill covers all but
+    # the last prompt token, and the next decode step, which computes that token, emits the first token.
+    first_token: str = "prefill"
 
     def __post_init__(self) -> None:
+        if self.first_token not in FIRST_TOKEN_STEPS:
+            raise PerfmodelError(f"first-token must be one of {', '.join(FIRST_TOKEN_STEPS)}, got {self.first_token!r}")
         if self.max_kv_blocks is not None and self.max_kv_blocks < 1:
             raise PerfmodelError(f"max-kv-blocks must be at least 1, got {self.max_kv_blocks}")
         if self.kv_admission not in KV_ADMISSION:
@@ -237,6 +245,8 @@ class _State:
         self.blocks = np.zeros(count, dtype=np.int64)
         self.arrival = np.zeros(count)
         self.first = np.full(count, math.nan)
+        self.second = np.full(count, math.nan)  # the second token's time (the first token's, when shifted)
+        self.shifted = np.zeros(count, dtype=bool)  # prompt's last token left to a decode step (first_token decode)
         self.last = np.full(count, math.nan)
         self.finish = np.full(count, math.nan)
 
@@ -418,7 +428,15 @@ class Server:
         requests = len(prompts)
         reserve = self.config.kv_admission == "reserve"
         prompts, outputs = np.asarray(prompts, dtype=np.int64), np.asarray(outputs, dtype=np.int64)
+        # first_token "decode": a prompt's last token is computed by a decode step, which emits the first token.
+        # It runs as a prompt one token shorter whose first emitted token is not shown: the same steps and KV
+        # cache (a one-token prompt has no context to decode: its one step is the decode step already).
+        shifted = (prompts >= 2) if self.config.first_token == "decode" and not handed_off \
+            else np.zeros(requests, dtype=bool)
+        prompts, outputs = prompts - shifted, outputs + shifted
         state = _State(prompts, outputs, self._cached(prompts, prefix_share), self._block_array)
+        state.shifted = shifted
+        shifting = bool(shifted.any())
         if handed_off:  # prefilled elsewhere: the prompt's KV cache and the first token arrive with the request
             state.computed[:] = prompts
             state.generated[:] = 1
@@ -426,9 +444,10 @@ class Server:
         longest = int(np.max(prompts + outputs))
         own = int(np.max(self._block_array(prompts + outputs) - state.cached_blocks))
         if own + reserved > self.kv.blocks:
+            capped = self.config.max_kv_blocks is not None and self.kv.blocks == self.config.max_kv_blocks
             raise PerfmodelError(f"a request of {longest} tokens needs {self._blocks(longest)} KV blocks, the cache "
-                                 f"holds {self.kv.blocks} ({self.kv.tokens} tokens); add chips or raise the memory "
-                                 "utilization")
+                                 f"holds {self.kv.blocks} ({self.kv.tokens} tokens); "
+                                 + ("raise --max-kv-blocks" if capped else "add chips or raise the memory utilization"))
         think_s = arrivals.think_s if isinstance(arrivals, ClosedLoop) else 0.0
         closed = isinstance(arrivals, ClosedLoop)
         if isinstance(arrivals, ClosedLoop) or times is None:
@@ -477,7 +496,12 @@ class Server:
                 if stamps:
                     pipelined = True
                     k = len(stamps)
-                    gaps.append(stamps[0] - batch.last)
+                    if shifting:
+                        second = batch.generated == 1
+                        state.second[batch.ids[second]] = stamps[0]
+                        gaps.append((stamps[0] - batch.last)[~(second & state.shifted[batch.ids])])
+                    else:
+                        gaps.append(stamps[0] - batch.last)
                     if k > 1:
                         gaps.append(np.repeat(np.diff(np.asarray(stamps)), n))
                     if not reserve:
@@ -577,7 +601,13 @@ class Server:
                 firsts = int(np.count_nonzero(first_token))
                 if firsts < count:
                     last = batch.last if every else batch.last[emitted]
-                    gaps.append(now - (last[~first_token] if firsts else last))
+                    if shifting:  # a shifted request's second emission is its first token: no gap before it
+                        ids = batch.ids if every else batch.ids[emitted]
+                        second = generated == 1
+                        state.second[ids[second]] = now
+                        gaps.append((now - last)[~first_token & ~(second & state.shifted[ids])])
+                    else:
+                        gaps.append(now - (last[~first_token] if firsts else last))
                 if firsts:
                     state.first[(batch.ids if every else batch.ids[emitted])[first_token]] = now
                 if every:
@@ -680,11 +710,13 @@ class Server:
     def _result(self, state: _State, arrivals, lengths, seed, gaps, now, area, max_queue, peak, preemptions, steps,
                 ttft_slo_s, tpot_slo_s, prefix_share, trace_name) -> ServingResult:
         arrival = state.arrival
-        ttft = state.first - arrival
+        # A shifted request (first_token "decode") shows its second emitted token as its first.
+        first = np.where(state.shifted, state.second, state.first)
+        ttft = first - arrival
         e2e = state.finish - arrival
-        out_tokens = state.output
+        out_tokens = state.output - state.shifted
         with np.errstate(invalid="ignore", divide="ignore"):
-            tpot = np.where(out_tokens > 1, (state.finish - state.first) / np.maximum(out_tokens - 1, 1), math.nan)
+            tpot = np.where(out_tokens > 1, (state.finish - first) / np.maximum(out_tokens - 1, 1), math.nan)
         start = float(arrival.min())
         duration = max(now - start, 1e-30)
         goodput = goodput_rate = None
@@ -714,7 +746,7 @@ class Server:
             requests_per_s=len(arrival) / duration, goodput=goodput, goodput_requests_per_s=goodput_rate,
             ttft_slo_s=ttft_slo_s, tpot_slo_s=tpot_slo_s, mean_in_system=area / duration, max_queue=max_queue,
             kv_blocks=self.kv.blocks, block_size=self.kv.block_size, peak_kv_blocks=peak, preemptions=preemptions,
-            steps=steps, arrival_s=tuple(arrival.tolist()), prompt_tokens=tuple(state.prompt.tolist()),
+            steps=steps, arrival_s=tuple(arrival.tolist()), prompt_tokens=tuple((state.prompt + state.shifted).tolist()),
             output_tokens=tuple(out_tokens.tolist()), ttft_s=tuple(ttft.tolist()),
             tpot_s=tuple(tpot.tolist()), e2e_s=tuple(e2e.tolist()), prefix_share=prefix_share,
             steady_state=settled, itl_samples_s=np.asarray(gaps, dtype=float))
