@@ -37,6 +37,8 @@ NUMBER = re.compile(r"[-+]?\d+\.\d+(?:e[-+]?\d+)?")
 # the fit's log-likelihood, so the optimizer's last-digit noise between CPUs moves a variance by more than it moves
 # a value: A100's decode HBM variance read 0.007454 where it was written and 0.007488 on another EPYC (0.46%).
 COVARIANCE_NOISE = 1e-2
+# A fitted value, as the optimizer's last digits leave it on another CPU (the overlays' numbers are compared to it).
+VALUE_NOISE = 1e-4
 
 
 def _same_up_to_float_noise(written: str, shipped: str) -> bool:
@@ -61,7 +63,7 @@ def _same_up_to_float_noise(written: str, shipped: str) -> bool:
     if NUMBER.split(written) != NUMBER.split(shipped):
         return False
     pairs = zip(NUMBER.findall(written), NUMBER.findall(shipped), strict=True)
-    return all(math.isclose(float(a), float(b), rel_tol=1e-4) for a, b in pairs)
+    return all(math.isclose(float(a), float(b), rel_tol=VALUE_NOISE) for a, b in pairs)
 
 
 def test_the_shipped_a100_overlay_is_what_the_fit_writes(tmp_path):
@@ -328,8 +330,9 @@ def test_v5p_attention_is_fitted_on_its_own_long_host_timed_rows():
     assert 0.1 < forward < backward < 0.7  # far under the MXU peak: splash/flash on v5p, transposes and all
     assert result.median_abs_error < 0.08  # one forward and one backward rate fit both kernels' rows
     v5p = load_hardware("tpu-v5p-achievable")
-    assert v5p.efficiency.compute("mxu", "bf16", "attention") == pytest.approx(forward, rel=1e-9)
-    assert v5p.efficiency.compute("mxu", "bf16", "attention/backward") == pytest.approx(backward, rel=1e-9)
+    # The shipped overlay holds the fit as written on the CPU that ran it (1.4e-9 apart on another EPYC).
+    assert v5p.efficiency.compute("mxu", "bf16", "attention") == pytest.approx(forward, rel=VALUE_NOISE)
+    assert v5p.efficiency.compute("mxu", "bf16", "attention/backward") == pytest.approx(backward, rel=VALUE_NOISE)
 
 
 def test_the_shipped_tpu_overlays_are_what_the_fit_writes(tmp_path):
