@@ -111,10 +111,9 @@ VLLM_SETTINGS = re.compile(r"--(num-prompts|max-num-seqs|max-num-batched-tokens)
 LOAD_REQUESTS = 1000
 # An LMDeploy TurboMind run's engine settings (the config.ini keys its benchmark scripts set) and
 # profile_generation.py's rounds per client, read from a row's notes (``_turbomind_settings``).
-TURBOMIND_SETTINGS = re.compile(r"\b(max_batch_size|max_context_token_num|session_len|cache_max_entry_count|"
-                                r"cache_block_seq_len|test_round)[ =](\d+(?:\.\d+)?)")
 TURBOMIND_REQUIRED = ("max_batch_size", "max_context_token_num", "session_len", "cache_max_entry_count",
                       "cache_block_seq_len", "test_round")
+TURBOMIND_SETTINGS = re.compile(rf"\b({'|'.join(TURBOMIND_REQUIRED)})[ =](\d+(?:\.\d+)?)")
 _RATE = re.compile(r"(?:\brate|\bqps)\s*[=:]?\s*(\d+(?:\.\d+)?)|(\d+(?:\.\d+)?)\s*(?:req(?:uests)?\s*/\s*s|qps)\b",
                    re.IGNORECASE)
 _REQUEST_RATE_FLAG = re.compile(r"--request-rate[ =](\d+(?:\.\d+)?)")

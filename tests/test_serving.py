@@ -415,11 +415,15 @@ def test_reserved_admission_never_preempts(setup):
         ServingConfig(kv_admission="lazy")
 
 
-def test_kv_admission_on_the_command_line(capsys):
-    assert main([*SERVE, "--arrival", "burst", "--requests", "40", "--kv-admission", "reserve"]) == 0
-    assert "whole sequences reserved at admission" in capsys.readouterr().out
-    assert main([*SERVE, "--rate", "2/s", "--kv-admission", "sometimes"]) == 2
-    assert "--kv-admission" in capsys.readouterr().err
+@pytest.mark.parametrize(("flag", "value", "header", "bad"), [
+    ("--kv-admission", "reserve", "whole sequences reserved at admission", "sometimes"),
+    ("--first-token", "decode", "first token from the decode step after the prefill", "later"),
+])
+def test_scheduler_choices_on_the_command_line(flag, value, header, bad, capsys):
+    assert main([*SERVE, "--arrival", "burst", "--requests", "40", flag, value]) == 0
+    assert header in capsys.readouterr().out
+    assert main([*SERVE, "--rate", "2/s", flag, bad]) == 2
+    assert flag in capsys.readouterr().err
 
 
 def test_trtllm_bench_settings_follow_its_heuristic():
@@ -637,10 +641,3 @@ def test_first_token_from_the_decode_step_adds_a_step_to_ttft_and_keeps_the_rest
     assert loaded.itl_samples_s.size == 64 * 127 and np.all(np.isfinite(loaded.ttft_s))
     with pytest.raises(PerfmodelError, match="first-token must be one of prefill, decode"):
         ServingConfig(first_token="sampling")
-
-
-def test_first_token_on_the_command_line(capsys):
-    assert main([*SERVE, "--rate", "2/s", "--requests", "10", "--first-token", "decode"]) == 0
-    assert "first token from the decode step after the prefill" in capsys.readouterr().out
-    assert main([*SERVE, "--rate", "2/s", "--first-token", "later"]) == 2
-    assert "--first-token" in capsys.readouterr().err

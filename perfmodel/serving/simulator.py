@@ -235,7 +235,7 @@ class _State:
     updates all its scheduled sequences at once."""
 
     def __init__(self, prompts: np.ndarray, outputs: np.ndarray, cached: np.ndarray,
-                 blocks_of: Callable[[np.ndarray], np.ndarray]) -> None:
+                 blocks_of: Callable[[np.ndarray], np.ndarray], shifted: np.ndarray) -> None:
         count = len(prompts)
         self.prompt, self.output = prompts, outputs
         self.cached = cached  # the shared prefix already in the KV cache
@@ -246,7 +246,7 @@ class _State:
         self.arrival = np.zeros(count)
         self.first = np.full(count, math.nan)
         self.second = np.full(count, math.nan)  # the second token's time (the first token's, when shifted)
-        self.shifted = np.zeros(count, dtype=bool)  # prompt's last token left to a decode step (first_token decode)
+        self.shifted = shifted  # prompt's last token left to a decode step (first_token decode)
         self.last = np.full(count, math.nan)
         self.finish = np.full(count, math.nan)
 
@@ -434,8 +434,7 @@ class Server:
         shifted = (prompts >= 2) if self.config.first_token == "decode" and not handed_off \
             else np.zeros(requests, dtype=bool)
         prompts, outputs = prompts - shifted, outputs + shifted
-        state = _State(prompts, outputs, self._cached(prompts, prefix_share), self._block_array)
-        state.shifted = shifted
+        state = _State(prompts, outputs, self._cached(prompts, prefix_share), self._block_array, shifted)
         shifting = bool(shifted.any())
         if handed_off:  # prefilled elsewhere: the prompt's KV cache and the first token arrive with the request
             state.computed[:] = prompts
