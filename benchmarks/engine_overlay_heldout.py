@@ -14,7 +14,11 @@ random half from the shipped overlays (the refit, ``calibration.engine_overlays`
 same sample and writes its per-class medians into the overlay's provenance note) instead of fitting again: half
 the work, the same numbers while the overlays are those the current code fits.
 
+``--update`` keeps the rows of the GPU/engine pairs not rerun from the existing JSON (after a refit of some
+overlays only; each row says when it ran) and prints the whole table.
+
     python benchmarks/engine_overlay_heldout.py [--gpu h100-sxm ...] [--engine sglang ...] [--shipped-random-half]
+                                                [--update]
 """
 
 from __future__ import annotations
@@ -113,8 +117,20 @@ def main(argv=None) -> int:
                         / "engine_overlay_heldout.json")
     parser.add_argument("--shipped-random-half", action="store_true",
                         help="read the random half from the shipped overlays' fits instead of refitting")
+    parser.add_argument("--update", action="store_true",
+                        help="keep the existing JSON's rows of the GPU/engine pairs not rerun")
     args = parser.parse_args(argv)
-    rows = run(args.gpu, args.engine, args.shipped_random_half)
+    import datetime
+    import json
+
+    ran = datetime.date.today().isoformat()
+    rows = [{**row, "ran": ran} for row in run(args.gpu, args.engine, args.shipped_random_half)]
+    if args.update and args.json.is_file():
+        rerun = {(row["gpu"], row["engine"]) for row in rows}
+        kept = [row for row in json.loads(args.json.read_text())["rows"] if (row["gpu"], row["engine"]) not in rerun]
+        order = {(gpu, engine): index for index, (gpu, engine) in enumerate(
+            (gpu, engine) for gpu in tables.GPU_FOLDERS for engine in tables.ENGINES)}
+        rows = sorted(kept + rows, key=lambda row: order.get((row["gpu"], row["engine"]), len(order)))
 
     def cell(value):
         return "" if value is None else f"{100 * value:.1f}%"
@@ -124,8 +140,9 @@ def main(argv=None) -> int:
         for protocol in ("random_half", "next_version"):
             errors = entry[protocol]
             if errors:
-                table.append([entry["gpu"], entry["engine"], protocol] + [cell(errors.get(kind)) for kind in KINDS])
-    print(format_table(["gpu", "engine", "protocol", *KINDS], table))
+                table.append([entry["gpu"], entry["engine"], protocol] + [cell(errors.get(kind)) for kind in KINDS]
+                             + [entry.get("ran", "")])
+    print(format_table(["gpu", "engine", "protocol", *KINDS, "ran"], table))
     print(f"\nmedian |error| of each class's held-out rows; aiconfigurator-core {tables.package_version()}")
     write_text_atomically(args.json, json_text({"package": tables.package_version(), "rows": rows}) + "\n")
     print(f"wrote {args.json}")

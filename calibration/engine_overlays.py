@@ -264,9 +264,25 @@ def with_query_packing(hardware, packed: bool):
 
 
 #: The k-loop step floors (``hardware.model.ComputeEngine.k_step_s``) a fit chooses among: the one whose fit
-#: of the training half costs least. On H100 a single output tile's time grows ~75 ns per 64 of k in every
-#: engine's bf16 table (``costs.rules.k_step_flops``); zero: no floor.
-K_STEP_CANDIDATES_S = (0.0, 25e-9, 50e-9, 75e-9, 100e-9)
+#: of the training half costs least, up to the engine's own tile step (``k_step_ceiling_s``). On H100 a single
+#: output tile's time grows ~75 ns per 64 of k in every engine's bf16 table (``costs.rules.k_step_flops``); zero:
+#: no floor. The grid goes past 100 ns because the A100's three engines chose that, its former top, and given more
+#: choose 400-700 ns: a 16-row tile's step then takes about as long as a 128-row one's, as the A100's tables show
+#: (products of n = k = 4096 take 24-27.5 us for every m from 1 to 64, and 35-37 us from 80 to 160).
+K_STEP_CANDIDATES_S = (0.0, 25e-9, 50e-9, 75e-9, 100e-9, 150e-9, 200e-9, 300e-9, 400e-9, 500e-9, 700e-9, 1000e-9)
+
+
+def k_step_ceiling_s(hardware) -> float:
+    """The longest k-loop step floor a fit may choose: the time the engine's native tile (``ComputeEngine.tile``)
+    takes for one step of its k at a unit's share of the bf16 peak (the A100's 128 x 128 x 64: 730 ns; H100's 283
+    ns). A longer floor would slow the native tile's own step, a lower compute rate in disguise (which the fitted
+    efficiency prices), not the operand loads of a small tile it stands for: given 1 us, the A100's TensorRT-LLM
+    and vLLM fits took it. Unbounded where no matrix engine declares a tile and kernels."""
+    ceilings = [2.0 * engine.tile.m * engine.tile.n * engine.tile.k * engine.units / engine.peak_flops_per_s["bf16"]
+                for engine in hardware.compute.values()
+                if engine.kind == "matrix" and engine.kernels and engine.tile is not None
+                and "bf16" in engine.peak_flops_per_s]
+    return min(ceilings) if ceilings else float("inf")
 
 
 def with_k_step(hardware, step_s: float):
@@ -289,6 +305,8 @@ def chosen_k_step(records, hardware, seed: int, candidates=K_STEP_CANDIDATES_S) 
         return 0.0
     if len(candidates) == 1:  # nothing to choose (a refit of a shipped overlay with its own floor)
         return candidates[0]
+    ceiling = k_step_ceiling_s(hardware)
+    candidates = tuple(step for step in candidates if step <= ceiling) or (0.0,)
     measured = np.asarray([record.duration_s for record in records])
     train, _ = split_half(tuple(record.op_class for record in records), seed)
     weights = spread_weights(records)

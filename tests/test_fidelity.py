@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from calibration.achievable import device_time_hardware
 from perfmodel.cli import main
 from perfmodel.costs.residency import on_device_capacity_bytes
 from perfmodel.costs.traffic import attended_pairs
@@ -258,12 +259,13 @@ def test_bad_llm_and_size_arguments_exit_2(argv, capsys):
     assert error.startswith("perfmodel: error:") and "Traceback" not in error
 
 
+@pytest.mark.parametrize("spec", [H100, "a100-sxm-80gb"])  # the A100's kernels store their tiles after the main loop
 @settings(max_examples=60, deadline=None)
 @given(m=st.integers(1, 20000), n=st.integers(1, 20000), k=st.integers(1, 20000), batch=st.integers(1, 8))
-def test_scalar_and_array_kernel_selection_agree(m, n, k, batch):
+def test_scalar_and_array_kernel_selection_agree(spec, m, n, k, batch):
     from perfmodel.costs.rules import CostContext, select_kernel
 
-    hardware = load_hardware(H100)
+    hardware = load_hardware(spec)
     engine = hardware.compute["tensor_cores"]
     a = TensorSpec(shape=(m, k), dtype="bf16")
     op = Op(name="mm", kind="matmul", inputs=(a, TensorSpec(shape=(k, n), dtype="bf16")),
@@ -275,3 +277,32 @@ def test_scalar_and_array_kernel_selection_agree(m, n, k, batch):
     assert scalar[0] == pytest.approx(array[0][0], rel=1e-12)
     for one, many in zip(scalar[1], array[1], strict=True):
         assert one == pytest.approx(np.asarray(many).ravel()[0], rel=1e-12)
+
+
+def _product_s(hardware, m: int, n: int, k: int) -> float:
+    graph = Graph(name="mm", ops=[Op(name="mm", kind="matmul", inputs=(
+        TensorSpec(shape=(m, k), dtype="bf16"), TensorSpec(shape=(k, n), dtype="bf16", role="weight")),
+        outputs=(TensorSpec(shape=(m, n), dtype="bf16"),))])
+    return evaluate(graph, hardware, mode="graph").total_s
+
+
+def test_a_serial_epilogue_adds_each_waves_output_stores_to_short_products_only():
+    """Where an engine's kernels store each output tile after their main loop (``matmul_epilogue_hidden`` False:
+    the A100), every wave adds its units' tile stores at their share of the HBM bandwidth: a 4096 x 4096 product
+    of k = 128 (33.5 MB of output) then takes longer than its math and its output's stream added (at the datasheet),
+    where hiding them it takes less; one of k = 16384 (whose math is 128 times longer) changes by under 3%."""
+    from perfmodel.costs.rules import epilogue_flops_per_output
+
+    serial = device_time_hardware(load_hardware("a100-sxm-80gb"))
+    engine = serial.compute["tensor_cores"]
+    assert not engine.matmul_epilogue_hidden
+    hidden = dataclasses.replace(serial, compute={**serial.compute, "tensor_cores": dataclasses.replace(
+        engine, matmul_epilogue_hidden=True)})
+    assert epilogue_flops_per_output(hidden.compute["tensor_cores"], hidden, 312e12, 2) == 0.0
+    hbm = serial.memory[-1].bandwidth_bytes_per_s
+    assert epilogue_flops_per_output(engine, serial, 312e12, 2) == pytest.approx(2 * 312e12 / hbm)
+    math_s, output_stream_s = 2 * 4096 * 4096 * 128 / 312e12, 4096 * 4096 * 2 / hbm
+    assert _product_s(hidden, 4096, 4096, 128) < math_s + output_stream_s < _product_s(serial, 4096, 4096, 128)
+    assert _product_s(serial, 4096, 4096, 16384) < 1.03 * _product_s(hidden, 4096, 4096, 16384)
+    # Hopper's warp-specialized kernels hide their stores (the default).
+    assert load_hardware(H100).compute["tensor_cores"].matmul_epilogue_hidden

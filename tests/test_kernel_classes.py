@@ -269,3 +269,23 @@ def test_the_k_step_floor_is_chosen_by_the_training_half():
                        "gemm:bf16", index) for index, op in enumerate(ops)]
     assert chosen_k_step(records, device, 0, (0.0, 25e-9, 75e-9, 150e-9)) == 75e-9
     assert chosen_k_step(records, device, 0, (25e-9,)) == 25e-9
+
+
+def test_the_k_step_floor_never_exceeds_the_native_tiles_own_step():
+    """A floor longer than the native tile's step at the bf16 peak would slow that tile's math (a compute rate, which
+    the efficiency prices), so the fit chooses at or under it (``k_step_ceiling_s``): GEMMs timed with a 2 us floor on
+    the H100 (its 128 x 128 x 64 step takes 280 ns) choose the largest candidate under 280 ns, not 2 us."""
+    from calibration.engine_overlays import chosen_k_step, k_step_ceiling_s, with_k_step
+
+    device = device_time_hardware(load_hardware("h100-sxm"))
+    engine = device.compute["tensor_cores"]
+    ceiling = k_step_ceiling_s(device)
+    assert ceiling == pytest.approx(2 * 128 * 128 * 64 * engine.units / engine.peak_flops_per_s["bf16"])
+    assert 270e-9 < ceiling < 290e-9
+    assert k_step_ceiling_s(device_time_hardware(load_hardware("a100-sxm-80gb"))) == pytest.approx(
+        2 * 128 * 128 * 64 * 108 / 312e12)
+    timed = with_k_step(device, 2e-6)
+    ops = [_matmul(m, 1024, k, "bf16") for m in (1, 16, 128) for k in (4096, 16384, 65536)]
+    records = [_record(op, evaluate(Graph(name="g", ops=[op]), timed, mode="graph").total_s, "gemm:bf16", index)
+               for index, op in enumerate(ops)]
+    assert chosen_k_step(records, device, 0, (0.0, 100e-9, 250e-9, 2e-6)) == 250e-9

@@ -472,17 +472,19 @@ def _granule_factor(hardware: Hardware, level_index: int, inner_dim: RuleDimensi
 # -------------------------------------------------------------------------------------- padding
 def _executed_flops(units: int, m: RuleDimension, n: RuleDimension, k: RuleDimension, batch: RuleDimension,
                     tile_m: SIValue, tile_n: SIValue, tile_k: SIValue, split_k: bool | np.ndarray,
-                    step_flops: SIValue = 0.0, split_flops: SIValue = 0.0) -> SIValue:
+                    step_flops: SIValue = 0.0, split_flops: SIValue = 0.0, epilogue_flops: SIValue = 0.0) -> SIValue:
     """FLOPs a unit's time is held for: every wave runs each unit's share of the k-loop, one tile step at a
-    time, a step holding the unit for at least ``step_flops`` (``k_step_flops``); a split product adds
-    ``split_flops`` (``split_reduction_flops``)."""
+    time, a step holding the unit for at least ``step_flops`` (``k_step_flops``), then, where the engine does
+    not hide it, stores its output tile (``epilogue_flops`` per output element: ``epilogue_flops_per_output``);
+    a split product adds ``split_flops`` (``split_reduction_flops``)."""
     tiles_m, tiles_n = np.ceil(floats(m) / tile_m), np.ceil(floats(n) / tile_n)
     k_blocks = np.ceil(floats(k) / tile_k)
     tiles = batch * tiles_m * tiles_n
     split = np.where(split_k, clip(np.floor(units / tiles), 1.0, k_blocks), 1.0)
     waves = np.ceil(tiles * split / units)
     step = maximum(C.FLOPS_PER_FMA * tile_m * tile_n * tile_k, step_flops)
-    executed: SIValue = waves * units * np.ceil(k_blocks / split) * step + where(greater(split, 1.0), split_flops, 0.0)
+    executed: SIValue = (waves * units * (np.ceil(k_blocks / split) * step + tile_m * tile_n * epilogue_flops)
+                         + where(greater(split, 1.0), split_flops, 0.0))
     return executed
 
 
@@ -496,6 +498,20 @@ def k_step_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> SIValue:
     return engine.k_step_s * rate_flops_per_s / engine.units
 
 
+def epilogue_flops_per_output(engine: ComputeEngine, hardware: Hardware, rate_flops_per_s: SIValue,
+                              output_bytes_per_element: float) -> SIValue:
+    """The work a unit could do at ``rate_flops_per_s`` (the datasheet peak, as ``k_step_flops``) while it stores
+    one output element of its tile at its share of the device memory's datasheet bandwidth, where the engine's
+    kernels store a tile after its main loop instead of beside the next tile's (``ComputeEngine.
+    matmul_epilogue_hidden`` False); 0 where they hide it. NVIDIA's A100 GEMM tables show the stores adding up:
+    4096 x 4096 products take 29, 37, 46 and 51 us at k = 32, 64, 128 and 256 (the 33.5 MB output alone
+    streams in ~20 us at 1.6 TB/s), where H100's take 17 us at k = 128 (``calibration.aiconfigurator``)."""
+    if engine.matmul_epilogue_hidden:
+        return 0.0
+    outer = [level for level in hardware.memory if not level.off_device][-1]
+    return output_bytes_per_element * rate_flops_per_s / outer.bandwidth_bytes_per_s
+
+
 def split_reduction_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> SIValue:
     """A split-K product's extra work, as FLOPs at ``rate_flops_per_s`` (the datasheet peak): the partial sums are added by a
     second kernel (cuBLAS's and CUTLASS's split-K reduction), which pays the engine's fixed time per kernel.
@@ -506,7 +522,7 @@ def split_reduction_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> S
 
 def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimension, k: RuleDimension,
                           batch: RuleDimension, kernel: KernelShape | None = None,
-                          rate_flops_per_s: SIValue = 0.0) -> SIValue:
+                          rate_flops_per_s: SIValue = 0.0, epilogue_flops: SIValue = 0.0) -> SIValue:
     """FLOPs the engine actually performs with ``kernel`` (default: the engine's first candidate):
     dims padded to its tile, tiles quantized into waves over the units. When there are fewer output
     tiles than units and the kernel splits k (split-K / stream-K, as cuBLAS/CUTLASS and XLA do for
@@ -520,7 +536,8 @@ def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimens
     if kernel is None:
         return C.FLOPS_PER_FMA * batch * floats(m) * n * k
     executed = _executed_flops(engine.units, m, n, k, batch, kernel.m, kernel.n, kernel.k, kernel.split_k,
-                               k_step_flops(engine, rate_flops_per_s), split_reduction_flops(engine, rate_flops_per_s))
+                               k_step_flops(engine, rate_flops_per_s), split_reduction_flops(engine, rate_flops_per_s),
+                               epilogue_flops)
     return executed if np.ndim(executed) else float(executed)
 
 
@@ -680,9 +697,10 @@ def select_kernel(op: Op, context: CostContext, engine: ComputeEngine, peak_dtyp
     kind = pricing_kind(op)
     rate = compute_rate_flops_per_s(hardware, parameters, engine.name, peak_dtype, kind)
     peak = engine.peak_flops_per_s[peak_dtype]
-    executed = _executed_flops(engine.units, m, n, k, batch, tile_m, tile_n, tile_k, splits,
-                               k_step_flops(engine, peak), split_reduction_flops(engine, peak))
     a_bytes, b_bytes, c_bytes = bytes_per_element
+    executed = _executed_flops(engine.units, m, n, k, batch, tile_m, tile_n, tile_k, splits,
+                               k_step_flops(engine, peak), split_reduction_flops(engine, peak),
+                               epilogue_flops_per_output(engine, hardware, peak, c_bytes))
     reads_a, reads_b, writes_c = tile_elements_moved(m, n, k, tile_m, tile_n)
     if a_compulsory_elements is not None:
         reads_a = reads_a * (a_compulsory_elements / (floats(m) * k))
@@ -749,6 +767,7 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
     inner_latency = parameters.memory_latency(inner_level.name)
     peak = float(engine.peak_flops_per_s[peak_dtype])
     step_flops, split_flops = float(k_step_flops(engine, peak)), float(split_reduction_flops(engine, peak))
+    epilogue = float(epilogue_flops_per_output(engine, hardware, peak, c_bytes))
     best: tuple[float, float, float, str] | None = None  # (time, executed FLOPs, inner bytes, kernel)
     for kernel in candidates:
         tiles = batch * math.ceil(m / kernel.m) * math.ceil(n / kernel.n)
@@ -756,7 +775,8 @@ def _select_kernel_scalar(context: CostContext, kind: str, engine: ComputeEngine
         split = min(max(math.floor(engine.units / tiles), 1.0), k_blocks) if kernel.split_k else 1.0
         waves = math.ceil(tiles * split / engine.units)
         step = max(C.FLOPS_PER_FMA * kernel.m * kernel.n * kernel.k, step_flops)
-        executed = waves * engine.units * math.ceil(k_blocks / split) * step + (split_flops if split > 1 else 0.0)
+        executed = (waves * engine.units * (math.ceil(k_blocks / split) * step + kernel.m * kernel.n * epilogue)
+                    + (split_flops if split > 1 else 0.0))
         inner = batch * (m * k * math.ceil(n / kernel.n) * a_scale * a_bytes + k * n * math.ceil(m / kernel.m) * b_bytes
                          + m * n * c_bytes) * granule
         compute = max(float(compute_time_s(executed, rate, compute_latency)), side_compute_s)

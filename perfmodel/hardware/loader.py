@@ -642,7 +642,8 @@ def to_hardware(spec: HardwareSpec, *, origin: str = "") -> model.Hardware:
                                             k_step_s=engine.k_step_time or 0.0,
                                             vector_kernels_hide_memory=engine.vector_kernels_hide_memory,
                                             attention_kv_block=engine.attention_kv_block,
-                                            attention_packs_query_groups=engine.attention_packs_query_groups)
+                                            attention_packs_query_groups=engine.attention_packs_query_groups,
+                                            matmul_epilogue_hidden=engine.matmul_epilogue_hidden)
     memory = []
     for name, level in spec.memory.items():
         _collect_field_sources(f"memory.{name}", level, field_sources)

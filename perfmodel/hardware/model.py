@@ -107,6 +107,12 @@ class ComputeEngine:
     heads that share a KV head into one thread block's rows, as its decode kernels do (FlashAttention-3's PackGQA,
     which its variable-length path, the one vLLM and SGLang call for prefill on Hopper, always takes), so that a
     short prompt's blocks number batch x kv_heads x ceil(seq_q x group / 128) (``costs.rules.attention_work_units``).
+    ``matmul_epilogue_hidden``: whether a matmul kernel's unit stores one output tile while it computes the next
+    (Hopper's and Blackwell's warp-specialized persistent kernels: a TMA store beside the next tile's main loop), or
+    stores it after its main loop and only then starts the next, so that each wave's output stores add to its time
+    (False: the A100, whose multistage kernels give each thread block one tile and whose GEMM tables show the stores
+    adding up; ``costs.rules.epilogue_flops_per_output``). A measured claim per device, not per architecture: the
+    L40S's tables (Ada, the same kind of kernels) show them hidden.
     """
 
     name: str
@@ -121,6 +127,7 @@ class ComputeEngine:
     vector_kernels_hide_memory: bool = True
     attention_kv_block: int | None = None
     attention_packs_query_groups: bool = False
+    matmul_epilogue_hidden: bool = True
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "peak_flops_per_s", _frozen_mapping(self.peak_flops_per_s))

@@ -205,6 +205,8 @@ AtenOpName = Annotated[str, Field(strict=True, pattern=r"^[a-z_][a-z0-9_]*$")]  
 
 
 class EngineSpec(Sourced):
+    SOURCED_CHOICES: ClassVar[tuple[str, ...]] = ("matmul_epilogue_hidden",)
+
     kind: EngineKind
     units: Count
     peak: dict[str, FlopsPerSecond]
@@ -226,6 +228,9 @@ class EngineSpec(Sourced):
     # Whether prefill attention kernels pack a KV head's query heads into one block's rows
     # (``model.ComputeEngine.attention_packs_query_groups``: FlashAttention-3's PackGQA).
     attention_packs_query_groups: bool = False
+    # Whether a matmul kernel stores an output tile while it computes the next (``model.ComputeEngine.
+    # matmul_epilogue_hidden``): false where the device's GEMM tables show each wave's stores adding up (the A100).
+    matmul_epilogue_hidden: bool = True
 
     @model_validator(mode="after")
     def _kernels_on_matrix_engines(self):
