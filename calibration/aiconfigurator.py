@@ -348,13 +348,24 @@ def gemm_ops(m: int, n: int, k: int, dtype: str, engine: str = "") -> tuple[Op, 
 K_ONLY_CACHE_TABLES = frozenset({("trtllm", "1.0.0")})
 
 
+#: Prefill-table backends that are an engine's decode kernel: vLLM's FlashInfer backend runs every request whose
+#: query is one token through its decode path (``vllm/v1/attention/backends/flashinfer.py``: requests of query
+#: length at most the reorder threshold, 1, go to the decode wrapper, TensorRT-LLM's generation kernel on
+#: Blackwell), and NVIDIA's collector labels those rows so: ``trtllmdecode`` (B200, B300, GB200, GB300, vLLM
+#: 0.24.0) and ``fidecode`` (L40S, RTX Pro 6000), only at isl = 1. Such a row is decode over a one-token cache
+#: (B200: 64 sequences x 48 heads in 8.8 us, where the prefill rule's thread blocks, one a sequence and head,
+#: priced 65 us).
+DECODE_KERNEL_SOURCES = frozenset({"vllm_flashinfer_trtllmdecode", "vllm_flashinfer_fidecode"})
+
+
 def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int, head_dim: int,
-                 kv_dtype: str = "bf16", dtype: str = "bf16", keys_only: bool = False) -> Op:
-    """Attention as the LLM graphs shape it: causal prefill when ``seq_q == seq_kv``, else ``seq_q`` new
-    tokens against a KV cache of ``seq_kv`` tokens of ``kv_dtype`` read from HBM; queries, output and the
-    matmuls in ``dtype``. ``keys_only``: the cache holds the keys alone and the kernel reads its values from
-    the same buffer (``K_ONLY_CACHE_TABLES``), so it streams one ``head_dim``-wide cache, not two."""
-    prefill = seq_q == seq_kv
+                 kv_dtype: str = "bf16", dtype: str = "bf16", keys_only: bool = False, decode: bool = False) -> Op:
+    """Attention as the LLM graphs shape it: causal prefill when ``seq_q == seq_kv`` (and not ``decode``), else
+    ``seq_q`` new tokens against a KV cache of ``seq_kv`` tokens of ``kv_dtype`` read from HBM; queries, output
+    and the matmuls in ``dtype``. ``keys_only``: the cache holds the keys alone and the kernel reads its values
+    from the same buffer (``K_ONLY_CACHE_TABLES``), so it streams one ``head_dim``-wide cache, not two.
+    ``decode``: a one-token query run by the decode kernel over its cache (``DECODE_KERNEL_SOURCES``)."""
+    prefill = seq_q == seq_kv and not decode
     query = TensorSpec(shape=(batch, heads, seq_q, head_dim), dtype=dtype)
     keys = TensorSpec(shape=(batch, kv_heads, seq_kv, head_dim), dtype=kv_dtype,
                       role="activation" if prefill else "kv_cache")
@@ -362,7 +373,7 @@ def attention_op(batch: int, heads: int, kv_heads: int, seq_q: int, seq_kv: int,
               outputs=(query,),
               attrs={"batch": batch, "heads": heads, "kv_heads": kv_heads, "seq_q": seq_q, "seq_kv": seq_kv,
                      "head_dim": head_dim, "causal": prefill, "implementation": "flash", "dtype": dtype,
-                     **({"kv_shared": True} if keys_only else {})})
+                     **({"kv_shared": True} if keys_only else {}), **({"decode_kernel": True} if decode else {})})
 
 
 def all_reduce_op(elements: int, gpus: int, link: str = "nvlink", library: str | None = None) -> Op:
@@ -454,9 +465,12 @@ def records(source: Table, frame, skipped: dict[str, int]) -> Iterator[Measureme
                 op_class = kind if cache == "bf16" else f"{kind}:{cache}_kv"
             keys_only = kind == "decode_attention" and heads > kv_heads and \
                 (source.engine, source.version) in K_ONLY_CACHE_TABLES
+            by_decode_kernel = kind == "prefill_attention" and seq_q == 1 and \
+                row.get("kernel_source") in DECODE_KERNEL_SOURCES
             name = f"{kind}_{batch}x{heads}/{kv_heads}x{seq_q}:{seq_kv}x{head_dim}{suffix}"
             yield _record(source, name, op_class, latency,
-                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache, compute, keys_only),
+                          attention_op(batch, heads, kv_heads, seq_q, seq_kv, head_dim, cache, compute, keys_only,
+                                       decode=by_decode_kernel),
                           index)
         elif kind == "nccl_all_reduce":
             gpus, elements = int(row["num_gpus"]), int(row["message_size"])

@@ -196,3 +196,35 @@ def test_the_engines_that_pack_query_groups_and_their_overlay_field(tmp_path):
                     "compute:\n  tensor_cores:\n    attention_packs_query_groups: true\n")
     assert load_hardware(spec).compute["tensor_cores"].attention_packs_query_groups
     assert not load_hardware("h100-sxm").compute["tensor_cores"].attention_packs_query_groups
+
+
+def test_a_one_token_prompt_the_engine_runs_with_its_decode_kernel_is_priced_as_decode():
+    """vLLM's FlashInfer backend runs one-token queries through its decode kernel, and NVIDIA's prefill tables label
+    those rows so (``DECODE_KERNEL_SOURCES``): such a row becomes a decode over a one-token cache (the generation
+    class, a block a sequence and KV head), while the same shape timed with a context kernel stays prefill (a block
+    a query head). B200, 64 sequences x 48 heads on 1 KV head: 8.8 us measured; the shipped vLLM overlay prices
+    the prefill rule at 65 us and the decode kernel under 12 us."""
+    from pathlib import Path
+
+    import pandas as pd
+
+    from calibration.aiconfigurator import DECODE_KERNEL_SOURCES, Table, records
+    from perfmodel.costs.rules import attention_work_units, pricing_kind
+
+    assert attention_work_units(64, 48, 1, 1, 1) == 64 * 48
+    assert attention_work_units(64, 48, 1, 1, 1, decode_kernel=True) == 64
+    row = {"batch_size": 64, "isl": 1, "num_heads": 48, "num_key_value_heads": 1, "head_dim": 64, "window_size": 0,
+           "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "step": 0, "latency": 0.00882}
+    frame = pd.DataFrame([{**row, "kernel_source": "vllm_flashinfer_trtllmdecode"},
+                          {**row, "kernel_source": "vllm_flash_attn_fa3"}])
+    assert "vllm_flashinfer_trtllmdecode" in DECODE_KERNEL_SOURCES
+    table = Table(gpu="b200", engine="vllm", version="0.24.0", kind="prefill_attention", path=Path("x"))
+    by_decode, by_context = list(records(table, frame, {}))
+    assert by_decode.op_class == by_context.op_class == "prefill_attention"
+    decode_op, context_op = by_decode.graph().ops[0], by_context.graph().ops[0]
+    assert pricing_kind(decode_op) == "attention/decode" and pricing_kind(context_op) == "attention"
+    hardware = device_time_hardware(load_hardware("b200-vllm"))
+    decode_s = evaluate(Graph(name="g", ops=[decode_op]), hardware, mode="graph").total_s
+    context_s = evaluate(Graph(name="g", ops=[context_op]), hardware, mode="graph").total_s
+    assert decode_s < 0.3 * context_s
+    assert decode_s == pytest.approx(8.82e-6, rel=0.35)

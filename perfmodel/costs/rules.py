@@ -279,9 +279,12 @@ def pricing_kind(op: Op) -> str:
         return op.kind
     one_query = bool(queries == 1) if is_traced(queries) else float(queries) == 1
     keys = op.attrs.get("seq_kv")
-    if one_query and keys is not None and not is_traced(keys) and np.ndim(keys) == 0 and float(keys) == 1:
-        # one token and no cache: a one-token prompt, which the engines run through their context (prefill)
-        # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do)
+    if one_query and keys is not None and not is_traced(keys) and np.ndim(keys) == 0 and float(keys) == 1 \
+            and not op.attrs.get("decode_kernel", False):
+        # one token and no cache: a one-token prompt, which most engines run through their context (prefill)
+        # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do);
+        # ``decode_kernel``: one whose engine runs it through its generation kernel (vLLM's FlashInfer backend:
+        # ``calibration.aiconfigurator.DECODE_KERNEL_SOURCES``)
         return op.kind
     if not one_query:
         return op.kind
@@ -988,17 +991,18 @@ def attention_cost(op: Op, context: CostContext) -> OpCost:
         useful, executed = C.ATTENTION_BACKWARD_USEFUL * useful, executed_share * cores * executed
         traffic = [traffic_share * level_bytes for level_bytes in traffic]
     blocked = flash and not op.attrs.get("backward", False)
-    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv,
-                                 packed=engine.attention_packs_query_groups) if blocked else 0.0
-    exponentials = prefill_exponentials(scale * executed_pairs, seq_q, seq_kv) \
+    decode_kernel = op.attrs.get("decode_kernel", False)
+    units = attention_work_units(batch, heads, kv_heads, seq_q, seq_kv, packed=engine.attention_packs_query_groups,
+                                 decode_kernel=decode_kernel) if blocked else 0.0
+    exponentials = prefill_exponentials(scale * executed_pairs, seq_q, seq_kv, decode_kernel) \
         if blocked and exponential_rate_per_s(hardware, engine) is not None else 0.0
     return OpCost(flops=useful, executed_flops=executed, engine=engine.name, peak_dtype=peak_dtype,
                   bytes_by_level=tuple(traffic), launches=1 if flash else 3, work_units=units,
-                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv) if blocked else False,
+                  exposed_traffic=exposed_prefill_traffic(seq_q, seq_kv, decode_kernel) if blocked else False,
                   exponentials=exponentials,
-                  blocks_overlap=_one_query(seq_q, seq_kv) if blocked else False,
-                  splits_keys=decode_splits_keys(batch, heads, kv_heads, seq_q, seq_kv, engine.units, block)
-                  if blocked else False)
+                  blocks_overlap=_one_query(seq_q, seq_kv, decode_kernel) if blocked else False,
+                  splits_keys=decode_splits_keys(batch, heads, kv_heads, seq_q, seq_kv, engine.units, block,
+                                                 decode_kernel) if blocked else False)
 
 
 def window_edge_rows(seq_q: RuleDimension, seq_kv: RuleDimension, window: RuleDimension) -> SIValue:
@@ -1017,7 +1021,8 @@ def tensor_cores(hardware: Hardware) -> int:
 
 
 def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension,
-                         seq_q: RuleDimension, seq_kv: RuleDimension, packed: bool = False) -> SIValue:
+                         seq_q: RuleDimension, seq_kv: RuleDimension, packed: bool = False,
+                         decode_kernel: Any = False) -> SIValue:
     """The thread blocks a flash-style attention kernel runs, each with a fixed prologue and epilogue (load its
     queries, rescale and write its output) beside its main loop over the keys. Prefill kernels tile each query
     head's rows into blocks of ``conventions.FLASH_ATTENTION_QUERY_BLOCK``: batch x heads x ceil(seq_q / 128).
@@ -1037,21 +1042,26 @@ def attention_work_units(batch: RuleDimension, heads: RuleDimension, kv_heads: R
     decode = floats(batch) * kv_heads * np.ceil(floats(heads) / kv_heads / block)
     prefill = floats(batch) * kv_heads * np.ceil(floats(seq_q) * heads / kv_heads / block) if packed \
         else floats(batch) * heads * np.ceil(floats(seq_q) / block)
-    one = _one_query(seq_q, seq_kv)
+    one = _one_query(seq_q, seq_kv, decode_kernel)
     return (decode if one else prefill) if isinstance(one, bool) else where(one, decode, prefill)
 
 
-def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+def _one_query(seq_q: RuleDimension, seq_kv: RuleDimension, decode_kernel: Any = False) -> Any:
     """Whether attention of ``seq_q`` queries against ``seq_kv`` keys runs the engines' decode kernels: one query a
-    sequence against a cache (one token and no cache is a one-token prompt: their context kernels). Point by
+    sequence against a cache (one token and no cache is a one-token prompt: their context kernels, unless the op
+    says its engine runs it through the decode kernel, ``decode_kernel``: vLLM's FlashInfer backend). Point by
     point, so alike ops priced together as arrays count what each would alone."""
-    if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0:
-        return float(seq_q) == 1 and float(seq_kv) > 1
-    return where(equal(seq_q, 1), greater(seq_kv, 1), False)
+    scalar_flag = np.ndim(decode_kernel) == 0 and not is_traced(decode_kernel)
+    if not is_traced(seq_q) and not is_traced(seq_kv) and np.ndim(seq_q) == 0 and np.ndim(seq_kv) == 0 and scalar_flag:
+        return float(seq_q) == 1 and (float(seq_kv) > 1 or bool(decode_kernel))
+    cached = greater(seq_kv, 1)
+    if scalar_flag:
+        return where(equal(seq_q, 1), True if decode_kernel else cached, False)
+    return where(equal(seq_q, 1), where(decode_kernel, True, cached), False)
 
 
 def decode_splits_keys(batch: RuleDimension, heads: RuleDimension, kv_heads: RuleDimension, seq_q: RuleDimension,
-                       seq_kv: RuleDimension, units: float, key_block: RuleDimension) -> Any:
+                       seq_kv: RuleDimension, units: float, key_block: RuleDimension, decode_kernel: Any = False) -> Any:
     """Whether a decode kernel splits each sequence's keys over several thread blocks (flash-decoding) and so
     ends with a phase that combines their partial softmax results: when its blocks alone (one a sequence and
     KV head, ``attention_work_units``) fill less than ``conventions.SPLIT_KEYS_FILL`` of the engine's units
@@ -1062,7 +1072,7 @@ def decode_splits_keys(batch: RuleDimension, heads: RuleDimension, kv_heads: Rul
     semaphore; FlashInfer merges the partial states. NVIDIA's generation-attention tables show the step: A100
     vLLM with one sequence and KV head, 12.5 us at 2-128 cached tokens and 17.3 us at 256 (a second key block),
     where the bytes add 0.1 us; an H100 TensorRT-LLM kernel 11.3 us at 256 and 15.1 us at 512."""
-    one = _one_query(seq_q, seq_kv)
+    one = _one_query(seq_q, seq_kv, decode_kernel)
     filled = at_least(attention_work_units(batch, heads, kv_heads, 1, seq_kv), C.SPLIT_KEYS_FILL * units)
     long = greater(seq_kv, key_block)
     if isinstance(one, bool) and not any(map(is_traced, (filled, long))) and np.ndim(filled) == np.ndim(long) == 0:
@@ -1082,13 +1092,13 @@ def decode_splits_keys(batch: RuleDimension, heads: RuleDimension, kv_heads: Rul
 # (``exposed_prefill_traffic``).
 
 
-def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension, decode_kernel: Any = False) -> Any:
     """Prefill attention's outermost traffic adds to its main loop (``kernel_busy_s``): each Q tile loads its
     queries and first keys before its loop and stores its output after it, and with a few key blocks a tile (short
     prompts) no pipeline hides them. NVIDIA's context-attention tables (``calibration.aiconfigurator``) show it:
     fitted with the traffic overlapped, H100's TensorRT-LLM and SGLang prompts of 128-2048 tokens came out
     12-24% slow. Decode kernels stream their cache and keep the overlap."""
-    one = _one_query(seq_q, seq_kv)
+    one = _one_query(seq_q, seq_kv, decode_kernel)
     return (not one) if isinstance(one, bool) else where(one, False, True)
 
 
@@ -1097,7 +1107,8 @@ def exposed_prefill_traffic(seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
 EXPONENTIAL_DTYPE = "exp"
 
 
-def prefill_exponentials(computed_scores: SIValue, seq_q: RuleDimension, seq_kv: RuleDimension) -> Any:
+def prefill_exponentials(computed_scores: SIValue, seq_q: RuleDimension, seq_kv: RuleDimension,
+                         decode_kernel: Any = False) -> Any:
     """The exponentials a prefill (context) flash kernel evaluates: one per score element it computes, masked ones
     of its diagonal blocks included (FlashAttention-2, arXiv 2307.08691, Algorithm 1: ``exp(S - m)`` over each
     whole block), on the special-function units and in series with the block's matmuls. The engines' context
@@ -1106,7 +1117,7 @@ def prefill_exponentials(computed_scores: SIValue, seq_q: RuleDimension, seq_kv:
     exponential at 3.9-5.5 T/s, the special-function units' 3.9 T/s (``conventions.SFU_EXPONENTIALS_PER_CLOCK``):
     head dim 64 runs at 49% of the tensor cores' peak and 256 at 72% in vLLM's FlashAttention-3 kernels. Decode
     kernels (one query against a cache) keep their time (their reads of the cache bind them): none counted."""
-    one = _one_query(seq_q, seq_kv)
+    one = _one_query(seq_q, seq_kv, decode_kernel)
     if isinstance(one, bool):
         return 0.0 if one else computed_scores
     return where(one, 0.0, computed_scores)

@@ -281,10 +281,12 @@ register(OpKind(name="attention", engine="matrix", startup_latency=True, aten=fr
                 attributes={"batch": REQUIRED_DIMENSION, "heads": REQUIRED_DIMENSION, "seq_q": REQUIRED_DIMENSION,
                             "seq_kv": REQUIRED_DIMENSION, "head_dim": REQUIRED_DIMENSION, "kv_heads": DIMENSION,
                             "window": DIMENSION, "chunked": FLAG, "causal": FLAG, "backward": FLAG,
+                            "decode_kernel": FLAG,
                             "implementation": Attribute("text", choices=ATTENTION_IMPLEMENTATIONS)},
                 requirement=_causal_queries_fit,
                 summary="scaled dot-product attention (flash or naive; causal, grouped KV heads, sliding or chunked "
-                        "window; backward: the gradient kernel)"))
+                        "window; backward: the gradient kernel; decode_kernel: a one-token prompt the engine's "
+                        "generation kernel runs)"))
 register(OpKind(name="elementwise", engine="vector", fusible=True, epilogue=True,
                 aten=POINTWISE_OPS | RANDOM_ELEMENTWISE_OPS,
                 attributes={"flops_per_element": FLOPS_PER_ELEMENT},
