@@ -525,7 +525,7 @@ def split_reduction_flops(engine: ComputeEngine, rate_flops_per_s: SIValue) -> S
 
 def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimension, k: RuleDimension,
                           batch: RuleDimension, kernel: KernelShape | None = None,
-                          rate_flops_per_s: SIValue = 0.0, epilogue_flops: SIValue = 0.0) -> SIValue:
+                          rate_flops_per_s: SIValue = 0.0) -> SIValue:
     """FLOPs the engine actually performs with ``kernel`` (default: the engine's first candidate):
     dims padded to its tile, tiles quantized into waves over the units. When there are fewer output
     tiles than units and the kernel splits k (split-K / stream-K, as cuBLAS/CUTLASS and XLA do for
@@ -539,8 +539,7 @@ def executed_matmul_flops(engine: ComputeEngine, m: RuleDimension, n: RuleDimens
     if kernel is None:
         return C.FLOPS_PER_FMA * batch * floats(m) * n * k
     executed = _executed_flops(engine.units, m, n, k, batch, kernel.m, kernel.n, kernel.k, kernel.split_k,
-                               k_step_flops(engine, rate_flops_per_s), split_reduction_flops(engine, rate_flops_per_s),
-                               epilogue_flops)
+                               k_step_flops(engine, rate_flops_per_s), split_reduction_flops(engine, rate_flops_per_s))
     return executed if np.ndim(executed) else float(executed)
 
 

@@ -111,8 +111,9 @@ class ComputeEngine:
     (Hopper's and Blackwell's warp-specialized persistent kernels: a TMA store beside the next tile's main loop), or
     stores it after its main loop and only then starts the next, so that each wave's output stores add to its time
     (False: the A100, whose multistage kernels give each thread block one tile and whose GEMM tables show the stores
-    adding up; ``costs.rules.epilogue_flops_per_output``). A measured claim per device, not per architecture: the
-    L40S's tables (Ada, the same kind of kernels) show them hidden.
+    adding up; ``costs.rules.epilogue_flops_per_output``; priced where the engine declares ``kernels``, as the k-step
+    floor is). A measured claim per device, not per architecture: the L40S's tables (Ada, the same kind of kernels)
+    show them hidden.
     """
 
     name: str
