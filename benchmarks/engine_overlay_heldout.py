@@ -24,6 +24,8 @@ overlays only; each row says when it ran) and prints the whole table.
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import re
 import statistics
 import sys
@@ -120,9 +122,6 @@ def main(argv=None) -> int:
     parser.add_argument("--update", action="store_true",
                         help="keep the existing JSON's rows of the GPU/engine pairs not rerun")
     args = parser.parse_args(argv)
-    import datetime
-    import json
-
     ran = datetime.date.today().isoformat()
     rows = [{**row, "ran": ran} for row in run(args.gpu, args.engine, args.shipped_random_half)]
     if args.update and args.json.is_file():

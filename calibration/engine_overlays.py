@@ -268,13 +268,13 @@ def with_query_packing(hardware, packed: bool):
 #: output tile's time grows ~75 ns per 64 of k in every engine's bf16 table (``costs.rules.k_step_flops``); zero:
 #: no floor. The grid goes past 100 ns because the A100's three engines chose that, its former top, and given more
 #: choose 400-700 ns: a 16-row tile's step then takes about as long as a 128-row one's, as the A100's tables show
-#: (products of n = k = 4096 take 24-27.5 us for every m from 1 to 64, and 35-37 us from 80 to 160).
+#: (products of n = k = 4096 take 24-27.5 us for every m from 1 to 64, and 34-37 us from 80 to 160).
 K_STEP_CANDIDATES_S = (0.0, 25e-9, 50e-9, 75e-9, 100e-9, 150e-9, 200e-9, 300e-9, 400e-9, 500e-9, 700e-9, 1000e-9)
 
 
 def k_step_ceiling_s(hardware) -> float:
     """The longest k-loop step floor a fit may choose: the time the engine's native tile (``ComputeEngine.tile``)
-    takes for one step of its k at a unit's share of the bf16 peak (the A100's 128 x 128 x 64: 730 ns; H100's 283
+    takes for one step of its k at a unit's share of the bf16 peak (the A100's 128 x 128 x 64: 726 ns; H100's 280
     ns). A longer floor would slow the native tile's own step, a lower compute rate in disguise (which the fitted
     efficiency prices), not the operand loads of a small tile it stands for: given 1 us, the A100's TensorRT-LLM
     and vLLM fits took it. Unbounded where no matrix engine declares a tile and kernels."""

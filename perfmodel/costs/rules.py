@@ -279,12 +279,11 @@ def pricing_kind(op: Op) -> str:
         return op.kind
     one_query = bool(queries == 1) if is_traced(queries) else float(queries) == 1
     keys = op.attrs.get("seq_kv")
-    if one_query and keys is not None and not is_traced(keys) and np.ndim(keys) == 0 and float(keys) == 1 \
-            and not op.attrs.get("decode_kernel", False):
+    if one_query and keys is not None and not is_traced(keys) and np.ndim(keys) == 0 \
+            and not _one_query(1, keys, op.attrs.get("decode_kernel", False)):
         # one token and no cache: a one-token prompt, which most engines run through their context (prefill)
-        # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do);
-        # ``decode_kernel``: one whose engine runs it through its generation kernel (vLLM's FlashInfer backend:
-        # ``calibration.aiconfigurator.DECODE_KERNEL_SOURCES``)
+        # kernels (NVIDIA's context-attention tables time it so: 1-token rows cost what 16-token rows do), unless
+        # its engine runs it through the generation kernel (``_one_query``, the one rule the cost terms follow too)
         return op.kind
     if not one_query:
         return op.kind
@@ -508,7 +507,7 @@ def epilogue_flops_per_output(engine: ComputeEngine, hardware: Hardware, rate_fl
     kernels store a tile after its main loop instead of beside the next tile's (``ComputeEngine.
     matmul_epilogue_hidden`` False); 0 where they hide it. NVIDIA's A100 GEMM tables show the stores adding up:
     4096 x 4096 products take 29, 37, 46 and 51 us at k = 32, 64, 128 and 256 (the 33.5 MB output alone
-    streams in ~20 us at 1.6 TB/s), where H100's take 17 us at k = 128 (``calibration.aiconfigurator``)."""
+    streams in 16.5 us at the datasheet's 2.04 TB/s), where H100's take 17 us at k = 128 (``calibration.aiconfigurator``)."""
     if engine.matmul_epilogue_hidden:
         return 0.0
     outer = [level for level in hardware.memory if not level.off_device][-1]
