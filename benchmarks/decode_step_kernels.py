@@ -56,6 +56,8 @@ def _lookups(gpu: str, engine: str) -> dict[str, dict]:
             found[kind] = {(row.gemm_dtype, int(row.m), int(row.n), int(row.k)): row.latency * 1e-3
                            for row in frame.itertuples()}
         elif kind == "decode_attention":
+            # the backend the engine serves with, where a shape is timed by several (SGLang on Blackwell)
+            frame = tables.served_attention_rows(source, frame)
             plain = frame[(frame.window_size == 0) & (frame.kv_cache_dtype == "bfloat16")]
             found[kind] = {(int(row.batch_size), int(row.num_heads), int(row.num_key_value_heads),
                             int(row.isl) + int(row.step), int(row.head_dim)): row.latency * 1e-3

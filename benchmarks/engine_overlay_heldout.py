@@ -15,10 +15,12 @@ same sample and writes its per-class medians into the overlay's provenance note)
 the work, the same numbers while the overlays are those the current code fits.
 
 ``--update`` keeps the rows of the GPU/engine pairs not rerun from the existing JSON (after a refit of some
-overlays only; each row says when it ran) and prints the whole table.
+overlays only; each row says when it ran) and prints the whole table. ``--keep-next-version`` (with ``--update``)
+reruns the random half only and keeps each rerun pair's next-version errors from the existing JSON, with the date
+they ran (``next_version_ran``): after a change that leaves the previous versions' fits alone in all but name.
 
     python benchmarks/engine_overlay_heldout.py [--gpu h100-sxm ...] [--engine sglang ...] [--shipped-random-half]
-                                                [--update]
+                                                [--update [--keep-next-version]]
 """
 
 from __future__ import annotations
@@ -82,7 +84,7 @@ def shipped_random_half(gpu: str, engine: str) -> dict[str, float]:
             (item.rsplit(" ", 1) for item in found.group(1).split(", "))}
 
 
-def run(gpus, engines, shipped_half: bool = False) -> list[dict]:
+def run(gpus, engines, shipped_half: bool = False, next_version: bool = True) -> list[dict]:
     rows = []
     for gpu in gpus:
         for engine in measured_engines(gpu):
@@ -96,7 +98,7 @@ def run(gpus, engines, shipped_half: bool = False) -> list[dict]:
                 entry = {"gpu": gpu, "engine": engine, "versions": fitted.versions, "records": len(fitted.records),
                          "random_half": fitted.result.heldout_by_class}
             entry.update({"next_version": {}, "previous_versions": {}})
-            previous = _previous_versions(gpu, engine)
+            previous = _previous_versions(gpu, engine) if next_version else {}
             if previous:
                 older = fit_engine(gpu, engine, heldout=False, versions_by_kind=previous)
                 newest, _, _ = tables.engine_records(gpu, engine, seed=1)
@@ -121,12 +123,26 @@ def main(argv=None) -> int:
                         help="read the random half from the shipped overlays' fits instead of refitting")
     parser.add_argument("--update", action="store_true",
                         help="keep the existing JSON's rows of the GPU/engine pairs not rerun")
+    parser.add_argument("--keep-next-version", action="store_true",
+                        help="with --update: rerun the random half only; keep the next-version errors on record")
     args = parser.parse_args(argv)
+    if args.keep_next_version and not (args.update and args.json.is_file()):
+        parser.error(f"--keep-next-version keeps the next-version errors of {args.json}: it needs --update and "
+                     "that file")
     ran = datetime.date.today().isoformat()
-    rows = [{**row, "ran": ran} for row in run(args.gpu, args.engine, args.shipped_random_half)]
+    rows = [{**row, "ran": ran} for row in run(args.gpu, args.engine, args.shipped_random_half,
+                                               next_version=not args.keep_next_version)]
     if args.update and args.json.is_file():
+        existing = json.loads(args.json.read_text())["rows"]
+        if args.keep_next_version:
+            on_record = {(row["gpu"], row["engine"]): row for row in existing}
+            for row in rows:
+                old = on_record.get((row["gpu"], row["engine"]), {})
+                if old.get("next_version"):
+                    row.update(next_version=old["next_version"], previous_versions=old["previous_versions"],
+                               next_version_ran=old.get("next_version_ran", old.get("ran", "")))
         rerun = {(row["gpu"], row["engine"]) for row in rows}
-        kept = [row for row in json.loads(args.json.read_text())["rows"] if (row["gpu"], row["engine"]) not in rerun]
+        kept = [row for row in existing if (row["gpu"], row["engine"]) not in rerun]
         order = {(gpu, engine): index for index, (gpu, engine) in enumerate(
             (gpu, engine) for gpu in tables.GPU_FOLDERS for engine in tables.ENGINES)}
         rows = sorted(kept + rows, key=lambda row: order.get((row["gpu"], row["engine"]), len(order)))
@@ -139,8 +155,10 @@ def main(argv=None) -> int:
         for protocol in ("random_half", "next_version"):
             errors = entry[protocol]
             if errors:
+                when = entry.get("next_version_ran", entry.get("ran", "")) if protocol == "next_version" \
+                    else entry.get("ran", "")
                 table.append([entry["gpu"], entry["engine"], protocol] + [cell(errors.get(kind)) for kind in KINDS]
-                             + [entry.get("ran", "")])
+                             + [when])
     print(format_table(["gpu", "engine", "protocol", *KINDS, "ran"], table))
     print(f"\nmedian |error| of each class's held-out rows; aiconfigurator-core {tables.package_version()}")
     write_text_atomically(args.json, json_text({"package": tables.package_version(), "rows": rows}) + "\n")

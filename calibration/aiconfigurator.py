@@ -137,33 +137,42 @@ EAGER_TIMED_GEMMS = {
                            "collector/vllm/collect_gemm.py#L247 (use_cuda_graph=gemm_type != \"fp8_block\"; the "
                            "collector that wrote the vLLM 0.24.0 tables)"}
 
-#: The prefill (context) attention backend an engine serves with by default, per GPU architecture, where its
-#: prefill tables time a shape with several backends: (engine, architecture) -> (kernel_source, where it is chosen).
-#: SGLang picks its attention backend at start-up for models without MLA: FlashAttention-3 on Hopper and
-#: TensorRT-LLM's MHA kernels on Blackwell; its B200 tables also time 2,584 of those shapes with FlashInfer
-#: (1.38x) and Triton (3.4x the trtllm_mha time, medians), backends it serves with only when asked to.
-SERVED_PREFILL_BACKENDS = {
+#: The attention backend an engine serves with by default, per GPU architecture, where its attention tables (prefill
+#: and decode alike: the engine runs one backend for both) time a shape with several backends: (engine, architecture)
+#: -> (kernel_source, where it is chosen). SGLang picks its attention backend at start-up for models without MLA:
+#: FlashAttention-3 on Hopper and TensorRT-LLM's MHA kernels on Blackwell; its B200 tables also time 2,584 prefill
+#: shapes with FlashInfer (1.38x) and Triton (3.4x the trtllm_mha time, medians), and 12,956 decode rows of the
+#: Blackwell tables with FlashInfer and Triton beside trtllm_mha: backends it serves with only when asked to.
+SERVED_ATTENTION_BACKENDS = {
     ("sglang", "sm90"): ("fa3", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
                                 "(_get_default_attn_backend: fa3 on Hopper for models without MLA)"),
     ("sglang", "sm100"): ("trtllm_mha", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/"
                                         "server_args.py (_get_default_attn_backend: trtllm_mha on SM100)"),
+    # Blackwell Ultra (B300, GB300: compute capability 10.3) passes the same check: SGLang's is_sm100_supported()
+    # (python/sglang/srt/utils) asks for major version 10 (later versions: at least 10.0), not exactly 10.0; its
+    # B300 and GB300 tables time the same three backends as its B200 ones.
+    ("sglang", "sm103"): ("trtllm_mha", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/"
+                                        "server_args.py (_get_default_attn_backend: trtllm_mha when "
+                                        "is_sm100_supported(), major version 10)"),
 }
-PREFILL_SHAPE_COLUMNS = ("batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "window_size",
-                         "attn_dtype", "kv_cache_dtype")
+#: The columns that name one attention shape in a prefill or decode table (those a table has).
+ATTENTION_SHAPE_COLUMNS = ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "window_size",
+                           "attn_dtype", "kv_cache_dtype")
+SERVED_ATTENTION_KINDS = ("prefill_attention", "decode_attention")
 
 
-def served_prefill_rows(source: Table, frame, skipped: dict[str, int] | None = None):
-    """The rows of a prefill-attention table (``frame``) its engine serves with: where a shape is timed by several
-    backends (``kernel_source``), the one the engine chooses by default (``SERVED_PREFILL_BACKENDS``); shapes timed
-    by one backend keep it (the engine's own choice for that shape). ``skipped`` counts the others."""
-    served = SERVED_PREFILL_BACKENDS.get((source.engine, GPU_ARCHITECTURES.get(source.gpu, "")))
+def served_attention_rows(source: Table, frame, skipped: dict[str, int] | None = None):
+    """The rows of an attention table (prefill or decode, ``frame``) its engine serves with: where a shape is timed by
+    several backends (``kernel_source``), the one the engine chooses by default (``SERVED_ATTENTION_BACKENDS``);
+    shapes timed by one backend keep it (the engine's own choice for that shape). ``skipped`` counts the others."""
+    served = SERVED_ATTENTION_BACKENDS.get((source.engine, GPU_ARCHITECTURES.get(source.gpu, "")))
     if served is None or "kernel_source" not in frame.columns or frame["kernel_source"].nunique() < 2:
         return frame
-    shape = [column for column in PREFILL_SHAPE_COLUMNS if column in frame.columns]
+    shape = [column for column in ATTENTION_SHAPE_COLUMNS if column in frame.columns]
     backends = frame.groupby(shape, dropna=False)["kernel_source"].transform("nunique")
     dropped = (backends > 1) & (frame["kernel_source"] != served[0])
     if skipped is not None and dropped.any():
-        _count(skipped, f"prefill_attention: a shape also timed with the backend {source.engine} serves with by default "
+        _count(skipped, f"{source.kind}: a shape also timed with the backend {source.engine} serves with by default "
                         f"({served[0]}); the other backends' rows", int(dropped.sum()))
     return frame[~dropped]
 
@@ -577,10 +586,10 @@ def agreeing_nccl_rows(engine_rows, nccl_rows, policy: str, skipped: dict[str, i
 
 def priced_rows(kind: str, frame, skipped: dict[str, int] | None = None, source: Table | None = None):
     """The rows of ``frame`` (a ``kind`` table) the rules price (so every one becomes a record); ``skipped`` counts
-    the rest by reason. With its ``source``, a prefill table's shapes timed with several backends keep the one the
-    engine serves with (``served_prefill_rows``)."""
-    if kind == "prefill_attention" and source is not None:
-        frame = served_prefill_rows(source, frame, skipped)
+    the rest by reason. With its ``source``, an attention table's shapes timed with several backends keep the one the
+    engine serves with (``served_attention_rows``)."""
+    if kind in SERVED_ATTENTION_KINDS and source is not None:
+        frame = served_attention_rows(source, frame, skipped)
     reasons = frame.apply(lambda row: unpriced(kind, row), axis=1)
     if skipped is not None:
         for reason, count in reasons.dropna().value_counts().items():

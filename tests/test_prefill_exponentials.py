@@ -135,31 +135,41 @@ def test_an_exponential_rate_above_the_special_function_peak_is_kept_and_not_fla
     assert result.params["compute:attention:tensor_cores:bf16"][0] == pytest.approx(0.8, rel=0.05)
 
 
-def test_a_prefill_shape_timed_with_several_backends_keeps_the_one_the_engine_serves_with():
-    """SGLang serves prefill with trtllm_mha on Blackwell: a shape its table also times with FlashInfer and Triton
-    keeps the trtllm_mha row (the others counted as skipped); a shape only Triton timed keeps it; other engines'
-    and architectures' tables are left whole."""
+def test_an_attention_shape_timed_with_several_backends_keeps_the_one_the_engine_serves_with():
+    """SGLang serves attention (prefill and decode alike) with trtllm_mha on Blackwell: a shape its table also times
+    with FlashInfer and Triton keeps the trtllm_mha row (the others counted as skipped); a shape only Triton timed
+    keeps it; a decode table's shapes differ by their cached length too (``step``); other engines' and
+    architectures' tables are left whole."""
     from pathlib import Path
 
     import pandas as pd
 
-    from calibration.aiconfigurator import Table, served_prefill_rows
+    from calibration.aiconfigurator import Table, priced_rows, served_attention_rows
 
-    def row(source: str, head_dim: int, latency: float) -> dict:
+    def row(source: str, head_dim: int, latency: float, **shape) -> dict:
         return {"batch_size": 1, "isl": 1024, "num_heads": 32, "num_key_value_heads": 8, "head_dim": head_dim,
                 "window_size": 0, "attn_dtype": "bfloat16", "kv_cache_dtype": "bfloat16", "kernel_source": source,
-                "latency": latency}
+                "latency": latency, **shape}
 
     frame = pd.DataFrame([row("trtllm_mha", 128, 0.1), row("flashinfer", 128, 0.14), row("triton", 128, 0.34),
                           row("triton", 192, 0.5)])
     skipped: dict[str, int] = {}
-    kept = served_prefill_rows(Table(gpu="b200", engine="sglang", version="0", kind="prefill_attention",
-                                     path=Path("x")), frame, skipped)
+    kept = served_attention_rows(Table(gpu="b200", engine="sglang", version="0", kind="prefill_attention",
+                                       path=Path("x")), frame, skipped)
     assert sorted(zip(kept.kernel_source, kept.head_dim, strict=True)) == [("triton", 192), ("trtllm_mha", 128)]
     assert sum(skipped.values()) == 2
     for gpu, engine in (("b200", "vllm"), ("a100-sxm-80gb", "sglang")):
         table = Table(gpu=gpu, engine=engine, version="0", kind="prefill_attention", path=Path("x"))
-        assert len(served_prefill_rows(table, frame)) == len(frame)
+        assert len(served_attention_rows(table, frame)) == len(frame)
+
+    decode = pd.DataFrame([row("trtllm_mha", 128, 0.01, isl=1, step=511), row("triton", 128, 0.013, isl=1, step=511),
+                           row("triton", 128, 0.02, isl=1, step=4095), row("flashinfer", 128, 0.011, isl=1, step=4095),
+                           row("trtllm_mha", 128, 0.015, isl=1, step=4095)])
+    source = Table(gpu="gb200", engine="sglang", version="0", kind="decode_attention", path=Path("x"))
+    skipped = {}
+    served = priced_rows("decode_attention", decode, skipped, source)
+    assert sorted(zip(served.kernel_source, served.step, strict=True)) == [("trtllm_mha", 511), ("trtllm_mha", 4095)]
+    assert sum(count for reason, count in skipped.items() if reason.startswith("decode_attention: a shape")) == 3
 
 
 def test_packed_prefill_kernels_count_a_kv_heads_query_group_as_rows_of_one_block():
