@@ -142,7 +142,8 @@ EAGER_TIMED_GEMMS = {
 #: -> (kernel_source, where it is chosen). SGLang picks its attention backend at start-up for models without MLA:
 #: FlashAttention-3 on Hopper and TensorRT-LLM's MHA kernels on Blackwell; its B200 tables also time 2,584 prefill
 #: shapes with FlashInfer (1.38x) and Triton (3.4x the trtllm_mha time, medians), and 12,956 decode rows of the
-#: Blackwell tables with FlashInfer and Triton beside trtllm_mha: backends it serves with only when asked to.
+#: Blackwell tables with FlashInfer and Triton beside trtllm_mha (B200: 1.12x and 1.18x, medians; Triton 0.68-5.4x
+#: between its 10th and 90th percentiles): backends it serves with only when asked to.
 SERVED_ATTENTION_BACKENDS = {
     ("sglang", "sm90"): ("fa3", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
                                 "(_get_default_attn_backend: fa3 on Hopper for models without MLA)"),
