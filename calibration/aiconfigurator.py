@@ -140,21 +140,20 @@ EAGER_TIMED_GEMMS = {
 #: The attention backend an engine serves with by default, per GPU architecture, where its attention tables (prefill
 #: and decode alike: the engine runs one backend for both) time a shape with several backends: (engine, architecture)
 #: -> (kernel_source, where it is chosen). SGLang picks its attention backend at start-up for models without MLA:
-#: FlashAttention-3 on Hopper and TensorRT-LLM's MHA kernels on Blackwell; its B200 tables also time 2,584 prefill
-#: shapes with FlashInfer (1.38x) and Triton (3.4x the trtllm_mha time, medians), and 12,956 decode rows of the
-#: Blackwell tables with FlashInfer and Triton beside trtllm_mha (B200: 1.12x and 1.18x, medians; Triton 0.68-5.4x
-#: between its 10th and 90th percentiles): backends it serves with only when asked to.
+#: FlashAttention-3 on Hopper and TensorRT-LLM's MHA kernels on Blackwell; its Blackwell tables also time 1,292
+#: prefill shapes with FlashInfer and 2,584 with Triton (B200: 1.38x and 2.31x the trtllm_mha time, medians), and
+#: 3,570 and 2,908 decode shapes (1.12x and 1.18x; Triton 0.68-5.4x between its 10th and 90th percentiles), backends it
+#: serves with only when asked to (``benchmarks/served_backends.py``).
+_SGLANG_ON_BLACKWELL = ("trtllm_mha", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
+                                      "(_get_default_attn_backend: trtllm_mha on SM100)")
 SERVED_ATTENTION_BACKENDS = {
     ("sglang", "sm90"): ("fa3", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/server_args.py "
                                 "(_get_default_attn_backend: fa3 on Hopper for models without MLA)"),
-    ("sglang", "sm100"): ("trtllm_mha", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/"
-                                        "server_args.py (_get_default_attn_backend: trtllm_mha on SM100)"),
+    ("sglang", "sm100"): _SGLANG_ON_BLACKWELL,
     # Blackwell Ultra (B300, GB300: compute capability 10.3) passes the same check: SGLang's is_sm100_supported()
     # (python/sglang/srt/utils) asks for major version 10 (later versions: at least 10.0), not exactly 10.0; its
     # B300 and GB300 tables time the same three backends as its B200 ones.
-    ("sglang", "sm103"): ("trtllm_mha", "https://github.com/sgl-project/sglang/blob/main/python/sglang/srt/"
-                                        "server_args.py (_get_default_attn_backend: trtllm_mha when "
-                                        "is_sm100_supported(), major version 10)"),
+    ("sglang", "sm103"): _SGLANG_ON_BLACKWELL,
 }
 #: The columns that name one attention shape in a prefill or decode table (those a table has).
 ATTENTION_SHAPE_COLUMNS = ("batch_size", "isl", "step", "num_heads", "num_key_value_heads", "head_dim", "window_size",
